@@ -1,0 +1,12 @@
+"""The ELMo bidirectional language model, in plain PyTorch.
+
+Nothing in this package imports spaCy or thinc: the biLM can be built,
+trained, profiled and saved on its own.
+"""
+
+from .config import BiLMConfig
+from .io import load_bilm, save_bilm
+from .model import BiLM, LMLoss, TokenBatch
+from .vocab import Vocab
+
+__all__ = ["BiLM", "BiLMConfig", "LMLoss", "TokenBatch", "Vocab", "load_bilm", "save_bilm"]

@@ -1,0 +1,91 @@
+"""Sizes of the biLM: one dataclass, read from and written to plain dicts."""
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Dict, List, Tuple
+
+ENCODERS = ("char_cnn", "word")
+SOFTMAXES = ("adaptive", "full")
+
+
+@dataclass
+class BiLMConfig:
+    """Every size of the biLM. Defaults are small enough to train on two CPU cores.
+
+    encoder: "char_cnn" (ELMo's character CNN + highway layers) or "word"
+        (a word-embedding table over the vocabulary).
+    max_chars: characters per token for the char CNN, begin/end-of-word marks
+        included; longer tokens are cut.
+    char_dim: width of a character embedding.
+    filters: (width, count) pairs of the char CNN convolutions.
+    n_highway: highway layers after the char CNN.
+    word_dim: width of a word embedding (encoder="word" only).
+    projection_dim: width P of the token encoding and of each LSTM direction's
+        output; the per-layer output width is 2 * P.
+    lstm_dim: LSTM cell size.
+    n_layers: LSTM layers per direction (L).
+    dropout: dropout rate between layers, in training.
+    softmax: "adaptive" (cheap on CPU, exact normalised probabilities) or
+        "full" (a linear layer over the whole vocabulary).
+    cutoffs: frequency-rank cutoffs of the adaptive softmax clusters.
+    max_vocab_size: most frequent word types kept as softmax targets.
+    min_count: word types seen fewer times map to <UNK>.
+    """
+
+    encoder: str = "char_cnn"
+    max_chars: int = 50
+    char_dim: int = 16
+    filters: List[Tuple[int, int]] = field(
+        default_factory=lambda: [(1, 32), (2, 32), (3, 64), (4, 128), (5, 256)]
+    )
+    n_highway: int = 1
+    word_dim: int = 256
+    projection_dim: int = 128
+    lstm_dim: int = 512
+    n_layers: int = 2
+    dropout: float = 0.1
+    softmax: str = "adaptive"
+    cutoffs: List[int] = field(default_factory=lambda: [2000, 10000])
+    max_vocab_size: int = 40000
+    min_count: int = 2
+
+    def __post_init__(self) -> None:
+        self.filters = [(int(w), int(n)) for w, n in self.filters]
+        self.cutoffs = [int(c) for c in self.cutoffs]
+        problems = []
+        if self.encoder not in ENCODERS:
+            problems.append(f"encoder = {self.encoder!r}; use one of {ENCODERS}")
+        if self.softmax not in SOFTMAXES:
+            problems.append(f"softmax = {self.softmax!r}; use one of {SOFTMAXES}")
+        if self.max_chars < 3:
+            problems.append("max_chars must be >= 3 (begin mark, one char, end mark)")
+        if self.n_layers < 1:
+            problems.append("n_layers must be >= 1")
+        if not 0.0 <= self.dropout < 1.0:
+            problems.append("dropout must be in [0, 1)")
+        if self.encoder == "char_cnn" and not self.filters:
+            problems.append("filters must name at least one (width, count) pair")
+        if problems:
+            raise ValueError("Invalid biLM config: " + "; ".join(problems))
+
+    @property
+    def width(self) -> int:
+        """Width of every output layer: [forward; backward]."""
+        return 2 * self.projection_dim
+
+    @property
+    def n_output_layers(self) -> int:
+        """Number of output layers, L + 1 (token encoding and each LSTM layer)."""
+        return self.n_layers + 1
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Dict[str, Any]) -> "BiLMConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"Unknown biLM config keys {unknown}; known keys are {sorted(known)}"
+            )
+        return cls(**values)

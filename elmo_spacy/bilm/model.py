@@ -1,0 +1,161 @@
+"""The biLM: a shared token encoder, forward and backward LSTM stacks, a shared softmax."""
+
+from dataclasses import dataclass, fields
+from typing import Dict, List, Sequence, Tuple
+
+import numpy
+import torch
+from torch import nn
+
+from .config import BiLMConfig
+from .encoders import CharCNNEncoder, WordEncoder
+from .lstm import LstmStack
+from .softmax import SoftmaxHead
+from .vocab import CharacterMapper, Vocab
+
+BOS_TYPE, EOS_TYPE = 0, 1  # rows of TokenBatch.type_inputs
+
+
+@dataclass
+class TokenBatch:
+    """Tokenised docs as encoder inputs. Each distinct token is encoded once.
+
+    type_inputs: (U, W) character ids (char CNN) or (U,) word ids (word
+        encoder) of the U distinct types; rows 0 and 1 are <S> and </S>.
+    type_chars: (U,) character ids per row, marks included.
+    type_word_ids: (U,) vocabulary id of each type: the softmax targets.
+    index: (B, T + 2) type of each position of the framed docs
+        (<S> tokens </S>, then padding).
+    lengths: (B,) tokens per doc, unframed.
+    """
+
+    type_inputs: torch.Tensor
+    type_chars: torch.Tensor
+    type_word_ids: torch.Tensor
+    index: torch.Tensor
+    lengths: torch.Tensor
+
+    def to(self, device: torch.device) -> "TokenBatch":
+        return TokenBatch(*(getattr(self, f.name).to(device) for f in fields(self)))
+
+
+@dataclass
+class LMLoss:
+    """Summed negative log-likelihoods of one batch, per direction (nats)."""
+
+    forward_nll: torch.Tensor
+    backward_nll: torch.Tensor
+    n_tokens: int
+
+    @property
+    def mean(self) -> torch.Tensor:
+        """Mean NLL per predicted token over both directions: the training loss."""
+        return (self.forward_nll + self.backward_nll) / (2 * max(self.n_tokens, 1))
+
+
+class BiLM(nn.Module):
+    """ELMo's bidirectional language model (Peters et al. 2018).
+
+    Each doc is framed by <S> and </S> inside the model. The forward stack reads
+    it left to right and predicts the next word; the backward stack reads it
+    right to left and predicts the previous word. The token encoder and the
+    softmax are shared by both directions.
+
+    `forward(batch)` returns (L + 1, B, T, 2P): layer 0 is the token encoding
+    repeated as [x; x], layers 1..L are [forward; backward] LSTM outputs, and
+    the boundary positions are stripped again.
+    """
+
+    def __init__(self, config: BiLMConfig, vocab: Vocab, with_softmax: bool = True) -> None:
+        super().__init__()
+        self.config = config
+        self.vocab = vocab
+        dim = config.projection_dim
+        if config.encoder == "char_cnn":
+            encoder = CharCNNEncoder(
+                config.char_dim, config.filters, config.n_highway, dim, config.max_chars
+            )
+            self.chars = CharacterMapper(config.max_chars, encoder.widest_filter)
+            self.encoder: nn.Module = encoder
+        else:
+            self.encoder = WordEncoder(len(vocab), config.word_dim, dim)
+        self.forward_lstm = LstmStack(config.n_layers, dim, config.lstm_dim, config.dropout)
+        self.backward_lstm = LstmStack(config.n_layers, dim, config.lstm_dim, config.dropout)
+        self.dropout = nn.Dropout(config.dropout)
+        self.softmax = (
+            SoftmaxHead(dim, len(vocab), config.softmax, config.cutoffs) if with_softmax else None
+        )
+
+    def batch(self, docs: Sequence[Sequence[str]]) -> TokenBatch:
+        """Encoder inputs for a batch of tokenised docs."""
+        type_of: Dict[str, int] = {}
+        width = max((len(d) for d in docs), default=0) + 2
+        index = numpy.full((len(docs), width), EOS_TYPE, dtype="int64")
+        index[:, 0] = BOS_TYPE
+        for row, tokens in enumerate(docs):
+            index[row, 1 : len(tokens) + 1] = [
+                type_of.setdefault(t, len(type_of) + 2) for t in tokens
+            ]
+        types = list(type_of)
+        type_word_ids = self.vocab.word_ids(types)
+        if self.config.encoder == "char_cnn":
+            type_inputs, type_chars = self.chars.char_ids(types)
+        else:
+            type_inputs, type_chars = type_word_ids, torch.ones_like(type_word_ids)
+        lengths = torch.tensor([len(d) for d in docs], dtype=torch.int64)
+        return TokenBatch(type_inputs, type_chars, type_word_ids, torch.from_numpy(index), lengths)
+
+    def forward(self, batch: TokenBatch) -> torch.Tensor:
+        encoded, forward_layers, backward_layers = self._run(batch.to(self._device))
+        layers = [torch.cat([encoded, encoded], dim=-1)]
+        layers += [torch.cat(fb, dim=-1) for fb in zip(forward_layers, backward_layers)]
+        return torch.stack(layers)[:, :, 1:-1]
+
+    def lm_loss(self, batch: TokenBatch) -> LMLoss:
+        """Language-model loss: every word and the closing </S> is predicted
+        forwards, every word and the opening <S> backwards."""
+        if self.softmax is None:
+            raise RuntimeError("This biLM was built without its softmax head")
+        batch = batch.to(self._device)
+        _, forward_layers, backward_layers = self._run(batch)
+        targets = batch.type_word_ids[batch.index]
+        # Position t of the framed doc predicts t + 1 forwards and, from t + 1,
+        # predicts t backwards; valid while t + 1 < length + 2.
+        steps = torch.arange(targets.shape[1] - 1, device=targets.device)
+        mask = steps[None, :] < (batch.lengths + 1)[:, None]
+        forward_hidden = self.dropout(forward_layers[-1][:, :-1][mask])
+        backward_hidden = self.dropout(backward_layers[-1][:, 1:][mask])
+        return LMLoss(
+            forward_nll=self.softmax(forward_hidden, targets[:, 1:][mask]),
+            backward_nll=self.softmax(backward_hidden, targets[:, :-1][mask]),
+            n_tokens=int(mask.sum()),
+        )
+
+    @property
+    def _device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def _run(self, batch: TokenBatch) -> Tuple[torch.Tensor, List[torch.Tensor], List[torch.Tensor]]:
+        """Encode the types and run both stacks. Returns the token encoding
+        (B, T + 2, P) and L forward and L backward outputs (B, T + 2, P), all in
+        left-to-right order."""
+        types = self.encoder(batch.type_inputs, batch.type_chars)
+        encoded = types[batch.index]
+        forward_layers = self.forward_lstm(encoded)
+        reverse = _reverse_index(batch.lengths + 2, batch.index.shape[1])
+        backward_layers = self.backward_lstm(types[batch.index.gather(1, reverse)])
+        backward_layers = [_gather_time(y, reverse) for y in backward_layers]
+        return encoded, forward_layers, backward_layers
+
+
+def _reverse_index(lengths: torch.Tensor, length: int) -> torch.Tensor:
+    """(B, T) index that reverses each row's first lengths[b] positions and keeps
+    the padding in place. It is its own inverse."""
+    steps = torch.arange(length, device=lengths.device)[None, :]
+    flipped = lengths[:, None] - 1 - steps
+    return torch.where(flipped >= 0, flipped, steps)
+
+
+def _gather_time(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x (B, T, D), index (B, T) -> x[b, index[b, t]]."""
+    return x.gather(1, index[:, :, None].expand(-1, -1, x.shape[2]))

@@ -1,0 +1,122 @@
+"""The biLM as a thinc model: List[Doc] -> List[Floats3d] of shape (L + 1, len(doc), width)."""
+
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from spacy.tokens import Doc
+from thinc.api import ArgsKwargs, Model, PyTorchShim, torch2xp, xp2torch
+from thinc.types import Floats3d
+
+from ..bilm import BiLM, BiLMConfig, Vocab
+
+ElmoOutput = List[Floats3d]
+
+
+def build_bilm_model(bilm_config: Dict[str, Any], max_batch_tokens: int) -> Model[List[Doc], ElmoOutput]:
+    """A thinc model that runs a biLM over docs.
+
+    The torch module is attached later, by `set_bilm`: from a pretrained biLM
+    directory when the `elmo` pipe is initialised or loaded, or freshly built
+    from `bilm_config` (a dict of `BiLMConfig` fields) with a vocabulary
+    counted on the initialisation docs.
+
+    max_batch_tokens: at prediction, docs are sorted by length and run in
+        chunks of at most this many (padded) tokens.
+    """
+    BiLMConfig.from_dict(bilm_config)  # fail at config time, not at init
+    return Model(
+        "elmo_bilm",
+        forward,
+        init=init,
+        dims={"nO": None, "n_layers": None},
+        attrs={"bilm_config": dict(bilm_config), "max_batch_tokens": max_batch_tokens},
+    )
+
+
+def set_bilm(model: Model, bilm: BiLM) -> None:
+    """Attach (or replace) the torch biLM that `model` runs."""
+    bilm.softmax = None  # only the pretraining loss needs it
+    shim = PyTorchShim(bilm)
+    if model.shims:
+        model.shims[0] = shim
+    else:
+        model.shims.append(shim)
+    model.set_dim("nO", bilm.config.width, force=True)
+    model.set_dim("n_layers", bilm.config.n_output_layers, force=True)
+
+
+def get_bilm(model: Model) -> Optional[BiLM]:
+    """The torch biLM attached to `model`, or None before initialisation."""
+    return model.shims[0]._model if model.shims else None
+
+
+def init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
+    if get_bilm(model) is not None:
+        return
+    config = BiLMConfig.from_dict(model.attrs["bilm_config"])
+    words = [[t.text for t in doc] for doc in X or []]
+    vocab = Vocab.build(words, max_size=config.max_vocab_size, min_count=1)
+    set_bilm(model, BiLM(config, vocab, with_softmax=False))
+
+
+def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[ElmoOutput, Callable]:
+    bilm = get_bilm(model)
+    if bilm is None:
+        raise ValueError(
+            "The elmo pipe has no biLM yet: call nlp.initialize() (with "
+            "[initialize.components.elmo] bilm_path set) or load a trained pipeline."
+        )
+    width, n_layers = model.get_dim("nO"), model.get_dim("n_layers")
+    if not is_train:
+        return _predict(model, bilm, docs, n_layers, width), _no_backprop
+    tokens = [[t.text for t in doc] for doc in docs]
+    if not any(tokens):
+        return _empty_outputs(model, docs, n_layers, width), _no_backprop
+    shim = model.shims[0]
+    layers, torch_backprop = shim(ArgsKwargs(args=(bilm.batch(tokens),), kwargs={}), is_train)
+    outputs = _split(layers, tokens)
+
+    def backprop(d_outputs: ElmoOutput) -> List[Doc]:
+        d_layers = torch.zeros_like(layers)
+        for i, d_doc in enumerate(d_outputs):
+            d_layers[:, i, : d_doc.shape[1]] = xp2torch(d_doc, device=d_layers.device)
+        torch_backprop(ArgsKwargs(args=(layers,), kwargs={"grad_tensors": (d_layers,)}))
+        return []
+
+    return outputs, backprop
+
+
+def _predict(model: Model, bilm: BiLM, docs: Sequence[Doc], n_layers: int, width: int) -> ElmoOutput:
+    """Run in length-sorted chunks of at most max_batch_tokens padded tokens."""
+    outputs = _empty_outputs(model, docs, n_layers, width)
+    order = sorted(range(len(docs)), key=lambda i: len(docs[i]))
+    order = [i for i in order if len(docs[i])]
+    budget = model.attrs["max_batch_tokens"]
+    shim = model.shims[0]
+    start = 0
+    while start < len(order):
+        end = start + 1
+        while end < len(order) and len(docs[order[end]]) * (end + 1 - start) <= budget:
+            end += 1
+        chunk = order[start:end]
+        tokens = [[t.text for t in docs[i]] for i in chunk]
+        with torch.inference_mode():
+            layers = shim.predict(ArgsKwargs(args=(bilm.batch(tokens),), kwargs={}))
+        for i, output in zip(chunk, _split(layers, tokens)):
+            outputs[i] = output
+        start = end
+    return outputs
+
+
+def _split(layers: torch.Tensor, tokens: Sequence[Sequence[str]]) -> ElmoOutput:
+    """(L + 1, B, T, width) tensor -> B float32 arrays (copies) (L + 1, len, width)."""
+    array = torch2xp(layers.detach().float())
+    return [array[:, i, : len(t)].copy() for i, t in enumerate(tokens)]
+
+
+def _empty_outputs(model: Model, docs: Sequence[Doc], n_layers: int, width: int) -> ElmoOutput:
+    return [model.ops.alloc3f(n_layers, len(doc), width) for doc in docs]
+
+
+def _no_backprop(d_outputs: ElmoOutput) -> List[Doc]:
+    return []

@@ -1,0 +1,94 @@
+"""The listener: hands the `elmo` pipe's per-layer outputs to a downstream pipe."""
+
+from typing import Callable, List, Optional, Tuple
+
+from spacy.tokens import Doc
+from thinc.api import Model
+
+from .bilm_model import ElmoOutput
+
+
+class ElmoListener(Model):
+    """A layer that receives the `elmo` pipe's outputs instead of computing them.
+
+    In training the upstream pipe broadcasts each batch's outputs and a
+    backprop callback (`receive`); gradients are scaled by `grad_factor` and
+    passed back, so the biLM is fine-tuned. With grad_factor = 0 nothing is
+    passed back. Outside training, or when the upstream pipe is frozen and
+    annotating, the layers are read from `doc._.elmo`. Docs that have no
+    `doc._.elmo` (for example the samples a downstream pipe is initialised
+    with) are run through the upstream model directly.
+
+    Output: one (L + 1, len(doc), width) float32 array per doc.
+    """
+
+    name = "elmo-listener"
+
+    def __init__(self, upstream_name: str, grad_factor: float) -> None:
+        Model.__init__(
+            self,
+            name=self.name,
+            forward=forward,
+            dims={"nO": None, "n_layers": None},
+            attrs={"grad_factor": grad_factor},
+        )
+        self.upstream_name = upstream_name
+        self.upstream_model: Optional[Model] = None  # set by the elmo pipe
+        self._batch_id: Optional[int] = None
+        self._outputs: Optional[ElmoOutput] = None
+        self._backprop: Optional[Callable] = None
+
+    @property
+    def wants_gradient(self) -> bool:
+        return self.attrs["grad_factor"] != 0
+
+    @classmethod
+    def get_batch_id(cls, docs: List[Doc]) -> int:
+        """A content-sensitive hash of a batch, to catch an unexpected batch."""
+        return sum(sum(token.orth for token in doc) for doc in docs)
+
+    def receive(self, batch_id: int, outputs: ElmoOutput, backprop: Callable) -> None:
+        """Store the upstream pipe's outputs for a training batch and its backprop callback."""
+        self._batch_id = batch_id
+        self._outputs = outputs
+        self._backprop = backprop
+
+
+def forward(model: ElmoListener, docs: List[Doc], is_train: bool) -> Tuple[ElmoOutput, Callable]:
+    if is_train and model._batch_id is not None:
+        batch_id = model.get_batch_id(docs)
+        if batch_id != model._batch_id:
+            raise ValueError(
+                f"The elmo listener got a batch (id {batch_id}) other than the one the "
+                f"elmo pipe broadcast (id {model._batch_id}). Are the elmo pipe and "
+                "this pipe updated on the same batches?"
+            )
+        grad_factor = model.attrs["grad_factor"]
+        upstream_backprop = model._backprop
+
+        def backprop(d_outputs: ElmoOutput) -> List[Doc]:
+            if grad_factor != 0:
+                upstream_backprop([d * grad_factor for d in d_outputs])
+            return []
+
+        return model._outputs, backprop
+    return _read_annotations(model, docs), _no_backprop
+
+
+def _read_annotations(model: ElmoListener, docs: List[Doc]) -> ElmoOutput:
+    outputs = [doc._.elmo for doc in docs]
+    missing = [i for i, output in enumerate(outputs) if output is None]
+    if missing:
+        if model.upstream_model is None:
+            raise ValueError(
+                "Docs reached an elmo listener without doc._.elmo and no elmo pipe is "
+                "linked to it. Add an `elmo` pipe before this pipe (or enable it)."
+            )
+        computed = model.upstream_model.predict([docs[i] for i in missing])
+        for i, output in zip(missing, computed):
+            outputs[i] = output
+    return outputs
+
+
+def _no_backprop(d_outputs: ElmoOutput) -> List[Doc]:
+    return []

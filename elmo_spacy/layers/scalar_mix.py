@@ -1,0 +1,87 @@
+"""ELMo's scalar mix: y = gamma * sum_l softmax(lambda)_l * h_l."""
+
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import numpy
+from thinc.api import Model
+from thinc.types import Floats1d, Floats2d, Floats3d
+
+
+def build_scalar_mix(
+    trainable: bool = True,
+    weights: Optional[Sequence[float]] = None,
+    gamma: float = 1.0,
+    seed: int = 0,
+) -> Model[List[Floats3d], List[Floats2d]]:
+    """Mix the L + 1 layers of each doc with softmax-normalised weights λ and a scale γ.
+
+    Input: one (L + 1, n, width) array per doc; output: one (n, width) array.
+
+    trainable: learn λ and γ with the downstream task; if false both stay
+        fixed at their initial values (exactly: they never receive a gradient).
+    weights: initial layer weights (normalised to sum to 1). If omitted, λ
+        starts uniform when trainable, and at seeded-random weights when not.
+    gamma: initial scale γ.
+    seed: seed of the random weights.
+    """
+    return Model(
+        "scalar_mix",
+        forward,
+        init=init,
+        dims={"nO": None, "n_layers": len(weights) if weights else None},
+        params={"lambdas": None, "gamma": None},
+        attrs={"trainable": trainable, "weights": list(weights or []), "gamma": gamma, "seed": seed},
+    )
+
+
+def init(model: Model, X: Optional[List[Floats3d]] = None, Y=None) -> None:
+    if X:
+        model.set_dim("n_layers", X[0].shape[0], force=True)
+        model.set_dim("nO", X[0].shape[2], force=True)
+    n_layers = model.get_dim("n_layers")
+    weights = model.attrs["weights"]
+    if weights:
+        if len(weights) != n_layers:
+            raise ValueError(f"scalar mix: {len(weights)} weights for {n_layers} layers")
+        lambdas = numpy.log(numpy.asarray(weights, dtype="f") / sum(weights))
+    elif model.attrs["trainable"]:
+        lambdas = numpy.zeros(n_layers, dtype="f")
+    else:
+        lambdas = numpy.random.default_rng(model.attrs["seed"]).normal(size=n_layers).astype("f")
+    model.set_param("lambdas", model.ops.asarray1f(lambdas))
+    model.set_param("gamma", model.ops.asarray1f([model.attrs["gamma"]]))
+
+
+def layer_weights(model: Model) -> Floats1d:
+    """The normalised weights softmax(λ), one per layer."""
+    return model.ops.softmax(model.get_param("lambdas"))
+
+
+def forward(model: Model, X: List[Floats3d], is_train: bool) -> Tuple[List[Floats2d], Callable]:
+    ops = model.ops
+    lengths = [x.shape[1] for x in X]
+    if not X:
+        return [], lambda dY: []
+    stacked = ops.xp.concatenate(X, axis=1)  # (L + 1, N, width)
+    weights = layer_weights(model)
+    gamma = float(model.get_param("gamma")[0])
+    mixed = ops.xp.tensordot(weights, stacked, axes=1)  # (N, width)
+    Y = _split(ops, gamma * mixed, lengths)
+
+    def backprop(dY: List[Floats2d]) -> List[Floats3d]:
+        d_mixed = ops.xp.concatenate(dY, axis=0)
+        if model.attrs["trainable"]:
+            d_weights = gamma * ops.xp.einsum("lnd,nd->l", stacked, d_mixed)
+            d_lambdas = weights * (d_weights - (weights * d_weights).sum())
+            model.inc_grad("lambdas", d_lambdas.astype("f"))
+            model.inc_grad("gamma", ops.asarray1f([(mixed * d_mixed).sum()]))
+        dX = (gamma * weights)[:, None, None] * d_mixed[None]
+        return _split(ops, dX.astype("f"), lengths, axis=1)
+
+    return Y, backprop
+
+
+def _split(ops, array, lengths: List[int], axis: int = 0) -> list:
+    """Cut `array` into contiguous pieces of the given lengths along `axis`."""
+    ends = numpy.cumsum(lengths)[:-1].tolist()
+    return [ops.xp.ascontiguousarray(a) for a in ops.xp.split(array, ends, axis=axis)]
