@@ -105,12 +105,14 @@ class Elmo(TrainablePipe):
         for doc, layers in zip(docs, outputs):
             doc._.elmo = layers
             doc.tensor = default_mix(layers)
-            doc.user_hooks["vector"] = _doc_vector
-            doc.user_hooks["has_vector"] = _has_vector
-            doc.user_span_hooks["vector"] = _span_vector
-            doc.user_span_hooks["has_vector"] = _has_vector
-            doc.user_token_hooks["vector"] = _token_vector
-            doc.user_token_hooks["has_vector"] = _has_vector
+            for hooks, vector in (
+                (doc.user_hooks, _doc_vector),
+                (doc.user_span_hooks, _span_vector),
+                (doc.user_token_hooks, _token_vector),
+            ):
+                hooks["vector"] = vector
+                hooks["has_vector"] = _has_vector
+                hooks["similarity"] = _cosine_similarity
 
     # -- training --------------------------------------------------------------
 
@@ -263,6 +265,13 @@ def _mean_rows(rows: numpy.ndarray) -> numpy.ndarray:
 
 def _has_vector(obj) -> bool:
     return True
+
+
+def _cosine_similarity(obj, other) -> float:
+    """Cosine of the two objects' vectors (0.0 if either is all zeros)."""
+    a, b = obj.vector, other.vector
+    norms = float(numpy.linalg.norm(a) * numpy.linalg.norm(b))
+    return float(numpy.dot(a, b) / norms) if norms else 0.0
 
 
 def _ignore_gradient(d_outputs: ElmoOutput) -> List[Doc]:

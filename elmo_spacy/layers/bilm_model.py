@@ -1,5 +1,6 @@
 """The biLM as a thinc model: List[Doc] -> List[Floats3d] of shape (L + 1, len(doc), width)."""
 
+import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -10,6 +11,11 @@ from thinc.types import Floats3d
 from ..bilm import BiLM, BiLMConfig, Vocab
 
 ElmoOutput = List[Floats3d]
+
+# spaCy's nlp.pipe(n_process=...) forks, and torch's OpenMP thread pool does not
+# survive a fork: the first parallel op in the child hangs. Forked workers share
+# the cores with each other, so one torch thread each is also the right setting.
+os.register_at_fork(after_in_child=lambda: torch.set_num_threads(1))
 
 
 def build_bilm_model(bilm_config: Dict[str, Any], max_batch_tokens: int) -> Model[List[Doc], ElmoOutput]:

@@ -18,7 +18,8 @@ def build_learned_mix(
     if depth < 1:
         raise ValueError("learned mix: depth must be >= 1")
     relus = [Relu(nO=nO, dropout=dropout) for _ in range(depth)]
-    model = chain(concatenate_layers(), with_array(chain(*relus)))
+    mlp = relus[0] if depth == 1 else chain(*relus)
+    model = chain(concatenate_layers(), with_array(mlp))
     model.init = _init
     model.attrs["relus"] = len(relus)
     for i, relu in enumerate(relus):

@@ -3,8 +3,10 @@
 from typing import Callable, List, Optional, Tuple
 
 from spacy.tokens import Doc
-from thinc.api import LSTM, Dropout, Model, Relu, Softmax, chain, with_padded
+from thinc.api import Dropout, Model, Relu, Softmax, chain
 from thinc.types import Floats2d
+
+from .torch_bilstm import TorchBiLSTM
 
 
 def build_textcat_bilstm(
@@ -26,7 +28,7 @@ def build_textcat_bilstm(
     output_layer = Softmax(nO=nO)
     model = chain(
         tok2vec,
-        with_padded(LSTM(nO=2 * hidden_width, bi=True, depth=depth, dropout=dropout)),
+        TorchBiLSTM(nO=2 * hidden_width, depth=depth, dropout=dropout),
         mean_max_pool(),
         Relu(nO=mlp_width, dropout=dropout),
         Dropout(dropout),

@@ -1,0 +1,34 @@
+"""`elmo-spacy pretrain`: tokenise a text file with spaCy and pretrain a biLM on it."""
+
+from pathlib import Path
+
+import typer
+from spacy.cli._util import parse_config_overrides
+
+from . import app
+
+
+@app.command(
+    "pretrain", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
+def pretrain_command(
+    ctx: typer.Context,
+    config_path: Path = typer.Argument(..., exists=True, dir_okay=False, help="Pretraining config (.cfg)"),
+    text_path: Path = typer.Argument(..., exists=True, dir_okay=False, help="Text: .txt (a doc per line) or .jsonl"),
+    output_dir: Path = typer.Argument(..., help="Writes model-best/, model-last/ and pretrain_log.json"),
+    lang: str = typer.Option("en", help="Language of the spaCy tokenizer"),
+) -> None:
+    """Pretrain a biLM. Extra options override the config, e.g. --training.max_epochs 1."""
+    import spacy
+
+    from ..data import read_texts
+    from ..pretrain import load_pretrain_config, pretrain
+
+    bilm_config, training = load_pretrain_config(config_path, parse_config_overrides(ctx.args))
+    tokenizer = spacy.blank(lang).tokenizer
+    docs = [[t.text for t in doc] for doc in tokenizer.pipe(read_texts(text_path), batch_size=1000)]
+    log = pretrain(docs, bilm_config, training, output_dir)
+    typer.echo(
+        f"Best dev perplexity {log['best_dev_perplexity']:.2f} after {len(log['epochs'])} "
+        f"epoch(s), {log['wall_seconds']:.0f} s. biLM: {output_dir / 'model-best'}"
+    )

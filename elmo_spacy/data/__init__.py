@@ -1,0 +1,15 @@
+"""Corpus readers and converters."""
+
+from .agnews import CLASS_NAMES, BadRowError, clean_text, read_agnews_csv, stratified_split
+from .corpus import build_corpus
+from .texts import read_texts
+
+__all__ = [
+    "CLASS_NAMES",
+    "BadRowError",
+    "build_corpus",
+    "clean_text",
+    "read_agnews_csv",
+    "read_texts",
+    "stratified_split",
+]

@@ -1,0 +1,104 @@
+"""A bidirectional LSTM run by torch's fused kernel, with its weights held as thinc params.
+
+Keeping the weights as thinc params (not in a PyTorch shim) lets the input
+width be inferred at initialisation and serialises them with msgpack like any
+other thinc layer. Each call runs `torch.func.functional_call` on a
+weightless (meta-device) `torch.nn.LSTM`.
+"""
+
+from typing import Callable, List, Optional, Tuple
+
+import torch
+from thinc.api import Model, torch2xp, xp2torch
+from thinc.types import Floats2d
+from torch.func import functional_call
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+
+def TorchBiLSTM(
+    nO: Optional[int] = None, nI: Optional[int] = None, depth: int = 1, dropout: float = 0.0
+) -> Model[List[Floats2d], List[Floats2d]]:
+    """Sequences (n, nI) -> (n, nO); nO = 2 * units per direction."""
+    if nO is not None and nO % 2:
+        raise ValueError(f"TorchBiLSTM: nO={nO} must be even (two directions)")
+    if depth < 1:
+        raise ValueError("TorchBiLSTM: depth must be >= 1")
+    return Model(
+        "torch_bilstm",
+        forward,
+        init=init,
+        dims={"nO": nO, "nI": nI},
+        params={name: None for name in _param_names(depth)},
+        attrs={"depth": depth, "dropout": dropout},
+    )
+
+
+def _param_names(depth: int) -> List[str]:
+    return [
+        f"{kind}_l{layer}{suffix}"
+        for layer in range(depth)
+        for suffix in ("", "_reverse")
+        for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+    ]
+
+
+def _lstm(model: Model, device: str) -> torch.nn.LSTM:
+    return torch.nn.LSTM(
+        model.get_dim("nI"),
+        model.get_dim("nO") // 2,
+        model.attrs["depth"],
+        bidirectional=True,
+        batch_first=True,
+        dropout=model.attrs["dropout"] if model.attrs["depth"] > 1 else 0.0,
+        device=device,
+    )
+
+
+def init(model: Model, X: Optional[List[Floats2d]] = None, Y=None) -> None:
+    if X:
+        model.set_dim("nI", X[0].shape[1], force=True)
+    for name, value in _lstm(model, "cpu").named_parameters():
+        model.set_param(name, model.ops.asarray(value.detach().numpy()))
+
+
+def forward(
+    model: Model, X: List[Floats2d], is_train: bool
+) -> Tuple[List[Floats2d], Callable]:
+    ops = model.ops
+    nO = model.get_dim("nO")
+    lengths = [len(x) for x in X]
+    rows = [i for i, n in enumerate(lengths) if n]
+    if not rows:
+        return [ops.alloc2f(0, nO) for _ in X], lambda dY: [ops.alloc2f(*x.shape) for x in X]
+    with torch.set_grad_enabled(is_train):
+        params = {
+            name: xp2torch(model.get_param(name), requires_grad=is_train)
+            for name in model.param_names
+        }
+        inputs = xp2torch(ops.pad([X[i] for i in rows]), requires_grad=is_train)
+        row_lengths = torch.tensor([lengths[i] for i in rows])
+        lstm = _lstm(model, "meta").train(is_train)
+        packed = pack_padded_sequence(inputs, row_lengths, batch_first=True, enforce_sorted=False)
+        outputs, _ = pad_packed_sequence(
+            functional_call(lstm, params, (packed,))[0], batch_first=True
+        )
+    padded = torch2xp(outputs.detach())
+    Y = [ops.alloc2f(0, nO) for _ in X]
+    for j, i in enumerate(rows):
+        Y[i] = padded[j, : lengths[i]].copy()
+
+    def backprop(dY: List[Floats2d]) -> List[Floats2d]:
+        d_outputs = torch.zeros_like(outputs)
+        for j, i in enumerate(rows):
+            d_outputs[j, : lengths[i]] = xp2torch(dY[i])
+        names = list(params)
+        grads = torch.autograd.grad(outputs, [params[n] for n in names] + [inputs], d_outputs)
+        for name, grad in zip(names, grads):
+            model.inc_grad(name, torch2xp(grad))
+        d_inputs = torch2xp(grads[-1])
+        dX = [ops.alloc2f(*x.shape) for x in X]
+        for j, i in enumerate(rows):
+            dX[i] = d_inputs[j, : lengths[i]].copy()
+        return dX
+
+    return Y, backprop

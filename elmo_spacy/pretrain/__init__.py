@@ -1,0 +1,14 @@
+"""biLM pretraining: tokenised text -> length-bucketed batches -> training loop."""
+
+from .batching import bucketed_batches, split_long
+from .config import PretrainConfig, load_pretrain_config
+from .train import evaluate_perplexity, pretrain
+
+__all__ = [
+    "PretrainConfig",
+    "bucketed_batches",
+    "evaluate_perplexity",
+    "load_pretrain_config",
+    "pretrain",
+    "split_long",
+]

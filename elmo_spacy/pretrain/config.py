@@ -1,0 +1,60 @@
+"""The pretraining config file: [bilm] sizes and [training] settings."""
+
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Dict, Tuple, Union
+
+from confection import Config
+
+from ..bilm import BiLMConfig
+
+
+@dataclass
+class PretrainConfig:
+    """[training] settings of `elmo-spacy pretrain`.
+
+    seed: seeds torch, the dev split and the batch order.
+    dev_fraction: share of the docs held out for dev perplexity.
+    max_length: docs longer than this many tokens are cut into pieces.
+    batch_tokens: padded tokens per batch.
+    learning_rate, grad_clip: Adam's step size and the gradient-norm clip.
+    max_epochs: passes over the training docs; max_steps > 0 stops earlier.
+    patience: stop after this many epochs without a better dev perplexity
+        (0 = never stop early).
+    eval_batch_tokens: padded tokens per batch when measuring perplexity.
+    """
+
+    seed: int = 0
+    dev_fraction: float = 0.02
+    max_length: int = 200
+    batch_tokens: int = 3000
+    learning_rate: float = 0.002
+    grad_clip: float = 5.0
+    max_epochs: int = 5
+    max_steps: int = 0
+    patience: int = 2
+    eval_batch_tokens: int = 8000
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def load_pretrain_config(
+    path: Union[str, Path], overrides: Dict[str, Any] = None
+) -> Tuple[BiLMConfig, PretrainConfig]:
+    """Read a config file with [bilm] and [training] sections; `overrides`
+    maps dotted names ("training.max_epochs") to values."""
+    config = Config().from_disk(path, overrides=overrides or {})
+    unknown = sorted(set(config) - {"bilm", "training"})
+    if unknown:
+        raise ValueError(f"{path}: unknown sections {unknown}; expected [bilm] and [training]")
+    training = dict(config.get("training", {}))
+    known = {f.name for f in fields(PretrainConfig)}
+    bad = sorted(set(training) - known)
+    if bad:
+        raise ValueError(f"{path}: unknown [training] keys {bad}; known keys are {sorted(known)}")
+    try:
+        bilm = BiLMConfig.from_dict(dict(config.get("bilm", {})))
+    except ValueError as err:
+        raise ValueError(f"{path}: [bilm]: {err}") from err
+    return bilm, PretrainConfig(**training)

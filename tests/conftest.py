@@ -1,0 +1,74 @@
+"""Shared fixtures: a tiny pretrained biLM and a tiny AG News corpus, built once per session."""
+
+from pathlib import Path
+
+import pytest
+import spacy
+
+from elmo_spacy.bilm import BiLMConfig
+from elmo_spacy.data import CLASS_NAMES, build_corpus, read_texts
+from elmo_spacy.pretrain import PretrainConfig, pretrain
+
+TESTS = Path(__file__).parent
+DATA = TESTS / "data"
+CONFIGS = TESTS.parent / "configs"
+
+TINY_BILM = BiLMConfig(
+    max_chars=20,
+    char_dim=8,
+    filters=[(1, 16), (2, 16), (3, 16)],
+    projection_dim=16,
+    lstm_dim=32,
+    n_layers=2,
+    dropout=0.0,
+    cutoffs=[100],
+    min_count=1,
+)
+
+
+def tokenize(texts):
+    tokenizer = spacy.blank("en").tokenizer
+    return [[t.text for t in doc] for doc in tokenizer.pipe(texts)]
+
+
+@pytest.fixture(scope="session")
+def corpus_dir(tmp_path_factory) -> Path:
+    """train/dev .spacy files and pretrain.txt from the fixture CSV (120 rows)."""
+    out = tmp_path_factory.mktemp("corpus")
+    build_corpus(
+        spacy.blank("en"), DATA / "agnews_train.csv", out,
+        unlabeled=DATA / "unlabeled.txt", class_names=CLASS_NAMES, dev_fraction=0.2, seed=0,
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def bilm_dir(tmp_path_factory, corpus_dir) -> Path:
+    """A tiny biLM pretrained for a few epochs on the fixture texts."""
+    out = tmp_path_factory.mktemp("bilm")
+    docs = tokenize(read_texts(corpus_dir / "pretrain.txt"))
+    settings = PretrainConfig(max_epochs=3, batch_tokens=1500, learning_rate=0.005, patience=0)
+    pretrain(docs, TINY_BILM, settings, out, progress=False)
+    return out / "model-best"
+
+
+def make_nlp(bilm_dir: Path, mix: dict = None, grad_factor: float = 1.0, textcat_model: dict = None):
+    """An initialisable `elmo` + `textcat` pipeline on the tiny biLM."""
+    overrides = {
+        "paths.bilm": str(bilm_dir),
+        "components.textcat.model.tok2vec.grad_factor": grad_factor,
+    }
+    config = spacy.util.load_config(CONFIGS / "textcat_tiny.cfg", overrides=overrides)
+    if mix is not None:
+        config["components"]["textcat"]["model"]["tok2vec"]["mix"] = mix
+    if textcat_model is not None:
+        tok2vec = config["components"]["textcat"]["model"]["tok2vec"]
+        config["components"]["textcat"]["model"] = {**textcat_model, "tok2vec": tok2vec}
+    return spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+
+
+def examples(nlp, path: Path):
+    from spacy.tokens import DocBin
+    from spacy.training import Example
+
+    return [Example(nlp.make_doc(d.text), d) for d in DocBin().from_disk(path).get_docs(nlp.vocab)]

@@ -1,0 +1,168 @@
+"""The biLM alone: plain PyTorch, no spaCy pipeline."""
+
+import random
+
+import numpy
+import pytest
+import torch
+
+from elmo_spacy.bilm import BiLM, BiLMConfig, Vocab, load_bilm, save_bilm
+from elmo_spacy.bilm.io import BiLMLoadError
+from elmo_spacy.pretrain import PretrainConfig, bucketed_batches, evaluate_perplexity, pretrain
+
+from .conftest import TINY_BILM, tokenize
+
+SENTENCES = tokenize(
+    [
+        "The bank raised interest rates on Monday .",
+        "She sat on the bank of the river and watched the boats .",
+        "Stocks fell sharply after the report on jobs .",
+        "The team won the final game of the season .",
+        "Apple released a new phone and a new laptop .",
+        "He ate an apple and a pear for lunch .",
+        "Rain is expected in the north on Tuesday .",
+        "The minister resigned after the vote .",
+    ]
+)
+
+
+def build(encoder: str = "char_cnn", seed: int = 0) -> BiLM:
+    torch.manual_seed(seed)
+    vocab = Vocab.build(SENTENCES, max_size=1000, min_count=1)
+    config = BiLMConfig(**{**TINY_BILM.to_dict(), "encoder": encoder})
+    return BiLM(config, vocab).eval()
+
+
+def layers(bilm: BiLM, docs):
+    with torch.inference_mode():
+        return bilm(bilm.batch(docs))
+
+
+def test_held_in_perplexity_halves(tmp_path):
+    docs = SENTENCES * 2
+    torch.manual_seed(0)
+    before = evaluate_perplexity(
+        BiLM(TINY_BILM, Vocab.build(docs, max_size=1000, min_count=1)), docs
+    )["mean"]
+    settings = PretrainConfig(
+        dev_fraction=0.0, max_epochs=300, max_steps=300, batch_tokens=400,
+        learning_rate=0.01, patience=0,
+    )
+    log = pretrain(docs, TINY_BILM, settings, tmp_path, progress=False)
+    after = log["epochs"][-1]["dev_perplexity"]["mean"]
+    assert log["epochs"][-1]["step"] == 300
+    assert after <= before / 2, (before, after)
+
+
+@pytest.mark.parametrize("encoder", ["char_cnn", "word"])
+def test_output_shape_and_alignment(encoder):
+    bilm = build(encoder)
+    docs = [SENTENCES[0], [], ["one"], SENTENCES[1] * 5, [" ", "\n", "x" * 300]]
+    out = layers(bilm, docs)
+    n_layers, width = TINY_BILM.n_layers + 1, TINY_BILM.width
+    assert out.shape == (n_layers, len(docs), max(map(len, docs)), width)
+    for i, doc in enumerate(docs):
+        alone = layers(bilm, [doc])
+        assert alone.shape == (n_layers, 1, len(doc), width)
+        # Same doc, same vectors, whatever it is batched with.
+        torch.testing.assert_close(alone[:, 0], out[:, i, : len(doc)], atol=1e-5, rtol=1e-4)
+
+
+def test_layer_zero_is_context_free_and_lstm_layers_are_not():
+    bilm = build()
+    river = SENTENCES[1]  # "... the bank of the river ..."
+    money = SENTENCES[0]  # "The bank raised ..."
+    out_river = layers(bilm, [river])[:, 0, river.index("bank")]
+    out_money = layers(bilm, [money])[:, 0, money.index("bank")]
+    torch.testing.assert_close(out_river[0], out_money[0])
+    for layer in (1, 2):
+        assert not torch.allclose(out_river[layer], out_money[layer], atol=1e-4)
+    again = layers(bilm, [river])[:, 0, river.index("bank")]
+    assert torch.equal(out_river, again)
+
+
+def test_layer_zero_repeats_the_token_encoding_in_both_halves():
+    bilm = build()
+    out = layers(bilm, [SENTENCES[2]])
+    half = TINY_BILM.projection_dim
+    assert torch.equal(out[0, ..., :half], out[0, ..., half:])
+
+
+def test_backward_direction_reads_right_to_left():
+    """The forward half of layer 1 ignores what follows a token; the backward half
+    ignores what precedes it."""
+    bilm = build()
+    half = TINY_BILM.projection_dim
+    a = layers(bilm, [["the", "bank", "raised", "rates"]])[1, 0]
+    b = layers(bilm, [["the", "bank", "of", "rivers"]])[1, 0]
+    torch.testing.assert_close(a[:2, :half], b[:2, :half])
+    assert not torch.allclose(a[:2, half:], b[:2, half:])
+    c = layers(bilm, [["my", "bank", "raised", "rates"]])[1, 0]
+    torch.testing.assert_close(a[1:, half:], c[1:, half:])
+
+
+def test_lm_loss_counts_words_and_one_boundary_per_direction():
+    bilm = build()
+    loss = bilm.lm_loss(bilm.batch([SENTENCES[0], SENTENCES[3], []]))
+    assert loss.n_tokens == len(SENTENCES[0]) + 1 + len(SENTENCES[3]) + 1 + 1
+    assert torch.isfinite(loss.mean)
+
+
+def test_full_and_adaptive_softmax_give_normalised_probabilities():
+    for softmax in ("full", "adaptive"):
+        config = BiLMConfig(**{**TINY_BILM.to_dict(), "softmax": softmax, "cutoffs": [10]})
+        vocab = Vocab.build(SENTENCES, max_size=1000, min_count=1)
+        bilm = BiLM(config, vocab).eval()
+        hidden = torch.randn(3, config.projection_dim)
+        head = bilm.softmax
+        total = torch.zeros(3)
+        for word in range(len(vocab)):
+            nll = torch.stack([head(hidden[i : i + 1], torch.tensor([word])) for i in range(3)])
+            total += torch.exp(-nll)
+        torch.testing.assert_close(total, torch.ones(3), atol=1e-4, rtol=1e-4)
+
+
+def test_bucketed_batches_respect_token_budget_and_keep_every_doc():
+    docs = [["w"] * n for n in random.Random(0).choices(range(1, 60), k=500)]
+    batches = list(bucketed_batches(docs, 600, random.Random(0)))
+    assert sum(len(b) for b in batches) == len(docs)
+    assert all(len(b) * max(map(len, b)) <= 600 for b in batches)
+
+
+def test_save_and_load_round_trip(tmp_path):
+    bilm = build()
+    save_bilm(bilm, tmp_path / "bilm")
+    loaded = load_bilm(tmp_path / "bilm")
+    assert loaded.vocab == bilm.vocab and loaded.config == bilm.config
+    assert torch.equal(layers(bilm, SENTENCES), layers(loaded, SENTENCES))
+    without_softmax = load_bilm(tmp_path / "bilm", with_softmax=False)
+    assert without_softmax.softmax is None
+    assert torch.equal(layers(bilm, SENTENCES), layers(without_softmax, SENTENCES))
+
+
+def test_load_refuses_truncated_weights_and_mismatched_vocab(tmp_path):
+    bilm = build("word")
+    path = save_bilm(bilm, tmp_path / "bilm")
+    weights = (path / "weights.safetensors").read_bytes()
+    (path / "weights.safetensors").write_bytes(weights[: len(weights) // 2])
+    with pytest.raises(BiLMLoadError, match="truncated or corrupt"):
+        load_bilm(path)
+    save_bilm(bilm, path)
+    (path / "vocab.json").write_text('["<PAD>", "<UNK>", "<S>", "</S>", "only"]')
+    with pytest.raises(BiLMLoadError, match="do not match"):
+        load_bilm(path)
+    with pytest.raises(BiLMLoadError, match="config.json is missing"):
+        load_bilm(tmp_path)
+
+
+def test_config_rejects_unknown_keys_and_values():
+    with pytest.raises(ValueError, match="Unknown biLM config keys"):
+        BiLMConfig.from_dict({"lstm_size": 3})
+    with pytest.raises(ValueError, match="encoder"):
+        BiLMConfig(encoder="transformer")
+
+
+def test_vocab_orders_by_frequency():
+    vocab = Vocab.build([["b", "a", "a", "c"], ["a", "b"]], max_size=6, min_count=2)
+    assert vocab.words[4:] == ["a", "b"]
+    assert numpy.array_equal(vocab.word_ids(["a", "zzz"]).numpy(), [2, 3, 4, 1])

@@ -1,0 +1,187 @@
+"""The `elmo` pipe, its listeners and the mixes inside spaCy pipelines."""
+
+import warnings
+
+import numpy
+import pytest
+import spacy
+import torch
+
+from elmo_spacy.layers import get_bilm, layer_weights
+
+from .conftest import TINY_BILM, examples, make_nlp
+
+N_LAYERS, WIDTH = TINY_BILM.n_layers + 1, TINY_BILM.width
+SCALAR = {"@architectures": "elmo_spacy.ScalarMix.v1", "trainable": True}
+FROZEN = {"@architectures": "elmo_spacy.ScalarMix.v1", "trainable": False, "seed": 3}
+LEARNED = {"@architectures": "elmo_spacy.LearnedMix.v1", "nO": 24}
+
+
+@pytest.fixture(scope="module")
+def trained(bilm_dir, corpus_dir):
+    """A pipeline initialised on the fixture corpus and updated a few times."""
+    nlp = make_nlp(bilm_dir, grad_factor=1.0)
+    train = examples(nlp, corpus_dir / "train.spacy")
+    optimizer = nlp.initialize(lambda: train)
+    for start in range(0, 48, 16):
+        nlp.update(train[start : start + 16], sgd=optimizer)
+    return nlp
+
+
+def bilm_weights(nlp):
+    return {k: v.clone() for k, v in get_bilm(nlp.get_pipe("elmo").model).state_dict().items()}
+
+
+def mix_params(nlp):
+    mix = nlp.get_pipe("textcat").model.get_ref("tok2vec").get_ref("mix")
+    return {name: mix.get_param(name).copy() for name in mix.param_names}
+
+
+@pytest.mark.parametrize(
+    "text,n_tokens",
+    [("", 0), ("   ", 1), ("Hello", 1), ("Stocks  fell\n\nsharply .", 6), ("word " * 700, 700)],
+)
+def test_layers_shape_and_alignment(trained, text, n_tokens):
+    doc = trained(text)
+    assert len(doc) == n_tokens
+    assert doc._.elmo.shape == (N_LAYERS, n_tokens, WIDTH)
+    assert doc._.elmo.dtype == numpy.float32
+    assert numpy.isfinite(doc._.elmo).all()
+    assert doc.tensor.shape == (n_tokens, WIDTH)
+    assert sum(doc.cats.values()) == pytest.approx(1.0, abs=1e-5) or n_tokens == 0
+    for token in doc:
+        assert numpy.array_equal(token._.elmo, doc._.elmo[:, token.i])
+    if n_tokens >= 2:
+        span = doc[1:3]
+        assert numpy.array_equal(span._.elmo, doc._.elmo[:, 1:3])
+
+
+def test_docs_get_the_same_layers_alone_and_in_a_batch(trained):
+    texts = ["A short one.", "", "A much longer text about the bank of a river " * 5]
+    batched = list(trained.pipe(texts, batch_size=3))
+    for text, doc in zip(texts, batched):
+        numpy.testing.assert_allclose(trained(text)._.elmo, doc._.elmo, atol=1e-5)
+
+
+def test_context_changes_lstm_layers_not_layer_zero(trained):
+    river = trained("She sat on the bank of the river.")
+    money = trained("The bank raised interest rates.")
+    a, b = river[4]._.elmo, money[1]._.elmo
+    assert river[4].text == money[1].text == "bank"
+    numpy.testing.assert_array_equal(a[0], b[0])
+    for layer in range(1, N_LAYERS):
+        assert not numpy.allclose(a[layer], b[layer], atol=1e-4)
+    numpy.testing.assert_array_equal(a, trained("She sat on the bank of the river.")[4]._.elmo)
+
+
+def test_vectors_and_similarity_use_the_default_mix(trained):
+    doc = trained("Oil prices rose again.")
+    numpy.testing.assert_allclose(doc[0].vector, doc._.elmo[:, 0].mean(axis=0), rtol=1e-6)
+    numpy.testing.assert_allclose(doc.vector, doc.tensor.mean(axis=0), rtol=1e-5)
+    numpy.testing.assert_allclose(doc[1:3].vector, doc.tensor[1:3].mean(axis=0), rtol=1e-5)
+    assert doc.has_vector and doc[0].has_vector
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no W007 "no word vectors" warning
+        assert -1.0 <= doc.similarity(trained("Gas prices fell.")) <= 1.0
+
+
+def _update_once(nlp, corpus_dir):
+    train = examples(nlp, corpus_dir / "train.spacy")
+    optimizer = nlp.initialize(lambda: train)
+    before = (bilm_weights(nlp), mix_params(nlp))
+    losses = {}
+    # Three updates: the output layer starts at zero (no gradient reaches the
+    # listener in step 1), and spaCy applies a listened-to pipe's gradients when
+    # it finishes its next update.
+    for start in range(0, 48, 16):
+        nlp.update(train[start : start + 16], sgd=optimizer, losses=losses)
+    return before, (bilm_weights(nlp), mix_params(nlp)), losses
+
+
+def test_trainable_mix_and_finetuned_bilm_change(bilm_dir, corpus_dir):
+    (bilm0, mix0), (bilm1, mix1), losses = _update_once(make_nlp(bilm_dir, SCALAR, 1.0), corpus_dir)
+    assert not numpy.array_equal(mix0["lambdas"], mix1["lambdas"])
+    assert not numpy.array_equal(mix0["gamma"], mix1["gamma"])
+    assert any(not torch.equal(bilm0[k], bilm1[k]) for k in bilm0)
+    assert losses["elmo"] > 0
+
+
+def test_frozen_mix_and_frozen_bilm_stay_exactly_equal(bilm_dir, corpus_dir):
+    nlp = make_nlp(bilm_dir, FROZEN, 0.0)
+    (bilm0, mix0), (bilm1, mix1), losses = _update_once(nlp, corpus_dir)
+    for name in mix0:
+        numpy.testing.assert_array_equal(mix0[name], mix1[name])
+    for k in bilm0:
+        assert torch.equal(bilm0[k], bilm1[k]), k
+    # The frozen λ are seeded-random, not uniform, and the textcat itself learned.
+    weights = layer_weights(nlp.get_pipe("textcat").model.get_ref("tok2vec").get_ref("mix"))
+    assert weights.std() > 0.01
+    assert losses["textcat"] > 0
+
+
+def test_learned_mix_outputs_its_width_and_trains(bilm_dir, corpus_dir):
+    nlp = make_nlp(bilm_dir, LEARNED, 0.0)
+    _update_once(nlp, corpus_dir)
+    tok2vec = nlp.get_pipe("textcat").model.get_ref("tok2vec")
+    vectors = tok2vec.predict([nlp("Markets rallied on Friday.")])
+    assert vectors[0].shape == (5, 24)
+
+
+@pytest.mark.parametrize(
+    "architecture",
+    [
+        {"@architectures": "spacy.TextCatReduce.v1", "exclusive_classes": True,
+         "use_reduce_first": False, "use_reduce_last": False,
+         "use_reduce_max": True, "use_reduce_mean": True},
+        {"@architectures": "spacy.TextCatEnsemble.v2",
+         "linear_model": {"@architectures": "spacy.TextCatBOW.v3", "exclusive_classes": True,
+                          "ngram_size": 1, "no_output_layer": False}},
+    ],
+)
+def test_listener_works_under_spacy_textcat_models(bilm_dir, corpus_dir, architecture):
+    nlp = make_nlp(bilm_dir, SCALAR, 1.0, textcat_model=architecture)
+    (bilm0, _), (bilm1, _), _ = _update_once(nlp, corpus_dir)
+    assert any(not torch.equal(bilm0[k], bilm1[k]) for k in bilm0)
+    cats = nlp("Shares of Google rose.").cats
+    assert sum(cats.values()) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_round_trip_is_bit_identical(trained, tmp_path):
+    texts = ["Oil prices rose again.", "", "The bank of the river flooded.\n\nAgain."]
+    trained.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    for text in texts:
+        a, b = trained(text), loaded(text)
+        assert numpy.array_equal(a._.elmo, b._.elmo)
+        assert a.cats == b.cats
+    from_bytes = spacy.blank("en").from_config(trained.config).from_bytes(trained.to_bytes())
+    assert numpy.array_equal(from_bytes(texts[0])._.elmo, trained(texts[0])._.elmo)
+    assert from_bytes(texts[0]).cats == trained(texts[0]).cats
+
+
+def test_multiprocessing_gives_the_same_results(trained):
+    texts = [f"Story number {i} about markets and sport." for i in range(12)]
+    single = list(trained.pipe(texts))
+    double = list(trained.pipe(texts, n_process=2, batch_size=4))
+    for a, b in zip(single, double):
+        numpy.testing.assert_allclose(a._.elmo, b._.elmo, atol=1e-6)
+        assert a.cats == pytest.approx(b.cats, abs=1e-6)
+
+
+def test_random_biLM_when_no_pretrained_path(corpus_dir):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": {"bilm": {"projection_dim": 8, "lstm_dim": 16}}})
+    nlp.initialize(lambda: examples(nlp, corpus_dir / "train.spacy"))
+    assert nlp("Hello there")._.elmo.shape == (3, 2, 16)
+
+
+def test_missing_upstream_gives_an_actionable_error(trained):
+    with trained.select_pipes(disable=["elmo"]):
+        # The listener computes the layers itself when doc._.elmo is missing.
+        assert sum(trained("Oil rose.").cats.values()) == pytest.approx(1.0, abs=1e-5)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("textcat", config={"model": trained.config["components"]["textcat"]["model"]})
+    nlp.get_pipe("textcat").add_label("A")
+    nlp.get_pipe("textcat").add_label("B")
+    with pytest.raises(ValueError, match="Add an `elmo` pipe"):
+        nlp.initialize()
