@@ -1,6 +1,7 @@
 """Registered architectures: `elmo_spacy.<Name>.v1`. Registry functions only."""
 
-from typing import Any, Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from spacy.tokens import Doc
 from spacy.util import registry
@@ -18,8 +19,8 @@ from .layers import (
 
 @registry.architectures("elmo_spacy.ElmoBiLM.v1")
 def ElmoBiLM_v1(
-    bilm: Optional[Dict[str, Any]] = None, max_batch_tokens: int = 4096
-) -> Model[List[Doc], List[Floats3d]]:
+    bilm: dict[str, Any] | None = None, max_batch_tokens: int = 4096
+) -> Model[list[Doc], list[Floats3d]]:
     """The `elmo` pipe's model. `bilm` holds `BiLMConfig` fields, used only when
     the pipe is initialised without a pretrained biLM directory."""
     return build_bilm_model(bilm or {}, max_batch_tokens)
@@ -27,10 +28,10 @@ def ElmoBiLM_v1(
 
 @registry.architectures("elmo_spacy.ElmoListener.v1")
 def ElmoListener_v1(
-    mix: Model[List[Floats3d], List[Floats2d]],
+    mix: Model[list[Floats3d], list[Floats2d]],
     upstream: str = "*",
     grad_factor: float = 1.0,
-) -> Model[List[Doc], List[Floats2d]]:
+) -> Model[list[Doc], list[Floats2d]]:
     """A tok2vec for any downstream pipe: the `elmo` pipe's layers, mixed by `mix`
     into one vector per token. grad_factor scales the gradient sent to the biLM
     (0 keeps the biLM frozen)."""
@@ -44,27 +45,27 @@ def ElmoListener_v1(
 @registry.architectures("elmo_spacy.ScalarMix.v1")
 def ScalarMix_v1(
     trainable: bool = True,
-    weights: Optional[Sequence[float]] = None,
+    weights: Sequence[float] | None = None,
     gamma: float = 1.0,
     seed: int = 0,
-) -> Model[List[Floats3d], List[Floats2d]]:
+) -> Model[list[Floats3d], list[Floats2d]]:
     return build_scalar_mix(trainable, weights, gamma, seed)
 
 
 @registry.architectures("elmo_spacy.LearnedMix.v1")
 def LearnedMix_v1(
-    nO: Optional[int] = None, depth: int = 1, dropout: float = 0.0
-) -> Model[List[Floats3d], List[Floats2d]]:
+    nO: int | None = None, depth: int = 1, dropout: float = 0.0
+) -> Model[list[Floats3d], list[Floats2d]]:
     return build_learned_mix(nO, depth, dropout)
 
 
 @registry.architectures("elmo_spacy.TextCatBiLSTM.v1")
 def TextCatBiLSTM_v1(
-    tok2vec: Model[List[Doc], List[Floats2d]],
+    tok2vec: Model[list[Doc], list[Floats2d]],
     hidden_width: int = 128,
     depth: int = 2,
     mlp_width: int = 128,
     dropout: float = 0.2,
-    nO: Optional[int] = None,
-) -> Model[List[Doc], Floats2d]:
+    nO: int | None = None,
+) -> Model[list[Doc], Floats2d]:
     return build_textcat_bilstm(tok2vec, hidden_width, depth, mlp_width, dropout, nO)

@@ -1,8 +1,8 @@
 """The `elmo` pipe: runs the biLM and attaches per-layer vectors to every Doc."""
 
+from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy
 import srsly
@@ -52,18 +52,18 @@ class Elmo(TrainablePipe):
         self.vocab = vocab
         self.model = model
         self.name = name
-        self.listener_map: Dict[str, List[ElmoListener]] = {}
-        self.cfg: Dict = {}
+        self.listener_map: dict[str, list[ElmoListener]] = {}
+        self.cfg: dict = {}
         install_extensions()
 
     # -- listeners (the protocol of spaCy's Tok2Vec) -------------------------
 
     @property
-    def listeners(self) -> List[ElmoListener]:
+    def listeners(self) -> list[ElmoListener]:
         return [m for c in self.listening_components for m in self.listener_map[c]]
 
     @property
-    def listening_components(self) -> List[str]:
+    def listening_components(self) -> list[str]:
         return list(self.listener_map.keys())
 
     def add_listener(self, listener: ElmoListener, component_name: str) -> None:
@@ -121,9 +121,9 @@ class Elmo(TrainablePipe):
         examples: Iterable[Example],
         *,
         drop: float = 0.0,
-        sgd: Optional[Optimizer] = None,
-        losses: Optional[Dict[str, float]] = None,
-    ) -> Dict[str, float]:
+        sgd: Optimizer | None = None,
+        losses: dict[str, float] | None = None,
+    ) -> dict[str, float]:
         """Run the biLM on a batch and broadcast its outputs to the listeners.
         If some listener has grad_factor != 0, their gradients flow back into
         the biLM and it is updated once the last of them has backpropagated;
@@ -144,13 +144,13 @@ class Elmo(TrainablePipe):
         outputs, backprop_bilm = self.model.begin_update(docs)
         d_outputs = [self.model.ops.alloc3f(*o.shape) for o in outputs]
 
-        def accumulate_gradient(one_d_outputs: ElmoOutput) -> List[Doc]:
+        def accumulate_gradient(one_d_outputs: ElmoOutput) -> list[Doc]:
             for d_total, d_one in zip(d_outputs, one_d_outputs):
                 d_total += d_one
                 losses[self.name] += float((d_one**2).sum())
             return []
 
-        def backprop(one_d_outputs: ElmoOutput) -> List[Doc]:
+        def backprop(one_d_outputs: ElmoOutput) -> list[Doc]:
             accumulate_gradient(one_d_outputs)
             backprop_bilm(d_outputs)
             if sgd is not None:
@@ -169,8 +169,8 @@ class Elmo(TrainablePipe):
         self,
         get_examples: Callable[[], Iterable[Example]],
         *,
-        nlp: Optional[Language] = None,
-        bilm_path: Optional[Union[str, Path]] = None,
+        nlp: Language | None = None,
+        bilm_path: str | Path | None = None,
     ) -> None:
         """Load the pretrained biLM at `bilm_path` (a directory written by
         `elmo-spacy pretrain`); without one, build a randomly initialised biLM
@@ -188,13 +188,13 @@ class Elmo(TrainablePipe):
 
     # -- serialisation: the biLM directory format, never pickle ----------------
 
-    def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> None:
+    def to_disk(self, path: str | Path, *, exclude: Iterable[str] = tuple()) -> None:
         path = ensure_path(path)
         path.mkdir(parents=True, exist_ok=True)
         srsly.write_json(path / "cfg", self.cfg)
         save_bilm(self._require_bilm(), path / "bilm")
 
-    def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "Elmo":
+    def from_disk(self, path: str | Path, *, exclude: Iterable[str] = tuple()) -> "Elmo":
         path = ensure_path(path)
         if (path / "cfg").exists():
             self.cfg.update(srsly.read_json(path / "cfg"))
@@ -231,12 +231,12 @@ def install_extensions() -> None:
         Token.set_extension("elmo", getter=_token_layers)
 
 
-def _span_layers(span: Span) -> Optional[numpy.ndarray]:
+def _span_layers(span: Span) -> numpy.ndarray | None:
     layers = span.doc._.elmo
     return None if layers is None else layers[:, span.start : span.end]
 
 
-def _token_layers(token: Token) -> Optional[numpy.ndarray]:
+def _token_layers(token: Token) -> numpy.ndarray | None:
     layers = token.doc._.elmo
     return None if layers is None else layers[:, token.i]
 
@@ -274,5 +274,5 @@ def _cosine_similarity(obj, other) -> float:
     return float(numpy.dot(a, b) / norms) if norms else 0.0
 
 
-def _ignore_gradient(d_outputs: ElmoOutput) -> List[Doc]:
+def _ignore_gradient(d_outputs: ElmoOutput) -> list[Doc]:
     return []

@@ -36,8 +36,13 @@ def corpus_dir(tmp_path_factory) -> Path:
     """train/dev .spacy files and pretrain.txt from the fixture CSV (120 rows)."""
     out = tmp_path_factory.mktemp("corpus")
     build_corpus(
-        spacy.blank("en"), DATA / "agnews_train.csv", out,
-        unlabeled=DATA / "unlabeled.txt", class_names=CLASS_NAMES, dev_fraction=0.2, seed=0,
+        spacy.blank("en"),
+        DATA / "agnews_train.csv",
+        out,
+        unlabeled=DATA / "unlabeled.txt",
+        class_names=CLASS_NAMES,
+        dev_fraction=0.2,
+        seed=0,
     )
     return out
 
@@ -52,7 +57,9 @@ def bilm_dir(tmp_path_factory, corpus_dir) -> Path:
     return out / "model-best"
 
 
-def make_nlp(bilm_dir: Path, mix: dict = None, grad_factor: float = 1.0, textcat_model: dict = None):
+def make_nlp(
+    bilm_dir: Path, mix: dict = None, grad_factor: float = 1.0, textcat_model: dict = None
+):
     """An initialisable `elmo` + `textcat` pipeline on the tiny biLM."""
     overrides = {
         "paths.bilm": str(bilm_dir),

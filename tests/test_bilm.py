@@ -45,8 +45,12 @@ def test_held_in_perplexity_halves(tmp_path):
         BiLM(TINY_BILM, Vocab.build(docs, max_size=1000, min_count=1)), docs
     )["mean"]
     settings = PretrainConfig(
-        dev_fraction=0.0, max_epochs=300, max_steps=300, batch_tokens=400,
-        learning_rate=0.01, patience=0,
+        dev_fraction=0.0,
+        max_epochs=300,
+        max_steps=300,
+        batch_tokens=400,
+        learning_rate=0.01,
+        patience=0,
     )
     log = pretrain(docs, TINY_BILM, settings, tmp_path, progress=False)
     after = log["epochs"][-1]["dev_perplexity"]["mean"]
@@ -153,6 +157,11 @@ def test_load_refuses_truncated_weights_and_mismatched_vocab(tmp_path):
         load_bilm(path)
     with pytest.raises(BiLMLoadError, match="config.json is missing"):
         load_bilm(tmp_path)
+    bilm.softmax = None  # as the elmo pipe saves it
+    save_bilm(bilm, path)
+    with pytest.raises(BiLMLoadError, match="without its softmax head"):
+        load_bilm(path)
+    assert load_bilm(path, with_softmax=False).softmax is None
 
 
 def test_config_rejects_unknown_keys_and_values():

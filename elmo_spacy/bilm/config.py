@@ -1,7 +1,7 @@
 """Sizes of the biLM: one dataclass, read from and written to plain dicts."""
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 ENCODERS = ("char_cnn", "word")
 SOFTMAXES = ("adaptive", "full")
@@ -34,7 +34,7 @@ class BiLMConfig:
     encoder: str = "char_cnn"
     max_chars: int = 50
     char_dim: int = 16
-    filters: List[Tuple[int, int]] = field(
+    filters: list[tuple[int, int]] = field(
         default_factory=lambda: [(1, 32), (2, 32), (3, 64), (4, 128), (5, 256)]
     )
     n_highway: int = 1
@@ -44,7 +44,7 @@ class BiLMConfig:
     n_layers: int = 2
     dropout: float = 0.1
     softmax: str = "adaptive"
-    cutoffs: List[int] = field(default_factory=lambda: [2000, 10000])
+    cutoffs: list[int] = field(default_factory=lambda: [2000, 10000])
     max_vocab_size: int = 40000
     min_count: int = 2
 
@@ -77,15 +77,13 @@ class BiLMConfig:
         """Number of output layers, L + 1 (token encoding and each LSTM layer)."""
         return self.n_layers + 1
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, values: Dict[str, Any]) -> "BiLMConfig":
+    def from_dict(cls, values: dict[str, Any]) -> "BiLMConfig":
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(
-                f"Unknown biLM config keys {unknown}; known keys are {sorted(known)}"
-            )
+            raise ValueError(f"Unknown biLM config keys {unknown}; known keys are {sorted(known)}")
         return cls(**values)

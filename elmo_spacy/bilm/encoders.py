@@ -1,7 +1,5 @@
 """Context-independent token encoders: a character CNN or a word table."""
 
-from typing import List, Tuple
-
 import torch
 from torch import nn
 
@@ -39,7 +37,7 @@ class CharCNNEncoder(nn.Module):
     def __init__(
         self,
         char_dim: int,
-        filters: List[Tuple[int, int]],
+        filters: list[tuple[int, int]],
         n_highway: int,
         projection_dim: int,
         max_chars: int,

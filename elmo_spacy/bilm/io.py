@@ -6,7 +6,7 @@ anything. Pretraining writes this layout and the `elmo` pipe reads it.
 
 import json
 from pathlib import Path
-from typing import Any, Dict, Tuple, Union
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
@@ -25,7 +25,7 @@ class BiLMLoadError(ValueError):
     """A biLM directory or payload that cannot be loaded, with the reason."""
 
 
-def save_bilm(bilm: BiLM, path: Union[str, Path]) -> Path:
+def save_bilm(bilm: BiLM, path: str | Path) -> Path:
     """Write `bilm` to the directory `path` (created if needed)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -35,7 +35,7 @@ def save_bilm(bilm: BiLM, path: Union[str, Path]) -> Path:
     return path
 
 
-def load_bilm(path: Union[str, Path], with_softmax: bool = True) -> BiLM:
+def load_bilm(path: str | Path, with_softmax: bool = True) -> BiLM:
     """Read a biLM directory written by `save_bilm`. With `with_softmax=False`
     the softmax head is left out (the `elmo` pipe does not need it)."""
     path = Path(path)
@@ -57,7 +57,7 @@ def load_bilm(path: Union[str, Path], with_softmax: bool = True) -> BiLM:
     return _build(config, words, weights, with_softmax, where=str(path))
 
 
-def bilm_to_bytes(bilm: BiLM) -> Dict[str, Any]:
+def bilm_to_bytes(bilm: BiLM) -> dict[str, Any]:
     """A msgpack-ready payload of the biLM (config, vocab, safetensors bytes)."""
     return {
         "config": bilm.config.to_dict(),
@@ -66,7 +66,7 @@ def bilm_to_bytes(bilm: BiLM) -> Dict[str, Any]:
     }
 
 
-def bilm_from_bytes(payload: Dict[str, Any], with_softmax: bool = True) -> BiLM:
+def bilm_from_bytes(payload: dict[str, Any], with_softmax: bool = True) -> BiLM:
     try:
         weights = load(payload["weights"])
     except (SafetensorError, ValueError) as err:
@@ -74,14 +74,14 @@ def bilm_from_bytes(payload: Dict[str, Any], with_softmax: bool = True) -> BiLM:
     return _build(payload["config"], payload["vocab"], weights, with_softmax, where="bytes")
 
 
-def _state(bilm: BiLM) -> Dict[str, torch.Tensor]:
+def _state(bilm: BiLM) -> dict[str, torch.Tensor]:
     return {k: v.detach().contiguous() for k, v in bilm.state_dict().items()}
 
 
 def _build(
-    config: Dict[str, Any],
+    config: dict[str, Any],
     words: Any,
-    weights: Dict[str, torch.Tensor],
+    weights: dict[str, torch.Tensor],
     with_softmax: bool,
     where: str,
 ) -> BiLM:
@@ -99,6 +99,15 @@ def _build(
         for k, v in weights.items()
         if k in expected and v.shape != expected[k].shape
     ]
+    if (
+        missing
+        and all(k.startswith("softmax.") for k in missing)
+        and not (unexpected or wrong_shape)
+    ):
+        raise BiLMLoadError(
+            f"{where} holds a biLM without its softmax head (as saved by the elmo pipe): "
+            "load it with with_softmax=False, or use the pretraining output to go on pretraining."
+        )
     if missing or unexpected or wrong_shape:
         raise BiLMLoadError(
             f"The weights in {where} do not match its config.json and vocab.json "

@@ -1,7 +1,7 @@
 """The biLM: a shared token encoder, forward and backward LSTM stacks, a shared softmax."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Dict, List, Sequence, Tuple
 
 import numpy
 import torch
@@ -88,7 +88,7 @@ class BiLM(nn.Module):
 
     def batch(self, docs: Sequence[Sequence[str]]) -> TokenBatch:
         """Encoder inputs for a batch of tokenised docs."""
-        type_of: Dict[str, int] = {}
+        type_of: dict[str, int] = {}
         width = max((len(d) for d in docs), default=0) + 2
         index = numpy.full((len(docs), width), EOS_TYPE, dtype="int64")
         index[:, 0] = BOS_TYPE
@@ -135,7 +135,9 @@ class BiLM(nn.Module):
     def _device(self) -> torch.device:
         return next(self.parameters()).device
 
-    def _run(self, batch: TokenBatch) -> Tuple[torch.Tensor, List[torch.Tensor], List[torch.Tensor]]:
+    def _run(
+        self, batch: TokenBatch
+    ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
         """Encode the types and run both stacks. Returns the token encoding
         (B, T + 2, P) and L forward and L backward outputs (B, T + 2, P), all in
         left-to-right order."""

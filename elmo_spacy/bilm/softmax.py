@@ -1,7 +1,5 @@
 """The softmax over the word vocabulary, shared by both directions."""
 
-from typing import List
-
 import torch
 from torch import nn
 
@@ -16,7 +14,7 @@ class SoftmaxHead(nn.Module):
     Falls back to "full" when the vocabulary is too small for any cutoff.
     """
 
-    def __init__(self, dim: int, vocab_size: int, kind: str, cutoffs: List[int]) -> None:
+    def __init__(self, dim: int, vocab_size: int, kind: str, cutoffs: list[int]) -> None:
         super().__init__()
         cutoffs = [c for c in cutoffs if 0 < c < vocab_size - 1]
         self.adaptive = kind == "adaptive" and bool(cutoffs)

@@ -1,7 +1,7 @@
 """Word vocabulary (softmax targets, word encoder) and byte-level character ids."""
 
 from collections import Counter
-from typing import Dict, Iterable, List, Sequence, Tuple
+from collections.abc import Iterable, Sequence
 
 import numpy
 import torch
@@ -33,8 +33,8 @@ class Vocab:
                 f"A vocabulary must start with the specials {SPECIALS}, "
                 f"got {words[: len(SPECIALS)]}"
             )
-        self.words: List[str] = words
-        self.index: Dict[str, int] = {w: i for i, w in enumerate(words)}
+        self.words: list[str] = words
+        self.index: dict[str, int] = {w: i for i, w in enumerate(words)}
         if len(self.index) != len(words):
             raise ValueError("A vocabulary must not repeat a word")
 
@@ -45,9 +45,7 @@ class Vocab:
         return isinstance(other, Vocab) and self.words == other.words
 
     @classmethod
-    def build(
-        cls, sentences: Iterable[Sequence[str]], *, max_size: int, min_count: int
-    ) -> "Vocab":
+    def build(cls, sentences: Iterable[Sequence[str]], *, max_size: int, min_count: int) -> "Vocab":
         """Count word types and keep the `max_size` most frequent seen at least
         `min_count` times (ties broken alphabetically, so the result is stable)."""
         counts: Counter = Counter()
@@ -74,7 +72,7 @@ class CharacterMapper:
         self.max_chars = max_chars
         self.min_width = min_width
         self.cache_size = cache_size
-        self._cache: Dict[str, numpy.ndarray] = {}
+        self._cache: dict[str, numpy.ndarray] = {}
 
     def token_ids(self, token: str) -> numpy.ndarray:
         """Returns the (n,) int64 character ids of one token, marks included."""
@@ -90,7 +88,7 @@ class CharacterMapper:
             self._cache[token] = ids
         return ids
 
-    def char_ids(self, types: Sequence[str]) -> Tuple[torch.Tensor, torch.Tensor]:
+    def char_ids(self, types: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Character ids of <S>, </S> and then each of `types`.
 
         Returns ids (2 + U, W) int64, right-padded with zeros, and the number of

@@ -10,7 +10,6 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def main() -> None:
     """ELMo for spaCy: pretrain a biLM and use it in spaCy pipelines."""

@@ -1,7 +1,6 @@
 """`elmo-spacy corpus`: AG News CSV files -> DocBins and pretraining text."""
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -10,12 +9,20 @@ from . import app
 
 @app.command("corpus")
 def corpus_command(
-    source_dir: Path = typer.Argument(..., exists=True, file_okay=False, help="Folder with train.csv (and test.csv, classes.txt)"),
-    output_dir: Path = typer.Argument(..., help="Writes train/dev/test.spacy, pretrain.txt, stats.json"),
-    unlabeled: Optional[Path] = typer.Option(None, help="Extra unlabeled texts for pretraining (a doc per line)"),
+    source_dir: Path = typer.Argument(
+        ..., exists=True, file_okay=False, help="Folder with train.csv (and test.csv, classes.txt)"
+    ),
+    output_dir: Path = typer.Argument(
+        ..., help="Writes train/dev/test.spacy, pretrain.txt, stats.json"
+    ),
+    unlabeled: Path | None = typer.Option(
+        None, help="Extra unlabeled texts for pretraining (a doc per line)"
+    ),
     dev_fraction: float = typer.Option(0.05, help="Share of each class held out as dev"),
     seed: int = typer.Option(0, help="Seed of the dev split"),
-    skip_bad_rows: bool = typer.Option(False, help="Skip bad rows (and count them) instead of stopping"),
+    skip_bad_rows: bool = typer.Option(
+        False, help="Skip bad rows (and count them) instead of stopping"
+    ),
     limit: int = typer.Option(0, help="Keep only the first N train rows (0 = all)"),
     lang: str = typer.Option("en", help="Language of the spaCy tokenizer"),
 ) -> None:
@@ -37,21 +44,38 @@ def corpus_command(
         test_csv = None
     classes_txt = source_dir / "classes.txt"
     class_names = (
-        tuple(classes_txt.read_text(encoding="utf-8").split("\n")[:4]) if classes_txt.is_file() else CLASS_NAMES
+        tuple(classes_txt.read_text(encoding="utf-8").split("\n")[:4])
+        if classes_txt.is_file()
+        else CLASS_NAMES
     )
     if unlabeled is not None and not unlabeled.is_file():
-        typer.secho(f"No unlabeled texts at {unlabeled}: pretraining on train texts only.", fg="yellow")
+        typer.secho(
+            f"No unlabeled texts at {unlabeled}: pretraining on train texts only.", fg="yellow"
+        )
         unlabeled = None
     try:
         stats = build_corpus(
-            spacy.blank(lang), train_csv, output_dir, test_csv=test_csv, unlabeled=unlabeled,
-            class_names=class_names, dev_fraction=dev_fraction, seed=seed,
-            skip_bad_rows=skip_bad_rows, limit=limit,
+            spacy.blank(lang),
+            train_csv,
+            output_dir,
+            test_csv=test_csv,
+            unlabeled=unlabeled,
+            class_names=class_names,
+            dev_fraction=dev_fraction,
+            seed=seed,
+            skip_bad_rows=skip_bad_rows,
+            limit=limit,
         )
     except BadRowError as err:
-        typer.secho(f"{err}\nFix the row, or pass --skip-bad-rows to skip such rows.", fg="red", err=True)
+        typer.secho(
+            f"{err}\nFix the row, or pass --skip-bad-rows to skip such rows.", fg="red", err=True
+        )
         raise typer.Exit(1) from err
     for name, skipped in stats["skipped_rows"].items():
         if skipped:
-            typer.secho(f"Skipped {len(skipped)} bad row(s) of {name}, e.g. {skipped[0]}", fg="yellow")
-    typer.echo(f"Docs: {stats['docs']}; pretraining texts: {stats['pretrain_texts']} -> {output_dir}")
+            typer.secho(
+                f"Skipped {len(skipped)} bad row(s) of {name}, e.g. {skipped[0]}", fg="yellow"
+            )
+    typer.echo(
+        f"Docs: {stats['docs']}; pretraining texts: {stats['pretrain_texts']} -> {output_dir}"
+    )

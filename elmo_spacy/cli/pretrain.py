@@ -13,9 +13,15 @@ from . import app
 )
 def pretrain_command(
     ctx: typer.Context,
-    config_path: Path = typer.Argument(..., exists=True, dir_okay=False, help="Pretraining config (.cfg)"),
-    text_path: Path = typer.Argument(..., exists=True, dir_okay=False, help="Text: .txt (a doc per line) or .jsonl"),
-    output_dir: Path = typer.Argument(..., help="Writes model-best/, model-last/ and pretrain_log.json"),
+    config_path: Path = typer.Argument(
+        ..., exists=True, dir_okay=False, help="Pretraining config (.cfg)"
+    ),
+    text_path: Path = typer.Argument(
+        ..., exists=True, dir_okay=False, help="Text: .txt (a doc per line) or .jsonl"
+    ),
+    output_dir: Path = typer.Argument(
+        ..., help="Writes model-best/, model-last/ and pretrain_log.json"
+    ),
     lang: str = typer.Option("en", help="Language of the spaCy tokenizer"),
 ) -> None:
     """Pretrain a biLM. Extra options override the config, e.g. --training.max_epochs 1."""

@@ -4,9 +4,9 @@ import csv
 import html
 import random
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 CLASS_NAMES = ("World", "Sports", "Business", "Sci/Tech")
 
@@ -30,7 +30,7 @@ class Row:
 @dataclass
 class ReadReport:
     rows: int = 0
-    skipped: List[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
 
 def clean_text(text: str) -> str:
@@ -38,10 +38,9 @@ def clean_text(text: str) -> str:
     in the `&amp;` and the bare `#36;` / `quot;` forms, and markup such as
     `&lt;b&gt;`; then collapse white space."""
     text = text.replace("\\", " ")
+    text = html.unescape(html.unescape(text))  # "&amp;lt;" needs two rounds
     text = _BARE_NUMERIC_ENTITY.sub(r"&#\1;", text)
-    text = _BARE_NAMED_ENTITY.sub(r"&\1;", text)
-    for _ in range(2):  # "&amp;lt;" needs two rounds
-        text = html.unescape(text)
+    text = html.unescape(_BARE_NAMED_ENTITY.sub(r"&\1;", text))
     text = _TAG.sub(" ", text)
     return _SPACES.sub(" ", text).strip()
 
@@ -57,8 +56,10 @@ def join_title(title: str, description: str) -> str:
 
 
 def read_agnews_csv(
-    path: Path, class_names: Sequence[str] = CLASS_NAMES, skip_bad_rows: bool = False,
-    report: Optional[ReadReport] = None,
+    path: Path,
+    class_names: Sequence[str] = CLASS_NAMES,
+    skip_bad_rows: bool = False,
+    report: ReadReport | None = None,
 ) -> Iterator[Row]:
     """Rows of an AG News CSV file ("class","title","description"; class 1..N).
 
@@ -82,7 +83,7 @@ def read_agnews_csv(
         yield row
 
 
-def _records(raw: bytes) -> Iterator[Tuple[bytes, int]]:
+def _records(raw: bytes) -> Iterator[tuple[bytes, int]]:
     """Split CSV bytes into records (quoted fields may hold newlines); yields
     each non-blank record and the line it starts on."""
     line, start, start_line, quoted = 1, 0, 1, False
@@ -99,7 +100,7 @@ def _records(raw: bytes) -> Iterator[Tuple[bytes, int]]:
         yield raw[start:], start_line
 
 
-def _parse(record: bytes, labels: Dict[str, str], path: Path, line: int) -> Row:
+def _parse(record: bytes, labels: dict[str, str], path: Path, line: int) -> Row:
     try:
         text = record.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -127,11 +128,11 @@ def _parse(record: bytes, labels: Dict[str, str], path: Path, line: int) -> Row:
 
 def stratified_split(
     rows: Sequence[Row], dev_fraction: float, seed: int
-) -> Tuple[List[Row], List[Row]]:
+) -> tuple[list[Row], list[Row]]:
     """Hold out `dev_fraction` of each class (at least one row per class when
     the fraction is positive), seeded. Returns (train, dev) in file order."""
     rng = random.Random(seed)
-    by_label: Dict[str, List[int]] = {}
+    by_label: dict[str, list[int]] = {}
     for i, row in enumerate(rows):
         by_label.setdefault(row.label, []).append(i)
     dev = set()

@@ -1,8 +1,9 @@
 """Write the project's corpus: train/dev(/test) DocBins and the pretraining text."""
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any
 
 from spacy.language import Language
 from spacy.tokens import DocBin
@@ -25,28 +26,30 @@ def build_corpus(
     train_csv: Path,
     output_dir: Path,
     *,
-    test_csv: Optional[Path] = None,
-    unlabeled: Optional[Path] = None,
+    test_csv: Path | None = None,
+    unlabeled: Path | None = None,
     class_names: Sequence[str],
     dev_fraction: float = 0.05,
     seed: int = 0,
     skip_bad_rows: bool = False,
     limit: int = 0,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """Write train.spacy, dev.spacy (a stratified, seeded split of train),
     test.spacy (only when test_csv is given) and pretrain.txt (the train split's
     texts and the unlabeled texts; never dev or test) to `output_dir`.
     `limit` > 0 keeps the first rows of train only. Returns the counts."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    reports: Dict[str, ReadReport] = {"train": ReadReport()}
+    reports: dict[str, ReadReport] = {"train": ReadReport()}
     rows = list(read_agnews_csv(train_csv, class_names, skip_bad_rows, reports["train"]))
     if limit:
         rows = rows[:limit]
     train, dev = stratified_split(rows, dev_fraction, seed)
-    splits: Dict[str, List[Row]] = {"train": train, "dev": dev}
+    splits: dict[str, list[Row]] = {"train": train, "dev": dev}
     if test_csv is not None:
         reports["test"] = ReadReport()
-        splits["test"] = list(read_agnews_csv(test_csv, class_names, skip_bad_rows, reports["test"]))
+        splits["test"] = list(
+            read_agnews_csv(test_csv, class_names, skip_bad_rows, reports["test"])
+        )
     for name, split_rows in splits.items():
         rows_to_docbin(nlp, split_rows, class_names).to_disk(output_dir / f"{name}.spacy")
     pretrain_texts = [r.text for r in train]

@@ -1,11 +1,11 @@
 """Raw pretraining text: one doc per line (.txt) or one {"text": ...} object per line (.jsonl)."""
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Union
 
 
-def read_texts(path: Union[str, Path]) -> Iterator[str]:
+def read_texts(path: str | Path) -> Iterator[str]:
     """Yield the texts of a .txt file (one per line, blank lines skipped) or of a
     .jsonl file (the "text" field of each line). Errors name file and line."""
     path = Path(path)
@@ -24,7 +24,7 @@ def read_texts(path: Union[str, Path]) -> Iterator[str]:
                 yield record["text"]
             except (ValueError, KeyError, TypeError) as err:
                 raise ValueError(
-                    f"{path}:{number}: expected a JSON object with a \"text\" field ({err})"
+                    f'{path}:{number}: expected a JSON object with a "text" field ({err})'
                 ) from err
 
 

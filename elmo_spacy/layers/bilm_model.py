@@ -1,7 +1,8 @@
 """The biLM as a thinc model: List[Doc] -> List[Floats3d] of shape (L + 1, len(doc), width)."""
 
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from spacy.tokens import Doc
@@ -10,7 +11,7 @@ from thinc.types import Floats3d
 
 from ..bilm import BiLM, BiLMConfig, Vocab
 
-ElmoOutput = List[Floats3d]
+ElmoOutput = list[Floats3d]
 
 # spaCy's nlp.pipe(n_process=...) forks, and torch's OpenMP thread pool does not
 # survive a fork: the first parallel op in the child hangs. Forked workers share
@@ -18,7 +19,9 @@ ElmoOutput = List[Floats3d]
 os.register_at_fork(after_in_child=lambda: torch.set_num_threads(1))
 
 
-def build_bilm_model(bilm_config: Dict[str, Any], max_batch_tokens: int) -> Model[List[Doc], ElmoOutput]:
+def build_bilm_model(
+    bilm_config: dict[str, Any], max_batch_tokens: int
+) -> Model[list[Doc], ElmoOutput]:
     """A thinc model that runs a biLM over docs.
 
     The torch module is attached later, by `set_bilm`: from a pretrained biLM
@@ -51,12 +54,12 @@ def set_bilm(model: Model, bilm: BiLM) -> None:
     model.set_dim("n_layers", bilm.config.n_output_layers, force=True)
 
 
-def get_bilm(model: Model) -> Optional[BiLM]:
+def get_bilm(model: Model) -> BiLM | None:
     """The torch biLM attached to `model`, or None before initialisation."""
     return model.shims[0]._model if model.shims else None
 
 
-def init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
+def init(model: Model, X: list[Doc] | None = None, Y=None) -> None:
     if get_bilm(model) is not None:
         return
     config = BiLMConfig.from_dict(model.attrs["bilm_config"])
@@ -65,7 +68,7 @@ def init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
     set_bilm(model, BiLM(config, vocab, with_softmax=False))
 
 
-def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[ElmoOutput, Callable]:
+def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[ElmoOutput, Callable]:
     bilm = get_bilm(model)
     if bilm is None:
         raise ValueError(
@@ -82,7 +85,7 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[ElmoOutput, 
     layers, torch_backprop = shim(ArgsKwargs(args=(bilm.batch(tokens),), kwargs={}), is_train)
     outputs = _split(layers, tokens)
 
-    def backprop(d_outputs: ElmoOutput) -> List[Doc]:
+    def backprop(d_outputs: ElmoOutput) -> list[Doc]:
         d_layers = torch.zeros_like(layers)
         for i, d_doc in enumerate(d_outputs):
             d_layers[:, i, : d_doc.shape[1]] = xp2torch(d_doc, device=d_layers.device)
@@ -92,7 +95,9 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[ElmoOutput, 
     return outputs, backprop
 
 
-def _predict(model: Model, bilm: BiLM, docs: Sequence[Doc], n_layers: int, width: int) -> ElmoOutput:
+def _predict(
+    model: Model, bilm: BiLM, docs: Sequence[Doc], n_layers: int, width: int
+) -> ElmoOutput:
     """Run in length-sorted chunks of at most max_batch_tokens padded tokens."""
     outputs = _empty_outputs(model, docs, n_layers, width)
     order = sorted(range(len(docs)), key=lambda i: len(docs[i]))
@@ -124,5 +129,5 @@ def _empty_outputs(model: Model, docs: Sequence[Doc], n_layers: int, width: int)
     return [model.ops.alloc3f(n_layers, len(doc), width) for doc in docs]
 
 
-def _no_backprop(d_outputs: ElmoOutput) -> List[Doc]:
+def _no_backprop(d_outputs: ElmoOutput) -> list[Doc]:
     return []

@@ -1,14 +1,14 @@
 """A learned function of the layers: an MLP over their concatenation."""
 
-from typing import Callable, List, Optional, Tuple
+from collections.abc import Callable
 
 from thinc.api import Model, Relu, chain, with_array
 from thinc.types import Floats2d, Floats3d
 
 
 def build_learned_mix(
-    nO: Optional[int] = None, depth: int = 1, dropout: float = 0.0
-) -> Model[List[Floats3d], List[Floats2d]]:
+    nO: int | None = None, depth: int = 1, dropout: float = 0.0
+) -> Model[list[Floats3d], list[Floats2d]]:
     """Concatenate each token's L + 1 layer vectors and apply `depth` ReLU layers.
 
     Input: one (L + 1, n, width) array per doc; output: one (n, nO) array.
@@ -27,7 +27,7 @@ def build_learned_mix(
     return model
 
 
-def _init(model: Model, X: Optional[List[Floats3d]] = None, Y=None) -> None:
+def _init(model: Model, X: list[Floats3d] | None = None, Y=None) -> None:
     relus = [model.get_ref(f"relu{i}") for i in range(model.attrs["relus"])]
     if X:
         width = X[0].shape[2]
@@ -40,19 +40,19 @@ def _init(model: Model, X: Optional[List[Floats3d]] = None, Y=None) -> None:
     model.set_dim("nO", relus[-1].get_dim("nO"), force=True)
 
 
-def concatenate_layers() -> Model[List[Floats3d], List[Floats2d]]:
+def concatenate_layers() -> Model[list[Floats3d], list[Floats2d]]:
     """(L + 1, n, width) -> (n, (L + 1) * width) for each doc."""
     return Model("concatenate_layers", _concatenate_forward)
 
 
 def _concatenate_forward(
-    model: Model, X: List[Floats3d], is_train: bool
-) -> Tuple[List[Floats2d], Callable]:
+    model: Model, X: list[Floats3d], is_train: bool
+) -> tuple[list[Floats2d], Callable]:
     xp = model.ops.xp
     shapes = [x.shape for x in X]
     Y = [xp.ascontiguousarray(x.transpose(1, 0, 2)).reshape(x.shape[1], -1) for x in X]
 
-    def backprop(dY: List[Floats2d]) -> List[Floats3d]:
+    def backprop(dY: list[Floats2d]) -> list[Floats3d]:
         return [
             xp.ascontiguousarray(dy.reshape(s[1], s[0], s[2]).transpose(1, 0, 2))
             for dy, s in zip(dY, shapes)

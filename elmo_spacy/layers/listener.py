@@ -1,6 +1,6 @@
 """The listener: hands the `elmo` pipe's per-layer outputs to a downstream pipe."""
 
-from typing import Callable, List, Optional, Tuple
+from collections.abc import Callable
 
 from spacy.tokens import Doc
 from thinc.api import Model
@@ -33,17 +33,17 @@ class ElmoListener(Model):
             attrs={"grad_factor": grad_factor},
         )
         self.upstream_name = upstream_name
-        self.upstream_model: Optional[Model] = None  # set by the elmo pipe
-        self._batch_id: Optional[int] = None
-        self._outputs: Optional[ElmoOutput] = None
-        self._backprop: Optional[Callable] = None
+        self.upstream_model: Model | None = None  # set by the elmo pipe
+        self._batch_id: int | None = None
+        self._outputs: ElmoOutput | None = None
+        self._backprop: Callable | None = None
 
     @property
     def wants_gradient(self) -> bool:
         return self.attrs["grad_factor"] != 0
 
     @classmethod
-    def get_batch_id(cls, docs: List[Doc]) -> int:
+    def get_batch_id(cls, docs: list[Doc]) -> int:
         """A content-sensitive hash of a batch, to catch an unexpected batch."""
         return sum(sum(token.orth for token in doc) for doc in docs)
 
@@ -54,7 +54,7 @@ class ElmoListener(Model):
         self._backprop = backprop
 
 
-def forward(model: ElmoListener, docs: List[Doc], is_train: bool) -> Tuple[ElmoOutput, Callable]:
+def forward(model: ElmoListener, docs: list[Doc], is_train: bool) -> tuple[ElmoOutput, Callable]:
     if is_train and model._batch_id is not None:
         batch_id = model.get_batch_id(docs)
         if batch_id != model._batch_id:
@@ -66,7 +66,7 @@ def forward(model: ElmoListener, docs: List[Doc], is_train: bool) -> Tuple[ElmoO
         grad_factor = model.attrs["grad_factor"]
         upstream_backprop = model._backprop
 
-        def backprop(d_outputs: ElmoOutput) -> List[Doc]:
+        def backprop(d_outputs: ElmoOutput) -> list[Doc]:
             if grad_factor != 0:
                 upstream_backprop([d * grad_factor for d in d_outputs])
             return []
@@ -75,7 +75,7 @@ def forward(model: ElmoListener, docs: List[Doc], is_train: bool) -> Tuple[ElmoO
     return _read_annotations(model, docs), _no_backprop
 
 
-def _read_annotations(model: ElmoListener, docs: List[Doc]) -> ElmoOutput:
+def _read_annotations(model: ElmoListener, docs: list[Doc]) -> ElmoOutput:
     outputs = [doc._.elmo for doc in docs]
     missing = [i for i, output in enumerate(outputs) if output is None]
     if missing:
@@ -90,5 +90,5 @@ def _read_annotations(model: ElmoListener, docs: List[Doc]) -> ElmoOutput:
     return outputs
 
 
-def _no_backprop(d_outputs: ElmoOutput) -> List[Doc]:
+def _no_backprop(d_outputs: ElmoOutput) -> list[Doc]:
     return []

@@ -1,6 +1,6 @@
 """ELMo's scalar mix: y = gamma * sum_l softmax(lambda)_l * h_l."""
 
-from typing import Callable, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
 
 import numpy
 from thinc.api import Model
@@ -9,10 +9,10 @@ from thinc.types import Floats1d, Floats2d, Floats3d
 
 def build_scalar_mix(
     trainable: bool = True,
-    weights: Optional[Sequence[float]] = None,
+    weights: Sequence[float] | None = None,
     gamma: float = 1.0,
     seed: int = 0,
-) -> Model[List[Floats3d], List[Floats2d]]:
+) -> Model[list[Floats3d], list[Floats2d]]:
     """Mix the L + 1 layers of each doc with softmax-normalised weights λ and a scale γ.
 
     Input: one (L + 1, n, width) array per doc; output: one (n, width) array.
@@ -30,11 +30,16 @@ def build_scalar_mix(
         init=init,
         dims={"nO": None, "n_layers": len(weights) if weights else None},
         params={"lambdas": None, "gamma": None},
-        attrs={"trainable": trainable, "weights": list(weights or []), "gamma": gamma, "seed": seed},
+        attrs={
+            "trainable": trainable,
+            "weights": list(weights or []),
+            "gamma": gamma,
+            "seed": seed,
+        },
     )
 
 
-def init(model: Model, X: Optional[List[Floats3d]] = None, Y=None) -> None:
+def init(model: Model, X: list[Floats3d] | None = None, Y=None) -> None:
     if X:
         model.set_dim("n_layers", X[0].shape[0], force=True)
         model.set_dim("nO", X[0].shape[2], force=True)
@@ -57,7 +62,7 @@ def layer_weights(model: Model) -> Floats1d:
     return model.ops.softmax(model.get_param("lambdas"))
 
 
-def forward(model: Model, X: List[Floats3d], is_train: bool) -> Tuple[List[Floats2d], Callable]:
+def forward(model: Model, X: list[Floats3d], is_train: bool) -> tuple[list[Floats2d], Callable]:
     ops = model.ops
     lengths = [x.shape[1] for x in X]
     if not X:
@@ -68,7 +73,7 @@ def forward(model: Model, X: List[Floats3d], is_train: bool) -> Tuple[List[Float
     mixed = ops.xp.tensordot(weights, stacked, axes=1)  # (N, width)
     Y = _split(ops, gamma * mixed, lengths)
 
-    def backprop(dY: List[Floats2d]) -> List[Floats3d]:
+    def backprop(dY: list[Floats2d]) -> list[Floats3d]:
         d_mixed = ops.xp.concatenate(dY, axis=0)
         if model.attrs["trainable"]:
             d_weights = gamma * ops.xp.einsum("lnd,nd->l", stacked, d_mixed)
@@ -81,7 +86,7 @@ def forward(model: Model, X: List[Floats3d], is_train: bool) -> Tuple[List[Float
     return Y, backprop
 
 
-def _split(ops, array, lengths: List[int], axis: int = 0) -> list:
+def _split(ops, array, lengths: list[int], axis: int = 0) -> list:
     """Cut `array` into contiguous pieces of the given lengths along `axis`."""
     ends = numpy.cumsum(lengths)[:-1].tolist()
     return [ops.xp.ascontiguousarray(a) for a in ops.xp.split(array, ends, axis=axis)]

@@ -1,6 +1,6 @@
 """The seeds' downstream classifier: mixed ELMo vectors -> BiLSTM -> pooling -> MLP -> softmax."""
 
-from typing import Callable, List, Optional, Tuple
+from collections.abc import Callable
 
 from spacy.tokens import Doc
 from thinc.api import Dropout, Model, Relu, Softmax, chain
@@ -10,13 +10,13 @@ from .torch_bilstm import TorchBiLSTM
 
 
 def build_textcat_bilstm(
-    tok2vec: Model[List[Doc], List[Floats2d]],
+    tok2vec: Model[list[Doc], list[Floats2d]],
     hidden_width: int = 128,
     depth: int = 2,
     mlp_width: int = 128,
     dropout: float = 0.2,
-    nO: Optional[int] = None,
-) -> Model[List[Doc], Floats2d]:
+    nO: int | None = None,
+) -> Model[list[Doc], Floats2d]:
     """A text classifier over exclusive classes.
 
     tok2vec: one (n, width) array per doc, e.g. an `elmo_spacy.ElmoListener.v1`.
@@ -42,13 +42,13 @@ def build_textcat_bilstm(
     return model
 
 
-def mean_max_pool() -> Model[List[Floats2d], Floats2d]:
+def mean_max_pool() -> Model[list[Floats2d], Floats2d]:
     """One (n, width) array per doc -> (n_docs, 2 * width) rows [mean; max].
     An empty doc pools to zeros."""
     return Model("mean_max_pool", _pool_forward)
 
 
-def _pool_forward(model: Model, X: List[Floats2d], is_train: bool) -> Tuple[Floats2d, Callable]:
+def _pool_forward(model: Model, X: list[Floats2d], is_train: bool) -> tuple[Floats2d, Callable]:
     ops = model.ops
     width = X[0].shape[1] if X else 0
     Y = ops.alloc2f(len(X), 2 * width)
@@ -62,7 +62,7 @@ def _pool_forward(model: Model, X: List[Floats2d], is_train: bool) -> Tuple[Floa
         else:
             argmax.append(None)
 
-    def backprop(dY: Floats2d) -> List[Floats2d]:
+    def backprop(dY: Floats2d) -> list[Floats2d]:
         dX = []
         for i, x in enumerate(X):
             dx = ops.alloc2f(*x.shape)

@@ -6,7 +6,7 @@ other thinc layer. Each call runs `torch.func.functional_call` on a
 weightless (meta-device) `torch.nn.LSTM`.
 """
 
-from typing import Callable, List, Optional, Tuple
+from collections.abc import Callable
 
 import torch
 from thinc.api import Model, torch2xp, xp2torch
@@ -16,8 +16,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 
 def TorchBiLSTM(
-    nO: Optional[int] = None, nI: Optional[int] = None, depth: int = 1, dropout: float = 0.0
-) -> Model[List[Floats2d], List[Floats2d]]:
+    nO: int | None = None, nI: int | None = None, depth: int = 1, dropout: float = 0.0
+) -> Model[list[Floats2d], list[Floats2d]]:
     """Sequences (n, nI) -> (n, nO); nO = 2 * units per direction."""
     if nO is not None and nO % 2:
         raise ValueError(f"TorchBiLSTM: nO={nO} must be even (two directions)")
@@ -33,7 +33,7 @@ def TorchBiLSTM(
     )
 
 
-def _param_names(depth: int) -> List[str]:
+def _param_names(depth: int) -> list[str]:
     return [
         f"{kind}_l{layer}{suffix}"
         for layer in range(depth)
@@ -54,16 +54,14 @@ def _lstm(model: Model, device: str) -> torch.nn.LSTM:
     )
 
 
-def init(model: Model, X: Optional[List[Floats2d]] = None, Y=None) -> None:
+def init(model: Model, X: list[Floats2d] | None = None, Y=None) -> None:
     if X:
         model.set_dim("nI", X[0].shape[1], force=True)
     for name, value in _lstm(model, "cpu").named_parameters():
         model.set_param(name, model.ops.asarray(value.detach().numpy()))
 
 
-def forward(
-    model: Model, X: List[Floats2d], is_train: bool
-) -> Tuple[List[Floats2d], Callable]:
+def forward(model: Model, X: list[Floats2d], is_train: bool) -> tuple[list[Floats2d], Callable]:
     ops = model.ops
     nO = model.get_dim("nO")
     lengths = [len(x) for x in X]
@@ -87,7 +85,7 @@ def forward(
     for j, i in enumerate(rows):
         Y[i] = padded[j, : lengths[i]].copy()
 
-    def backprop(dY: List[Floats2d]) -> List[Floats2d]:
+    def backprop(dY: list[Floats2d]) -> list[Floats2d]:
         d_outputs = torch.zeros_like(outputs)
         for j, i in enumerate(rows):
             d_outputs[j, : lengths[i]] = xp2torch(dY[i])

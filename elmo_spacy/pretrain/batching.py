@@ -1,14 +1,14 @@
 """Length-bucketed batches of tokenised docs under a token budget."""
 
 import random
-from typing import Iterator, List, Sequence
+from collections.abc import Iterator, Sequence
 
 Tokens = Sequence[str]
 
 
-def split_long(docs: Sequence[Tokens], max_length: int) -> List[Tokens]:
+def split_long(docs: Sequence[Tokens], max_length: int) -> list[Tokens]:
     """Cut docs longer than `max_length` tokens into consecutive pieces; drop empty docs."""
-    pieces: List[Tokens] = []
+    pieces: list[Tokens] = []
     for doc in docs:
         for start in range(0, len(doc), max_length):
             pieces.append(doc[start : start + max_length])
@@ -17,7 +17,7 @@ def split_long(docs: Sequence[Tokens], max_length: int) -> List[Tokens]:
 
 def bucketed_batches(
     docs: Sequence[Tokens], batch_tokens: int, rng: random.Random, shuffle: bool = True
-) -> Iterator[List[Tokens]]:
+) -> Iterator[list[Tokens]]:
     """Yield batches whose padded size (docs x longest doc) stays within
     `batch_tokens`. Docs are sorted by length (ties shuffled) so batches hold
     docs of similar length, and the batch order is shuffled."""
@@ -25,8 +25,8 @@ def bucketed_batches(
     if shuffle:
         rng.shuffle(order)
     order.sort(key=lambda i: len(docs[i]))
-    batches: List[List[Tokens]] = []
-    current: List[Tokens] = []
+    batches: list[list[Tokens]] = []
+    current: list[Tokens] = []
     for i in order:
         longest = max(len(docs[i]), len(current[-1]) if current else 0)
         if current and longest * (len(current) + 1) > batch_tokens:

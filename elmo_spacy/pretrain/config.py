@@ -2,7 +2,7 @@
 
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Dict, Tuple, Union
+from typing import Any
 
 from confection import Config
 
@@ -35,13 +35,13 @@ class PretrainConfig:
     patience: int = 2
     eval_batch_tokens: int = 8000
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def load_pretrain_config(
-    path: Union[str, Path], overrides: Dict[str, Any] = None
-) -> Tuple[BiLMConfig, PretrainConfig]:
+    path: str | Path, overrides: dict[str, Any] = None
+) -> tuple[BiLMConfig, PretrainConfig]:
     """Read a config file with [bilm] and [training] sections; `overrides`
     maps dotted names ("training.max_epochs") to values."""
     config = Config().from_disk(path, overrides=overrides or {})

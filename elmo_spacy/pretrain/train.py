@@ -4,8 +4,9 @@ import json
 import math
 import random
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -23,7 +24,7 @@ def pretrain(
     config: PretrainConfig,
     output_dir: Path,
     progress: bool = True,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """Train a biLM on tokenised docs and write `model-best/`, `model-last/`
     (biLM directories) and `pretrain_log.json` to `output_dir`.
 
@@ -46,7 +47,7 @@ def pretrain(
     )
     bilm = BiLM(bilm_config, vocab)
     optimizer = torch.optim.Adam(bilm.parameters(), lr=config.learning_rate)
-    log: Dict[str, Any] = {
+    log: dict[str, Any] = {
         "bilm": bilm_config.to_dict(),
         "training": config.to_dict(),
         "vocab_size": len(vocab),
@@ -93,7 +94,7 @@ def _train_epoch(
     epoch: int,
     step: int,
     progress: bool,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     bilm.train()
     batches = list(bucketed_batches(docs, config.batch_tokens, rng))
     n_tokens, nll, seconds = 0, 0.0, 0.0
@@ -125,7 +126,9 @@ def _train_epoch(
 
 
 @torch.inference_mode()
-def evaluate_perplexity(bilm: BiLM, docs: Sequence[Tokens], batch_tokens: int = 8000) -> Dict[str, float]:
+def evaluate_perplexity(
+    bilm: BiLM, docs: Sequence[Tokens], batch_tokens: int = 8000
+) -> dict[str, float]:
     """Exact perplexity of `docs` per direction and their geometric mean.
     Every word and the closing (forwards) or opening (backwards) boundary counts."""
     was_training = bilm.training
@@ -147,7 +150,7 @@ def evaluate_perplexity(bilm: BiLM, docs: Sequence[Tokens], batch_tokens: int = 
 
 def _split_dev(
     docs: Sequence[Tokens], fraction: float, rng: random.Random
-) -> Tuple[List[Tokens], List[Tokens]]:
+) -> tuple[list[Tokens], list[Tokens]]:
     docs = [d for d in docs if len(d)]
     if fraction <= 0:
         return docs, []

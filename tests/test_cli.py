@@ -1,0 +1,144 @@
+"""Command lines as a user runs them: `elmo-spacy`, `spacy train`, entry points."""
+
+import json
+import subprocess
+import sys
+import warnings
+
+import numpy
+import pytest
+import spacy
+import torch
+from spacy.cli.train import train as spacy_train
+
+from elmo_spacy.bilm import load_bilm
+
+from .conftest import CONFIGS, DATA, TINY_BILM
+
+
+def run(*args, **kwargs):
+    return subprocess.run(args, capture_output=True, text=True, timeout=600, **kwargs)
+
+
+def test_help_lists_the_commands():
+    result = run("elmo-spacy", "--help")
+    assert result.returncode == 0, result.stderr
+    for command in ("corpus", "pretrain"):
+        assert command in result.stdout
+
+
+def test_entry_points_work_in_a_fresh_process():
+    code = (
+        "import sys, spacy\n"
+        "assert 'elmo_spacy' not in sys.modules\n"
+        "spacy.registry.architectures.get('elmo_spacy.ScalarMix.v1')\n"
+        "spacy.registry.architectures.get('elmo_spacy.TextCatBiLSTM.v1')\n"
+        "nlp = spacy.blank('en'); nlp.add_pipe('elmo')\n"
+        "print(nlp.pipe_names)\n"
+    )
+    result = run(sys.executable, "-c", code)
+    assert result.returncode == 0, result.stderr
+    assert "['elmo']" in result.stdout
+
+
+def test_pretrain_command_writes_a_loadable_bilm(tmp_path, corpus_dir):
+    out = tmp_path / "bilm"
+    result = run(
+        "elmo-spacy",
+        "pretrain",
+        str(CONFIGS / "bilm_tiny.cfg"),
+        str(corpus_dir / "pretrain.txt"),
+        str(out),
+        "--training.max_epochs",
+        "1",
+    )
+    assert result.returncode == 0, result.stderr
+    log = json.loads((out / "pretrain_log.json").read_text())
+    assert len(log["epochs"]) == 1
+    assert log["epochs"][0]["dev_perplexity"]["mean"] > 1
+    assert load_bilm(out / "model-best").config.projection_dim == 32
+
+
+def test_spacy_train_end_to_end(tmp_path, corpus_dir, bilm_dir):
+    out = tmp_path / "textcat"
+    result = run(
+        sys.executable,
+        "-m",
+        "spacy",
+        "train",
+        str(CONFIGS / "textcat_tiny.cfg"),
+        "--output",
+        str(out),
+        "--paths.train",
+        str(corpus_dir / "train.spacy"),
+        "--paths.dev",
+        str(corpus_dir / "dev.spacy"),
+        "--paths.bilm",
+        str(bilm_dir),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    nlp = spacy.load(out / "model-best")
+    assert nlp.pipe_names == ["elmo", "textcat"]
+    doc = nlp("Stocks rallied after the central bank cut rates.")
+    assert doc._.elmo.shape == (3, len(doc), TINY_BILM.width)
+    assert sum(doc.cats.values()) == pytest.approx(1.0, abs=1e-5)
+    assert set(doc.cats) == {"World", "Sports", "Business", "Sci/Tech"}
+
+
+def test_frozen_annotating_elmo_is_read_from_docs_and_never_changes(tmp_path, corpus_dir, bilm_dir):
+    """The spaCy way to freeze a sourced pipe: frozen_components + annotating_components."""
+    base = spacy.blank("en")
+    base.add_pipe("elmo").initialize(lambda: [], bilm_path=bilm_dir)
+    base.to_disk(tmp_path / "base")
+    config = spacy.util.load_config(CONFIGS / "textcat_tiny.cfg")
+    config["components"]["elmo"] = {"source": str(tmp_path / "base")}
+    config["components"]["textcat"]["model"]["tok2vec"]["grad_factor"] = 1.0
+    config["training"]["frozen_components"] = ["elmo"]
+    config["training"]["annotating_components"] = ["elmo"]
+    config["initialize"]["components"] = {}
+    config.to_disk(tmp_path / "frozen.cfg")
+    overrides = {
+        "paths.train": str(corpus_dir / "train.spacy"),
+        "paths.dev": str(corpus_dir / "dev.spacy"),
+        "paths.bilm": None,
+    }
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=r".*\[W086\]")
+        spacy_train(tmp_path / "frozen.cfg", tmp_path / "out", overrides=overrides)
+    before = load_bilm(bilm_dir, with_softmax=False).state_dict()
+    after = load_bilm(
+        tmp_path / "out" / "model-last" / "elmo" / "bilm", with_softmax=False
+    ).state_dict()
+    assert before.keys() == after.keys()
+    for key in before:
+        assert torch.equal(before[key], after[key]), key
+    nlp = spacy.load(tmp_path / "out" / "model-last")
+    mix = nlp.get_pipe("textcat").model.get_ref("tok2vec").get_ref("mix")
+    assert not numpy.array_equal(mix.get_param("lambdas"), numpy.zeros(3, dtype="f"))
+
+
+def test_corpus_command_stops_at_a_bad_row_and_can_skip_it(tmp_path):
+    source = tmp_path / "src"
+    source.mkdir()
+    good = (DATA / "agnews_train.csv").read_text(encoding="utf-8").splitlines()[:8]
+    bad = good[:3] + ['"9","Unknown class","text"'] + good[3:]
+    (source / "train.csv").write_text("\n".join(bad) + "\n", encoding="utf-8")
+    result = run(
+        "elmo-spacy", "corpus", str(source), str(tmp_path / "out"), "--dev-fraction", "0.25"
+    )
+    assert result.returncode == 1
+    assert "train.csv:4: unknown class '9'" in result.stderr
+    result = run(
+        "elmo-spacy",
+        "corpus",
+        str(source),
+        str(tmp_path / "out"),
+        "--dev-fraction",
+        "0.25",
+        "--skip-bad-rows",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Skipped 1 bad row(s)" in result.stdout
+    assert "No test split" in result.stdout
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+    assert stats["docs"]["train"] + stats["docs"]["dev"] == 8
