@@ -5,6 +5,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 TORCH := torch==2.13.0
+# project.yml and the tests call `elmo-spacy`: put the venv's bin first.
+export PATH := $(abspath $(BIN)):$(PATH)
+# A local AG News mirror (train.csv, unlabeled.txt, classes.txt) instead of
+# downloading the assets; the shared folder beside this repo if there is one.
+AG_NEWS_DIR ?= $(firstword $(wildcard ../shared/data/ag_news))
 
 .PHONY: all smoke test test-slow lint clean
 
@@ -16,7 +21,13 @@ $(BIN)/elmo-spacy: setup.cfg pyproject.toml
 	touch $@
 
 all: $(BIN)/elmo-spacy
+ifeq ($(AG_NEWS_DIR),)
+	$(BIN)/python -m spacy project assets .
 	$(BIN)/python -m spacy project run all .
+else
+	@echo "Using the local AG News mirror $(AG_NEWS_DIR)"
+	$(BIN)/python -m spacy project run all . --vars.data_dir $(AG_NEWS_DIR)
+endif
 
 smoke: $(BIN)/elmo-spacy
 	$(BIN)/python -m spacy project run smoke .

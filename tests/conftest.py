@@ -37,7 +37,7 @@ def corpus_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("corpus")
     build_corpus(
         spacy.blank("en"),
-        DATA / "agnews_train.csv",
+        DATA / "train.csv",
         out,
         unlabeled=DATA / "unlabeled.txt",
         class_names=CLASS_NAMES,

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import numpy
 import pytest
@@ -15,8 +16,13 @@ from elmo_spacy.bilm import load_bilm
 
 from .conftest import CONFIGS, DATA, TINY_BILM
 
+# The console script of the interpreter running the tests, wherever PATH points.
+ELMO_SPACY = str(Path(sys.executable).parent / "elmo-spacy")
+
 
 def run(*args, **kwargs):
+    if args[0] == "elmo-spacy":
+        args = (ELMO_SPACY, *args[1:])
     return subprocess.run(args, capture_output=True, text=True, timeout=600, **kwargs)
 
 
@@ -120,7 +126,7 @@ def test_frozen_annotating_elmo_is_read_from_docs_and_never_changes(tmp_path, co
 def test_corpus_command_stops_at_a_bad_row_and_can_skip_it(tmp_path):
     source = tmp_path / "src"
     source.mkdir()
-    good = (DATA / "agnews_train.csv").read_text(encoding="utf-8").splitlines()[:8]
+    good = (DATA / "train.csv").read_text(encoding="utf-8").splitlines()[:8]
     bad = good[:3] + ['"9","Unknown class","text"'] + good[3:]
     (source / "train.csv").write_text("\n".join(bad) + "\n", encoding="utf-8")
     result = run(

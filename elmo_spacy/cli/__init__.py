@@ -15,4 +15,4 @@ def main() -> None:
     """ELMo for spaCy: pretrain a biLM and use it in spaCy pipelines."""
 
 
-from . import corpus, pretrain  # noqa: E402,F401  (registers the commands)
+from . import compare, corpus, evaluate, pretrain, train  # noqa: E402,F401  (registers the commands)

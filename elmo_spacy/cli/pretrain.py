@@ -34,6 +34,12 @@ def pretrain_command(
     tokenizer = spacy.blank(lang).tokenizer
     docs = [[t.text for t in doc] for doc in tokenizer.pipe(read_texts(text_path), batch_size=1000)]
     log = pretrain(docs, bilm_config, training, output_dir)
+    try:
+        from ..plots import plot_perplexity
+
+        plot_perplexity(log, output_dir / "perplexity.png")
+    except ImportError as err:
+        typer.secho(f"No perplexity plot: {err}", fg="yellow")
     typer.echo(
         f"Best dev perplexity {log['best_dev_perplexity']:.2f} after {len(log['epochs'])} "
         f"epoch(s), {log['wall_seconds']:.0f} s. biLM: {output_dir / 'model-best'}"

@@ -1,0 +1,69 @@
+"""One markdown table of every evaluated run, and the README section that shows it."""
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+README_START = "<!-- comparison:start -->"
+README_END = "<!-- comparison:end -->"
+
+
+def load_runs(paths: Sequence[Path]) -> list[dict[str, Any]]:
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    return sorted(runs, key=lambda r: -r["splits"]["dev"]["accuracy"])
+
+
+def data_statement(runs: list[dict[str, Any]]) -> str:
+    data = next((r["data"] for r in runs if "data" in r), None)
+    if data is None:
+        return "Data: unknown (no corpus stats.json)."
+    rows = data["train_rows_read"]
+    which = (
+        "the full official AG News train split"
+        if rows == 120_000
+        else f"a {rows:,}-row subset of the official AG News train split"
+    )
+    docs = data["docs"]
+    test = (
+        f"; test: the official test split ({docs['test']:,} docs)"
+        if data.get("has_test")
+        else "; the official test split was not available, so every figure is on dev"
+    )
+    return (
+        f"Trained on {which}: {docs['train']:,} train docs and a stratified, seeded dev split of "
+        f"{docs['dev']:,} docs ({data['dev_fraction']:.0%}){test}."
+    )
+
+
+def comparison_table(runs: list[dict[str, Any]]) -> str:
+    labels = runs[0]["splits"]["dev"]["labels"]
+    has_test = any("test" in r["splits"] for r in runs)
+    header = ["run", "dev acc", "dev macro-F1"] + [f"F1 {x}" for x in labels]
+    header += ["test acc"] if has_test else []
+    header += ["train time", "words/s"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for run in runs:
+        dev = run["splits"]["dev"]
+        cells = [run["name"], f"{dev['accuracy']:.2%}", f"{dev['macro_f1']:.2%}"]
+        cells += [f"{dev['per_class'][x]['f1']:.2%}" for x in labels]
+        if has_test:
+            test = run["splits"].get("test")
+            cells.append(f"{test['accuracy']:.2%}" if test else "n/a")
+        seconds = run.get("train_seconds")
+        cells.append(f"{seconds / 60:.1f} min" if seconds else "n/a")
+        cells.append(f"{dev['inference']['words_per_second']:,.0f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def update_readme(readme: Path, section: str) -> None:
+    """Replace the text between the comparison markers of `readme`."""
+    text = readme.read_text(encoding="utf-8")
+    pattern = re.compile(re.escape(README_START) + ".*?" + re.escape(README_END), re.S)
+    if not pattern.search(text):
+        raise ValueError(f"{readme} has no {README_START} ... {README_END} markers")
+    readme.write_text(
+        pattern.sub(f"{README_START}\n{section}\n{README_END}", text), encoding="utf-8"
+    )

@@ -1,0 +1,110 @@
+"""Evaluate a text classification pipeline: accuracy, per-class P/R/F1, confusion matrix, λ/γ."""
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy
+from spacy.language import Language
+from spacy.tokens import Doc
+
+from .layers import layer_weights
+
+
+def classification_metrics(
+    gold: Sequence[str], predicted: Sequence[str], labels: Sequence[str]
+) -> dict[str, Any]:
+    """Accuracy, per-class and macro precision/recall/F1 and the confusion matrix
+    (rows: gold label, columns: predicted label, both in `labels` order)."""
+    index = {label: i for i, label in enumerate(labels)}
+    confusion = numpy.zeros((len(labels), len(labels)), dtype=int)
+    for g, p in zip(gold, predicted, strict=True):
+        confusion[index[g], index[p]] += 1
+    true_positives = numpy.diag(confusion).astype(float)
+    precision = _ratio(true_positives, confusion.sum(axis=0))
+    recall = _ratio(true_positives, confusion.sum(axis=1))
+    f1 = _ratio(2 * precision * recall, precision + recall)
+    per_class = {
+        label: {
+            "precision": float(precision[i]),
+            "recall": float(recall[i]),
+            "f1": float(f1[i]),
+            "support": int(confusion[i].sum()),
+        }
+        for i, label in enumerate(labels)
+    }
+    return {
+        "n_docs": int(confusion.sum()),
+        "accuracy": float(true_positives.sum() / max(confusion.sum(), 1)),
+        "macro_precision": float(precision.mean()),
+        "macro_recall": float(recall.mean()),
+        "macro_f1": float(f1.mean()),
+        "per_class": per_class,
+        "labels": list(labels),
+        "confusion_matrix": confusion.tolist(),
+    }
+
+
+def classification_report(metrics: dict[str, Any]) -> str:
+    """A plain-text report in the layout of scikit-learn's, plus the confusion matrix."""
+    labels = metrics["labels"]
+    width = max(len(x) for x in [*labels, "macro avg"])
+    lines = [f"{'':>{width}}  precision    recall  f1-score   support", ""]
+    for label in labels:
+        m = metrics["per_class"][label]
+        lines.append(
+            f"{label:>{width}}  {m['precision']:9.4f} {m['recall']:9.4f} {m['f1']:9.4f} {m['support']:9d}"
+        )
+    lines += [
+        "",
+        f"{'accuracy':>{width}}  {'':9} {'':9} {metrics['accuracy']:9.4f} {metrics['n_docs']:9d}",
+        f"{'macro avg':>{width}}  {metrics['macro_precision']:9.4f} {metrics['macro_recall']:9.4f} "
+        f"{metrics['macro_f1']:9.4f} {metrics['n_docs']:9d}",
+        "",
+        "confusion matrix (rows: gold, columns: predicted)",
+        " " * (width + 2) + " ".join(f"{x[:8]:>8}" for x in labels),
+    ]
+    for label, row in zip(labels, metrics["confusion_matrix"]):
+        lines.append(f"{label:>{width}}  " + " ".join(f"{n:8d}" for n in row))
+    return "\n".join(lines)
+
+
+def evaluate_textcat(nlp: Language, docs: Sequence[Doc], batch_size: int = 128) -> dict[str, Any]:
+    """Run `nlp` on the texts of gold `docs` (with exclusive `doc.cats`), time it,
+    and score the highest-scoring label of each doc."""
+    labels = list(nlp.get_pipe("textcat").labels)
+    texts = [doc.text for doc in docs]
+    n_words = sum(len(doc) for doc in docs)
+    started = time.perf_counter()
+    predicted_docs = list(nlp.pipe(texts, batch_size=batch_size))
+    seconds = time.perf_counter() - started
+    gold = [max(doc.cats, key=doc.cats.get) for doc in docs]
+    predicted = [max(doc.cats, key=doc.cats.get) for doc in predicted_docs]
+    metrics = classification_metrics(gold, predicted, labels)
+    metrics["inference"] = {
+        "words": n_words,
+        "seconds": seconds,
+        "words_per_second": n_words / max(seconds, 1e-9),
+        "batch_size": batch_size,
+    }
+    return metrics
+
+
+def mix_weights(nlp: Language, component: str = "textcat") -> dict[str, Any] | None:
+    """The scalar mix of a listening pipe: normalised λ per layer, γ, and
+    whether they were trained. None if the pipe uses another mix."""
+    model = nlp.get_pipe(component).model
+    for node in model.walk():
+        if node.name == "scalar_mix":
+            return {
+                "layer_weights": [float(w) for w in layer_weights(node)],
+                "gamma": float(node.get_param("gamma")[0]),
+                "trainable": bool(node.attrs["trainable"]),
+            }
+    return None
+
+
+def _ratio(numerator: numpy.ndarray, denominator: numpy.ndarray) -> numpy.ndarray:
+    return numpy.divide(
+        numerator, denominator, out=numpy.zeros_like(numerator, dtype=float), where=denominator > 0
+    )

@@ -1,0 +1,84 @@
+"""PNG plots: confusion matrix, layer weights, pretraining perplexity per epoch."""
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError as err:
+        raise ImportError(
+            "Plots need matplotlib: pip install 'elmo_spacy[plots]' (or matplotlib)"
+        ) from err
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_confusion_matrix(metrics: dict[str, Any], path: Path, title: str) -> Path:
+    plt = _pyplot()
+    labels, matrix = metrics["labels"], metrics["confusion_matrix"]
+    fig, ax = plt.subplots(figsize=(5.5, 4.8))
+    image = ax.imshow(matrix, cmap="Blues")
+    ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("gold")
+    ax.set_title(f"{title}\naccuracy {metrics['accuracy']:.2%}, n = {metrics['n_docs']}")
+    top = max(max(row) for row in matrix) or 1
+    for i, row in enumerate(matrix):
+        for j, n in enumerate(row):
+            ax.text(
+                j, i, str(n), ha="center", va="center", color="white" if n > top / 2 else "black"
+            )
+    fig.colorbar(image, ax=ax, fraction=0.046)
+    return _save(fig, path)
+
+
+def plot_layer_weights(weights: Sequence[float], gamma: float, path: Path, title: str) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    names = ["token encoding"] + [f"LSTM {i}" for i in range(1, len(weights))]
+    ax.bar(names, weights, color="tab:blue")
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("softmax(λ)")
+    ax.set_title(f"{title} (γ = {gamma:.2f})")
+    for i, w in enumerate(weights):
+        ax.text(i, w + 0.02, f"{w:.2f}", ha="center")
+    return _save(fig, path)
+
+
+def plot_perplexity(log: dict[str, Any], path: Path) -> Path:
+    plt = _pyplot()
+    epochs = [e["epoch"] for e in log["epochs"]]
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for key in ("forward", "backward", "mean"):
+        ax.plot(
+            epochs,
+            [e["dev_perplexity"][key] for e in log["epochs"]],
+            marker="o",
+            label=f"dev {key}",
+        )
+    ax.plot(epochs, [e["train_perplexity"] for e in log["epochs"]], "--", label="train (running)")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("perplexity")
+    ax.set_yscale("log")
+    ax.set_xticks(epochs)
+    ax.legend()
+    ax.set_title("biLM pretraining")
+    return _save(fig, path)
+
+
+def _save(fig, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    fig.clf()
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path

@@ -1,0 +1,51 @@
+"""The spaCy project: the `smoke` workflow end to end, as `spacy project run smoke`."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_smoke_workflow_produces_every_output(tmp_path):
+    for name in ("project.yml", "configs", "tests/data"):
+        source = ROOT / name
+        copy = shutil.copytree if source.is_dir() else shutil.copy
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        copy(source, tmp_path / name)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(
+        [sys.executable, "-m", "spacy", "project", "run", "smoke", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for output in (
+        "corpus/smoke/train.spacy",
+        "corpus/smoke/dev.spacy",
+        "corpus/smoke/pretrain.txt",
+        "training/smoke/bilm/model-best/weights.safetensors",
+        "training/smoke/bilm/perplexity.png",
+        "training/smoke/textcat/model-best/meta.json",
+        "training/smoke/textcat/train_time.json",
+        "metrics/smoke/textcat_dev_confusion.png",
+        "metrics/smoke/textcat_layers.png",
+        "metrics/smoke/comparison.md",
+    ):
+        assert (tmp_path / output).is_file(), output
+    log = json.loads((tmp_path / "training/smoke/bilm/pretrain_log.json").read_text())
+    assert all(e["dev_perplexity"]["mean"] > 1 for e in log["epochs"])
+    metrics = json.loads((tmp_path / "metrics/smoke/textcat.json").read_text())
+    dev = metrics["splits"]["dev"]
+    assert dev["n_docs"] == 24 and 0.0 <= dev["accuracy"] <= 1.0
+    assert sum(map(sum, dev["confusion_matrix"])) == 24
+    assert abs(sum(metrics["mix"]["layer_weights"]) - 1.0) < 1e-5
+    assert dev["inference"]["words_per_second"] > 0
+    table = (tmp_path / "metrics/smoke/comparison.md").read_text()
+    assert "120-row subset" in table and "| smoke |" in table
