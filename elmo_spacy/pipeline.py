@@ -15,6 +15,7 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from .bilm.io import bilm_from_bytes, bilm_to_bytes, load_bilm, save_bilm
+from .cache import FrozenOutputCache
 from .layers import ElmoListener, get_bilm, set_bilm
 from .layers.bilm_model import ElmoOutput
 
@@ -27,11 +28,11 @@ max_batch_tokens = 4096
 
 @Language.factory(
     "elmo",
-    default_config={"model": Config().from_str(DEFAULT_ELMO_MODEL)["model"]},
+    default_config={"model": Config().from_str(DEFAULT_ELMO_MODEL)["model"], "cache_mb": 2048},
     assigns=["doc._.elmo", "doc.tensor"],
 )
-def make_elmo(nlp: Language, name: str, model: Model) -> "Elmo":
-    return Elmo(nlp.vocab, model, name=name)
+def make_elmo(nlp: Language, name: str, model: Model, cache_mb: int) -> "Elmo":
+    return Elmo(nlp.vocab, model, name=name, cache_mb=cache_mb)
 
 
 class Elmo(TrainablePipe):
@@ -46,14 +47,22 @@ class Elmo(TrainablePipe):
       `doc.similarity` use the same mix, also when the vocab has static vectors.
 
     Downstream pipes use the layers through `elmo_spacy.ElmoListener.v1`.
+
+    cache_mb: while training with a frozen biLM (no listener with
+        grad_factor != 0), the layers of each training doc are computed once
+        and kept in a float16 cache of at most this many MB (0 disables it).
+        Prediction outside training never uses the cache.
     """
 
-    def __init__(self, vocab: Vocab, model: Model, name: str = "elmo") -> None:
+    def __init__(
+        self, vocab: Vocab, model: Model, name: str = "elmo", cache_mb: int = 2048
+    ) -> None:
         self.vocab = vocab
         self.model = model
         self.name = name
         self.listener_map: dict[str, list[ElmoListener]] = {}
         self.cfg: dict = {}
+        self.frozen_cache = FrozenOutputCache(cache_mb * 2**20)
         install_extensions()
 
     # -- listeners (the protocol of spaCy's Tok2Vec) -------------------------
@@ -136,10 +145,11 @@ class Elmo(TrainablePipe):
         batch_id = ElmoListener.get_batch_id(docs)
         learners = [listener for listener in self.listeners if listener.wants_gradient]
         if not learners:
-            outputs = self.predict(docs)
+            outputs = self.frozen_cache.get_or_compute(docs, self.predict)
             for listener in self.listeners:
                 listener.receive(batch_id, outputs, _ignore_gradient)
             return losses
+        self.frozen_cache.clear()  # the biLM is about to change
         set_dropout_rate(self.model, drop)
         outputs, backprop_bilm = self.model.begin_update(docs)
         d_outputs = [self.model.ops.alloc3f(*o.shape) for o in outputs]
@@ -180,8 +190,7 @@ class Elmo(TrainablePipe):
         else:
             docs = [eg.reference for eg in islice(get_examples(), 1000)]
             self.model.initialize(X=docs)
-        for listener in self.listeners:
-            self._link(listener)
+        self._bilm_changed()
 
     def add_label(self, label: str) -> int:
         raise NotImplementedError
@@ -199,8 +208,7 @@ class Elmo(TrainablePipe):
         if (path / "cfg").exists():
             self.cfg.update(srsly.read_json(path / "cfg"))
         set_bilm(self.model, load_bilm(path / "bilm", with_softmax=False))
-        for listener in self.listeners:
-            self._link(listener)
+        self._bilm_changed()
         return self
 
     def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
@@ -210,9 +218,13 @@ class Elmo(TrainablePipe):
         msg = srsly.msgpack_loads(bytes_data)
         self.cfg.update(msg["cfg"])
         set_bilm(self.model, bilm_from_bytes(msg["bilm"], with_softmax=False))
+        self._bilm_changed()
+        return self
+
+    def _bilm_changed(self) -> None:
+        self.frozen_cache.clear()
         for listener in self.listeners:
             self._link(listener)
-        return self
 
     def _require_bilm(self):
         bilm = get_bilm(self.model)

@@ -196,3 +196,24 @@ def test_missing_upstream_gives_an_actionable_error(trained):
     nlp.get_pipe("textcat").add_label("B")
     with pytest.raises(ValueError, match="Add an `elmo` pipe"):
         nlp.initialize()
+
+
+def test_frozen_training_runs_the_bilm_once_per_doc(bilm_dir, corpus_dir):
+    nlp = make_nlp(bilm_dir, SCALAR, 0.0)
+    train = examples(nlp, corpus_dir / "train.spacy")[:32]
+    optimizer = nlp.initialize(lambda: train)
+    elmo = nlp.get_pipe("elmo")
+    calls = []
+    predict = elmo.predict
+    elmo.predict = lambda docs: calls.append(len(docs)) or predict(docs)
+    for _ in range(3):
+        for start in range(0, 32, 16):
+            nlp.update(train[start : start + 16], sgd=optimizer)
+    assert sum(calls) == 32
+    assert elmo.frozen_cache.hits == 64 and len(elmo.frozen_cache) == 32
+    cached = elmo.frozen_cache.get_or_compute([train[0].predicted], predict)[0]
+    numpy.testing.assert_allclose(cached, predict([train[0].predicted])[0], rtol=2e-3, atol=2e-3)
+    # Fine-tuning changes the biLM: the cache is emptied and not used.
+    nlp.get_pipe("textcat").model.get_ref("tok2vec").get_ref("listener").attrs["grad_factor"] = 1.0
+    nlp.update(train[:16], sgd=optimizer)
+    assert len(elmo.frozen_cache) == 0
