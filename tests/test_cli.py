@@ -65,8 +65,9 @@ def test_pretrain_command_writes_a_loadable_bilm(tmp_path, corpus_dir):
     assert load_bilm(out / "model-best").config.projection_dim == 32
 
 
-def test_spacy_train_end_to_end(tmp_path, corpus_dir, bilm_dir):
-    out = tmp_path / "textcat"
+@pytest.fixture(scope="module")
+def trained_dir(tmp_path_factory, corpus_dir, bilm_dir):
+    out = tmp_path_factory.mktemp("textcat")
     result = run(
         sys.executable,
         "-m",
@@ -83,12 +84,29 @@ def test_spacy_train_end_to_end(tmp_path, corpus_dir, bilm_dir):
         str(bilm_dir),
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    nlp = spacy.load(out / "model-best")
+    return out / "model-best"
+
+
+def test_spacy_train_end_to_end(trained_dir):
+    nlp = spacy.load(trained_dir)
     assert nlp.pipe_names == ["elmo", "textcat"]
     doc = nlp("Stocks rallied after the central bank cut rates.")
     assert doc._.elmo.shape == (3, len(doc), TINY_BILM.width)
     assert sum(doc.cats.values()) == pytest.approx(1.0, abs=1e-5)
     assert set(doc.cats) == {"World", "Sports", "Business", "Sci/Tech"}
+
+
+def test_spacy_package_builds_a_loadable_package(tmp_path, trained_dir):
+    result = run(
+        sys.executable, "-m", "spacy", "package", str(trained_dir), str(tmp_path),
+        "--name", "elmo_agnews", "--version", "0.0.1", "--build", "none",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    data_dir = tmp_path / "en_elmo_agnews-0.0.1" / "en_elmo_agnews" / "en_elmo_agnews-0.0.1"
+    packaged, original = spacy.load(data_dir), spacy.load(trained_dir)
+    text = "The bank of the river flooded."
+    assert numpy.array_equal(packaged(text)._.elmo, original(text)._.elmo)
+    assert packaged(text).cats == original(text).cats
 
 
 def test_frozen_annotating_elmo_is_read_from_docs_and_never_changes(tmp_path, corpus_dir, bilm_dir):
