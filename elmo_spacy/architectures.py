@@ -1,6 +1,5 @@
 """Registered architectures: `elmo_spacy.<Name>.v1`. Registry functions only."""
 
-from collections.abc import Sequence
 from typing import Any
 
 from spacy.tokens import Doc
@@ -42,30 +41,6 @@ def ElmoListener_v1(
     return model
 
 
-@registry.architectures("elmo_spacy.ScalarMix.v1")
-def ScalarMix_v1(
-    trainable: bool = True,
-    weights: Sequence[float] | None = None,
-    gamma: float = 1.0,
-    seed: int = 0,
-) -> Model[list[Floats3d], list[Floats2d]]:
-    return build_scalar_mix(trainable, weights, gamma, seed)
-
-
-@registry.architectures("elmo_spacy.LearnedMix.v1")
-def LearnedMix_v1(
-    nO: int | None = None, depth: int = 1, dropout: float = 0.0
-) -> Model[list[Floats3d], list[Floats2d]]:
-    return build_learned_mix(nO, depth, dropout)
-
-
-@registry.architectures("elmo_spacy.TextCatBiLSTM.v1")
-def TextCatBiLSTM_v1(
-    tok2vec: Model[list[Doc], list[Floats2d]],
-    hidden_width: int = 128,
-    depth: int = 2,
-    mlp_width: int = 128,
-    dropout: float = 0.2,
-    nO: int | None = None,
-) -> Model[list[Doc], Floats2d]:
-    return build_textcat_bilstm(tok2vec, hidden_width, depth, mlp_width, dropout, nO)
+ScalarMix_v1 = registry.architectures("elmo_spacy.ScalarMix.v1")(build_scalar_mix)
+LearnedMix_v1 = registry.architectures("elmo_spacy.LearnedMix.v1")(build_learned_mix)
+TextCatBiLSTM_v1 = registry.architectures("elmo_spacy.TextCatBiLSTM.v1")(build_textcat_bilstm)
