@@ -100,6 +100,7 @@ def mix_weights(nlp: Language, component: str = "textcat") -> dict[str, Any] | N
                 "layer_weights": [float(w) for w in layer_weights(node)],
                 "gamma": float(node.get_param("gamma")[0]),
                 "trainable": bool(node.attrs["trainable"]),
+                "layer_norm": any(n.name == "normalize_layers" for n in model.walk()),
             }
     return None
 

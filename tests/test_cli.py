@@ -13,6 +13,7 @@ import torch
 from spacy.cli.train import train as spacy_train
 
 from elmo_spacy.bilm import load_bilm
+from elmo_spacy.layers.scalar_mix import scalar_mix_node
 
 from .conftest import CONFIGS, DATA, TINY_BILM
 
@@ -137,7 +138,7 @@ def test_frozen_annotating_elmo_is_read_from_docs_and_never_changes(tmp_path, co
     for key in before:
         assert torch.equal(before[key], after[key]), key
     nlp = spacy.load(tmp_path / "out" / "model-last")
-    mix = nlp.get_pipe("textcat").model.get_ref("tok2vec").get_ref("mix")
+    mix = scalar_mix_node(nlp.get_pipe("textcat").model.get_ref("tok2vec").get_ref("mix"))
     assert not numpy.array_equal(mix.get_param("lambdas"), numpy.zeros(3, dtype="f"))
 
 

@@ -5,21 +5,25 @@ from collections.abc import Callable
 from thinc.api import Model, Relu, chain, with_array
 from thinc.types import Floats2d, Floats3d
 
+from .layer_norm import normalize_layers
+
 
 def build_learned_mix(
-    nO: int | None = None, depth: int = 1, dropout: float = 0.0
+    nO: int | None = None, depth: int = 1, dropout: float = 0.0, layer_norm: bool = True
 ) -> Model[list[Floats3d], list[Floats2d]]:
     """Concatenate each token's L + 1 layer vectors and apply `depth` ReLU layers.
 
     Input: one (L + 1, n, width) array per doc; output: one (n, nO) array.
     nO defaults to the layer width, so with 3 layers of width d the first
-    layer is Linear(3d -> d) + ReLU.
+    layer is Linear(3d -> d) + ReLU. layer_norm: normalise each token's vector
+    in each layer first (see `normalize_layers`).
     """
     if depth < 1:
         raise ValueError("learned mix: depth must be >= 1")
     relus = [Relu(nO=nO, dropout=dropout) for _ in range(depth)]
     mlp = relus[0] if depth == 1 else chain(*relus)
-    model = chain(concatenate_layers(), with_array(mlp))
+    layers = [normalize_layers()] if layer_norm else []
+    model = chain(*layers, concatenate_layers(), with_array(mlp))
     model.init = _init
     model.attrs["relus"] = len(relus)
     for i, relu in enumerate(relus):

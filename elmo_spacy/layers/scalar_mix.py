@@ -3,8 +3,10 @@
 from collections.abc import Callable, Sequence
 
 import numpy
-from thinc.api import Model
+from thinc.api import Model, chain
 from thinc.types import Floats1d, Floats2d, Floats3d
+
+from .layer_norm import normalize_layers
 
 
 def build_scalar_mix(
@@ -12,6 +14,7 @@ def build_scalar_mix(
     weights: Sequence[float] | None = None,
     gamma: float = 1.0,
     seed: int = 0,
+    layer_norm: bool = True,
 ) -> Model[list[Floats3d], list[Floats2d]]:
     """Mix the L + 1 layers of each doc with softmax-normalised weights λ and a scale γ.
 
@@ -23,8 +26,10 @@ def build_scalar_mix(
         starts uniform when trainable, and at seeded-random weights when not.
     gamma: initial scale γ.
     seed: seed of the random weights.
+    layer_norm: normalise each token's vector in each layer first (see
+        `normalize_layers`).
     """
-    return Model(
+    mix = Model(
         "scalar_mix",
         forward,
         init=init,
@@ -37,6 +42,7 @@ def build_scalar_mix(
             "seed": seed,
         },
     )
+    return chain(normalize_layers(), mix) if layer_norm else mix
 
 
 def init(model: Model, X: list[Floats3d] | None = None, Y=None) -> None:
@@ -58,8 +64,16 @@ def init(model: Model, X: list[Floats3d] | None = None, Y=None) -> None:
 
 
 def layer_weights(model: Model) -> Floats1d:
-    """The normalised weights softmax(λ), one per layer."""
-    return model.ops.softmax(model.get_param("lambdas"))
+    """The normalised weights softmax(λ), one per layer, of a scalar mix."""
+    return model.ops.softmax(scalar_mix_node(model).get_param("lambdas"))
+
+
+def scalar_mix_node(model: Model) -> Model:
+    """The layer that holds λ and γ, in a scalar mix with or without layer norm."""
+    for node in model.walk():
+        if node.name == "scalar_mix":
+            return node
+    raise ValueError(f"{model.name} is not a scalar mix")
 
 
 def forward(model: Model, X: list[Floats3d], is_train: bool) -> tuple[list[Floats2d], Callable]:
