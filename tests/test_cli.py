@@ -99,8 +99,18 @@ def test_spacy_train_end_to_end(trained_dir):
 
 def test_spacy_package_builds_a_loadable_package(tmp_path, trained_dir):
     result = run(
-        sys.executable, "-m", "spacy", "package", str(trained_dir), str(tmp_path),
-        "--name", "elmo_agnews", "--version", "0.0.1", "--build", "none",
+        sys.executable,
+        "-m",
+        "spacy",
+        "package",
+        str(trained_dir),
+        str(tmp_path),
+        "--name",
+        "elmo_agnews",
+        "--version",
+        "0.0.1",
+        "--build",
+        "none",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     data_dir = tmp_path / "en_elmo_agnews-0.0.1" / "en_elmo_agnews" / "en_elmo_agnews-0.0.1"

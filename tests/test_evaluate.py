@@ -29,9 +29,17 @@ def run(name, accuracy):
     dev = classification_metrics(["x", "y"], ["x", "y"], ["x", "y"])
     dev["accuracy"] = accuracy
     dev["inference"] = {"words_per_second": 12345.6}
-    return {"name": name, "splits": {"dev": dev}, "train_seconds": 90,
-            "data": {"train_rows_read": 18192, "docs": {"train": 17283, "dev": 909},
-                     "dev_fraction": 0.05, "has_test": False}}
+    return {
+        "name": name,
+        "splits": {"dev": dev},
+        "train_seconds": 90,
+        "data": {
+            "train_rows_read": 18192,
+            "docs": {"train": 17283, "dev": 909},
+            "dev_fraction": 0.05,
+            "has_test": False,
+        },
+    }
 
 
 def test_table_and_readme_section(tmp_path):

@@ -43,7 +43,14 @@ def mix_params(nlp):
 
 @pytest.mark.parametrize(
     "text,n_tokens",
-    [("", 0), ("   ", 1), ("Hello", 1), ("Stocks  fell\n\nsharply .", 6), ("word " * 700, 700), ("x" * 10_000, 1)],
+    [
+        ("", 0),
+        ("   ", 1),
+        ("Hello", 1),
+        ("Stocks  fell\n\nsharply .", 6),
+        ("word " * 700, 700),
+        ("x" * 10_000, 1),
+    ],
 )
 def test_layers_shape_and_alignment(trained, text, n_tokens):
     doc = trained(text)

@@ -23,6 +23,7 @@ def pretrain_command(
         ..., help="Writes model-best/, model-last/ and pretrain_log.json"
     ),
     lang: str = typer.Option("en", help="Language of the spaCy tokenizer"),
+    resume: bool = typer.Option(False, help="Go on from the latest checkpoint in OUTPUT_DIR"),
 ) -> None:
     """Pretrain a biLM. Extra options override the config, e.g. --training.max_epochs 1."""
     import spacy
@@ -33,7 +34,7 @@ def pretrain_command(
     bilm_config, training = load_pretrain_config(config_path, parse_config_overrides(ctx.args))
     tokenizer = spacy.blank(lang).tokenizer
     docs = [[t.text for t in doc] for doc in tokenizer.pipe(read_texts(text_path), batch_size=1000)]
-    log = pretrain(docs, bilm_config, training, output_dir)
+    log = pretrain(docs, bilm_config, training, output_dir, resume=resume)
     try:
         from ..plots import plot_perplexity
 

@@ -16,9 +16,7 @@ def normalize_layers() -> Model[list[Floats3d], list[Floats3d]]:
     return Model("normalize_layers", forward)
 
 
-def forward(
-    model: Model, X: list[Floats3d], is_train: bool
-) -> tuple[list[Floats3d], Callable]:
+def forward(model: Model, X: list[Floats3d], is_train: bool) -> tuple[list[Floats3d], Callable]:
     xp = model.ops.xp
     normalized, inverse_stds = [], []
     for x in X:

@@ -22,6 +22,7 @@ class PretrainConfig:
     patience: stop after this many epochs without a better dev perplexity
         (0 = never stop early).
     eval_batch_tokens: padded tokens per batch when measuring perplexity.
+    checkpoint_every: steps between checkpoints (0 = only at epoch ends).
     """
 
     seed: int = 0
@@ -34,6 +35,7 @@ class PretrainConfig:
     max_steps: int = 0
     patience: int = 2
     eval_batch_tokens: int = 8000
+    checkpoint_every: int = 500
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

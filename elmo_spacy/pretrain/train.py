@@ -1,21 +1,37 @@
-"""The biLM training loop: Adam, gradient clipping, dev perplexity per epoch, early stopping."""
+"""The biLM training loop: Adam, gradient clipping, dev perplexity per epoch, early
+stopping, and checkpoints that a killed run resumes from."""
 
 import json
 import math
 import random
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm import tqdm
 
-from ..bilm import BiLM, BiLMConfig, Vocab, save_bilm
+from ..bilm import BiLM, BiLMConfig, Vocab
 from .batching import Tokens, bucketed_batches, split_long
+from .checkpoint import (
+    Progress,
+    latest_checkpoint,
+    load_checkpoint,
+    save_bilm_atomic,
+    save_checkpoint,
+)
 from .config import PretrainConfig
 
 LOG_FILE = "pretrain_log.json"
+
+
+@dataclass
+class Corpus:
+    train: list[Tokens]
+    dev: list[Tokens]
+    dev_is_held_out: bool = True
 
 
 def pretrain(
@@ -24,105 +40,163 @@ def pretrain(
     config: PretrainConfig,
     output_dir: Path,
     progress: bool = True,
+    resume: bool = False,
 ) -> dict[str, Any]:
-    """Train a biLM on tokenised docs and write `model-best/`, `model-last/`
-    (biLM directories) and `pretrain_log.json` to `output_dir`.
+    """Train a biLM on tokenised docs. Writes to `output_dir`: `model-best/` and
+    `model-last/` (biLM directories), `checkpoint-<step>/` every
+    `checkpoint_every` steps and at each epoch's end, and `pretrain_log.json`.
 
     A seeded `dev_fraction` of the docs is held out for perplexity; with
     dev_fraction = 0 perplexity is measured on the training docs (held-in).
+    With `resume`, training goes on from the latest checkpoint in `output_dir`
+    (weights, Adam state, step, random states, position in the epoch) and ends
+    with the same weights as an uninterrupted run on the CPU.
     Returns the log: settings, per-epoch perplexities, tokens/s, wall time.
     """
     started = time.perf_counter()
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
-    train_docs, dev_docs = _split_dev(docs, config.dev_fraction, rng)
-    train_docs = split_long(train_docs, config.max_length)
-    dev_docs = split_long(dev_docs, config.max_length) if dev_docs else train_docs
-    if not train_docs:
-        raise ValueError("No tokens to pretrain on: the pretraining text is empty.")
-    vocab = Vocab.build(
-        train_docs, max_size=bilm_config.max_vocab_size, min_count=bilm_config.min_count
-    )
-    bilm = BiLM(bilm_config, vocab)
-    optimizer = torch.optim.Adam(bilm.parameters(), lr=config.learning_rate)
-    log: dict[str, Any] = {
+    corpus = _make_corpus(docs, config, rng)
+    checkpoint = latest_checkpoint(output_dir) if resume else None
+    if checkpoint is not None:
+        bilm, optimizer, state = load_checkpoint(checkpoint, bilm_config, config)
+        if progress:
+            tqdm.write(f"Resuming from {checkpoint} (step {state.step}, epoch {state.epoch})")
+    else:
+        torch.manual_seed(config.seed)
+        vocab = Vocab.build(
+            corpus.train, max_size=bilm_config.max_vocab_size, min_count=bilm_config.min_count
+        )
+        bilm = BiLM(bilm_config, vocab)
+        optimizer = torch.optim.Adam(bilm.parameters(), lr=config.learning_rate)
+        state = Progress(epoch_rng=rng.getstate())
+    while state.epoch <= config.max_epochs and not state.finished:
+        _train_epoch(bilm, optimizer, corpus, config, rng, state, output_dir, progress)
+        _end_epoch(bilm, optimizer, corpus, config, rng, state, output_dir, progress)
+    log = {
         "bilm": bilm_config.to_dict(),
         "training": config.to_dict(),
-        "vocab_size": len(vocab),
-        "train_docs": len(train_docs),
-        "train_tokens": sum(len(d) for d in train_docs),
-        "dev_docs": len(dev_docs),
-        "dev_is_held_out": config.dev_fraction > 0,
-        "epochs": [],
+        "vocab_size": len(bilm.vocab),
+        "train_docs": len(corpus.train),
+        "train_tokens": sum(len(d) for d in corpus.train),
+        "dev_docs": len(corpus.dev),
+        "dev_is_held_out": corpus.dev_is_held_out,
+        "epochs": state.epochs,
+        "best_dev_perplexity": state.best,
+        "steps": state.step,
+        "wall_seconds": time.perf_counter() - started,
+        "resumed_from": str(checkpoint) if checkpoint is not None else None,
     }
-    best, bad_epochs, step = math.inf, 0, 0
-    for epoch in range(1, config.max_epochs + 1):
-        stats = _train_epoch(bilm, optimizer, train_docs, config, rng, epoch, step, progress)
-        step = stats["step"]
-        perplexity = evaluate_perplexity(bilm, dev_docs, config.eval_batch_tokens)
-        log["epochs"].append({"epoch": epoch, **stats, "dev_perplexity": perplexity})
-        save_bilm(bilm, output_dir / "model-last")
-        if perplexity["mean"] < best:
-            best, bad_epochs = perplexity["mean"], 0
-            save_bilm(bilm, output_dir / "model-best")
-        else:
-            bad_epochs += 1
-        if progress:
-            tqdm.write(
-                f"epoch {epoch}: dev perplexity forward {perplexity['forward']:.1f}, "
-                f"backward {perplexity['backward']:.1f}, mean {perplexity['mean']:.1f}; "
-                f"{stats['tokens_per_second']:.0f} tokens/s"
-            )
-        if (config.patience and bad_epochs >= config.patience) or (
-            config.max_steps and step >= config.max_steps
-        ):
-            break
-    log["best_dev_perplexity"] = best
-    log["wall_seconds"] = time.perf_counter() - started
     (output_dir / LOG_FILE).write_text(json.dumps(log, indent=2) + "\n")
     return log
+
+
+def _make_corpus(docs: Sequence[Tokens], config: PretrainConfig, rng: random.Random) -> Corpus:
+    docs = [d for d in docs if len(d)]
+    if not docs:
+        raise ValueError("No tokens to pretrain on: the pretraining text is empty.")
+    if config.dev_fraction <= 0:
+        train = split_long(docs, config.max_length)
+        return Corpus(train, train, dev_is_held_out=False)
+    order = list(range(len(docs)))
+    rng.shuffle(order)
+    n_dev = max(1, int(round(len(docs) * config.dev_fraction)))
+    dev = set(order[:n_dev])
+    train = [d for i, d in enumerate(docs) if i not in dev]
+    dev_docs = [docs[i] for i in sorted(dev)]
+    return Corpus(split_long(train, config.max_length), split_long(dev_docs, config.max_length))
 
 
 def _train_epoch(
     bilm: BiLM,
     optimizer: torch.optim.Optimizer,
-    docs: Sequence[Tokens],
+    corpus: Corpus,
     config: PretrainConfig,
     rng: random.Random,
-    epoch: int,
-    step: int,
+    state: Progress,
+    output_dir: Path,
     progress: bool,
-) -> dict[str, Any]:
+) -> None:
+    """Train on the rest of the current epoch (from batch `state.batch`)."""
     bilm.train()
-    batches = list(bucketed_batches(docs, config.batch_tokens, rng))
-    n_tokens, nll, seconds = 0, 0.0, 0.0
-    bar = tqdm(batches, desc=f"epoch {epoch}", disable=not progress, unit="batch")
-    for batch in bar:
+    rng.setstate(state.epoch_rng)  # the epoch's batch order follows from it
+    batches = list(bucketed_batches(corpus.train, config.batch_tokens, rng))
+    bar = tqdm(
+        batches,
+        initial=state.batch,
+        desc=f"epoch {state.epoch}",
+        disable=not progress,
+        unit="batch",
+        mininterval=1.0,
+    )
+    for batch in batches[state.batch :]:
         started = time.perf_counter()
         loss = bilm.lm_loss(bilm.batch(batch))
         optimizer.zero_grad()
         loss.mean.backward()
         torch.nn.utils.clip_grad_norm_(bilm.parameters(), config.grad_clip)
         optimizer.step()
-        seconds += time.perf_counter() - started
-        step += 1
-        n_tokens += loss.n_tokens
-        nll += (loss.forward_nll + loss.backward_nll).item() / 2
+        state.epoch_seconds += time.perf_counter() - started
+        state.step += 1
+        state.batch += 1
+        state.epoch_tokens += loss.n_tokens
+        state.epoch_nll += (loss.forward_nll + loss.backward_nll).item() / 2
+        bar.update(1)
         bar.set_postfix(
-            loss=f"{nll / n_tokens:.3f}",
-            ppl=f"{math.exp(min(nll / n_tokens, 50)):.1f}",
-            tok_s=f"{n_tokens / seconds:.0f}",
+            loss=f"{state.epoch_nll / state.epoch_tokens:.3f}",
+            ppl=f"{math.exp(min(state.epoch_nll / state.epoch_tokens, 50)):.1f}",
+            tok_s=f"{state.epoch_tokens / state.epoch_seconds:.0f}",
+            refresh=False,
         )
-        if config.max_steps and step >= config.max_steps:
+        if config.max_steps and state.step >= config.max_steps:
             break
-    return {
-        "step": step,
-        "train_tokens": n_tokens,
-        "train_perplexity": math.exp(min(nll / max(n_tokens, 1), 50)),
-        "tokens_per_second": n_tokens / max(seconds, 1e-9),
-    }
+        if config.checkpoint_every and state.step % config.checkpoint_every == 0:
+            save_checkpoint(output_dir, bilm, optimizer, state)
+    bar.close()
+
+
+def _end_epoch(
+    bilm: BiLM,
+    optimizer: torch.optim.Optimizer,
+    corpus: Corpus,
+    config: PretrainConfig,
+    rng: random.Random,
+    state: Progress,
+    output_dir: Path,
+    progress: bool,
+) -> None:
+    """Measure dev perplexity, write model-last/model-best, decide whether to stop,
+    move on to the next epoch and checkpoint."""
+    perplexity = evaluate_perplexity(bilm, corpus.dev, config.eval_batch_tokens)
+    state.epochs.append(
+        {
+            "epoch": state.epoch,
+            "step": state.step,
+            "train_tokens": state.epoch_tokens,
+            "train_perplexity": math.exp(min(state.epoch_nll / max(state.epoch_tokens, 1), 50)),
+            "tokens_per_second": state.epoch_tokens / max(state.epoch_seconds, 1e-9),
+            "dev_perplexity": perplexity,
+        }
+    )
+    save_bilm_atomic(bilm, output_dir / "model-last")
+    if perplexity["mean"] < state.best:
+        state.best, state.bad_epochs = perplexity["mean"], 0
+        save_bilm_atomic(bilm, output_dir / "model-best")
+    else:
+        state.bad_epochs += 1
+    if progress:
+        tqdm.write(
+            f"epoch {state.epoch}: dev perplexity forward {perplexity['forward']:.1f}, "
+            f"backward {perplexity['backward']:.1f}, mean {perplexity['mean']:.1f}; "
+            f"{state.epochs[-1]['tokens_per_second']:.0f} tokens/s"
+        )
+    state.finished = bool(
+        (config.patience and state.bad_epochs >= config.patience)
+        or (config.max_steps and state.step >= config.max_steps)
+    )
+    state.next_epoch(rng.getstate())
+    save_checkpoint(output_dir, bilm, optimizer, state)
 
 
 @torch.inference_mode()
@@ -146,16 +220,3 @@ def evaluate_perplexity(
         "backward": math.exp(backward / n_tokens),
         "mean": math.exp((forward + backward) / (2 * n_tokens)),
     }
-
-
-def _split_dev(
-    docs: Sequence[Tokens], fraction: float, rng: random.Random
-) -> tuple[list[Tokens], list[Tokens]]:
-    docs = [d for d in docs if len(d)]
-    if fraction <= 0:
-        return docs, []
-    order = list(range(len(docs)))
-    rng.shuffle(order)
-    n_dev = max(1, int(round(len(docs) * fraction)))
-    dev = set(order[:n_dev])
-    return [d for i, d in enumerate(docs) if i not in dev], [docs[i] for i in sorted(dev)]

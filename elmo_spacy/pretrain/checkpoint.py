@@ -1,0 +1,152 @@
+"""Pretraining checkpoints: written atomically, read back exactly.
+
+A checkpoint is a directory `checkpoint-<step>/` with the biLM (the layout of
+`save_bilm`), `training_state.safetensors` (Adam's tensors and torch's random
+state) and `progress.json` (step, epoch, position in the epoch, Python's random
+state, the log so far). It is written under a temporary name and renamed into
+place, then `latest-checkpoint` (a one-line file, itself replaced atomically)
+is pointed at it; older checkpoints are removed after that. A run killed at
+any moment leaves the previous checkpoint intact and pointed to.
+"""
+
+import json
+import math
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..bilm import BiLM, BiLMConfig, load_bilm, save_bilm
+from .config import PretrainConfig
+
+LATEST = "latest-checkpoint"
+STATE_FILE = "training_state.safetensors"
+PROGRESS_FILE = "progress.json"
+
+
+@dataclass
+class Progress:
+    """Where a pretraining run is; saved in every checkpoint."""
+
+    step: int = 0
+    epoch: int = 1
+    batch: int = 0  # batches of `epoch` done
+    epoch_rng: Any = None  # Python's random state at the start of `epoch`
+    best: float = math.inf
+    bad_epochs: int = 0
+    finished: bool = False
+    epoch_tokens: int = 0
+    epoch_nll: float = 0.0
+    epoch_seconds: float = 0.0
+    epochs: list[dict[str, Any]] = field(default_factory=list)
+
+    def next_epoch(self, rng_state: Any) -> None:
+        self.epoch += 1
+        self.batch = 0
+        self.epoch_rng = rng_state
+        self.epoch_tokens, self.epoch_nll, self.epoch_seconds = 0, 0.0, 0.0
+
+
+def save_bilm_atomic(bilm: BiLM, path: Path) -> None:
+    """save_bilm into a temporary directory, then swap it in for `path`."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    shutil.rmtree(temporary, ignore_errors=True)
+    save_bilm(bilm, temporary)
+    _swap_in(temporary, path)
+
+
+def save_checkpoint(
+    output_dir: Path, bilm: BiLM, optimizer: torch.optim.Optimizer, state: Progress
+) -> Path:
+    final = output_dir / f"checkpoint-{state.step}"
+    temporary = output_dir / f".checkpoint-{state.step}.tmp"
+    shutil.rmtree(temporary, ignore_errors=True)
+    save_bilm(bilm, temporary)
+    tensors, groups = _optimizer_tensors(optimizer)
+    tensors["torch_rng_state"] = torch.get_rng_state()
+    save_file(tensors, str(temporary / STATE_FILE))
+    progress = asdict(state)
+    (temporary / PROGRESS_FILE).write_text(
+        json.dumps({"progress": progress, "param_groups": groups}) + "\n"
+    )
+    _swap_in(temporary, final)
+    _write_atomic(output_dir / LATEST, final.name + "\n")
+    for old in output_dir.glob("checkpoint-*"):
+        if old != final:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(output_dir: Path) -> Path | None:
+    pointer = output_dir / LATEST
+    if not pointer.is_file():
+        return None
+    path = output_dir / pointer.read_text().strip()
+    if not (path / PROGRESS_FILE).is_file():
+        raise ValueError(
+            f"{pointer} names {path.name}, which is missing or incomplete. Delete {pointer} "
+            "to start over."
+        )
+    return path
+
+
+def load_checkpoint(
+    path: Path, bilm_config: BiLMConfig, config: PretrainConfig
+) -> tuple[BiLM, torch.optim.Optimizer, Progress]:
+    bilm = load_bilm(path)
+    if bilm.config != bilm_config:
+        raise ValueError(
+            f"{path} was trained with another [bilm] config; resume with the same config "
+            "or start over in a new output directory."
+        )
+    bilm.train()
+    saved = json.loads((path / PROGRESS_FILE).read_text())
+    tensors = load_file(str(path / STATE_FILE))
+    optimizer = torch.optim.Adam(bilm.parameters(), lr=config.learning_rate)
+    optimizer.load_state_dict(_optimizer_state(tensors, saved["param_groups"]))
+    torch.set_rng_state(tensors["torch_rng_state"])
+    progress = saved["progress"]
+    version, internal, gauss = progress["epoch_rng"]
+    progress["epoch_rng"] = (version, tuple(internal), gauss)
+    return bilm, optimizer, Progress(**progress)
+
+
+def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], Any]:
+    state = optimizer.state_dict()
+    tensors = {
+        f"optimizer.{index}.{name}": value.contiguous()
+        for index, values in state["state"].items()
+        for name, value in values.items()
+    }
+    return tensors, state["param_groups"]
+
+
+def _optimizer_state(tensors: dict[str, torch.Tensor], groups: Any) -> dict[str, Any]:
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        if key.startswith("optimizer."):
+            _, index, name = key.split(".", 2)
+            state.setdefault(int(index), {})[name] = value
+    for group in groups:
+        group["betas"] = tuple(group["betas"])
+    return {"state": state, "param_groups": groups}
+
+
+def _swap_in(temporary: Path, path: Path) -> None:
+    """Rename `temporary` to `path`, replacing it (a directory) if it exists."""
+    old = path.with_name(f".{path.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if path.exists():
+        os.replace(path, old)
+    os.replace(temporary, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)

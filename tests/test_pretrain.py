@@ -1,0 +1,69 @@
+"""Pretraining: checkpoints, resume, the log."""
+
+import json
+
+import pytest
+import torch
+
+import elmo_spacy.pretrain.train as train_module
+from elmo_spacy.bilm import BiLMConfig, load_bilm
+from elmo_spacy.pretrain import PretrainConfig, pretrain
+from elmo_spacy.pretrain.checkpoint import LATEST
+
+from .conftest import DATA, TINY_BILM, tokenize
+
+DOCS = tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()[:40])
+BILM = BiLMConfig(**{**TINY_BILM.to_dict(), "dropout": 0.2})  # dropout draws random numbers
+SETTINGS = PretrainConfig(
+    max_epochs=3, batch_tokens=600, learning_rate=0.005, patience=0, checkpoint_every=2
+)
+
+
+class Crash(Exception):
+    pass
+
+
+def test_resume_after_a_crash_ends_with_the_uninterrupted_weights(tmp_path, monkeypatch):
+    uninterrupted = pretrain(DOCS, BILM, SETTINGS, tmp_path / "a", progress=False)
+    real_save = train_module.save_checkpoint
+
+    def save_then_crash(output_dir, bilm, optimizer, state):
+        path = real_save(output_dir, bilm, optimizer, state)
+        if state.step == 6:  # mid-epoch 2
+            raise Crash
+        return path
+
+    monkeypatch.setattr(train_module, "save_checkpoint", save_then_crash)
+    with pytest.raises(Crash):
+        pretrain(DOCS, BILM, SETTINGS, tmp_path / "b", progress=False)
+    assert (tmp_path / "b" / LATEST).read_text().strip() == "checkpoint-6"
+    monkeypatch.setattr(train_module, "save_checkpoint", real_save)
+    resumed = pretrain(DOCS, BILM, SETTINGS, tmp_path / "b", progress=False, resume=True)
+    assert resumed["resumed_from"].endswith("checkpoint-6")
+    assert resumed["steps"] == uninterrupted["steps"]
+    a = load_bilm(tmp_path / "a" / "model-last").state_dict()
+    b = load_bilm(tmp_path / "b" / "model-last").state_dict()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6, msg=key)
+    assert [e["dev_perplexity"]["mean"] for e in resumed["epochs"]] == pytest.approx(
+        [e["dev_perplexity"]["mean"] for e in uninterrupted["epochs"]], rel=1e-5
+    )
+
+
+def test_only_the_latest_checkpoint_is_kept_and_the_log_is_written(tmp_path):
+    log = pretrain(DOCS, BILM, SETTINGS, tmp_path, progress=False)
+    checkpoints = sorted(p.name for p in tmp_path.glob("checkpoint-*"))
+    assert checkpoints == [f"checkpoint-{log['steps']}"]
+    assert not list(tmp_path.glob(".*"))  # no temporary directories left
+    saved = json.loads((tmp_path / "pretrain_log.json").read_text())
+    assert [e["epoch"] for e in saved["epochs"]] == [1, 2, 3]
+    assert all(
+        e["dev_perplexity"]["mean"] > 1 and e["tokens_per_second"] > 0 for e in saved["epochs"]
+    )
+
+
+def test_resume_refuses_another_bilm_config(tmp_path):
+    pretrain(DOCS, BILM, PretrainConfig(max_epochs=1, batch_tokens=600), tmp_path, progress=False)
+    other = BiLMConfig(**{**BILM.to_dict(), "lstm_dim": 48})
+    with pytest.raises(ValueError, match="another \\[bilm\\] config"):
+        pretrain(DOCS, other, PretrainConfig(max_epochs=2), tmp_path, progress=False, resume=True)
