@@ -67,3 +67,49 @@ def test_resume_refuses_another_bilm_config(tmp_path):
     other = BiLMConfig(**{**BILM.to_dict(), "lstm_dim": 48})
     with pytest.raises(ValueError, match="another \\[bilm\\] config"):
         pretrain(DOCS, other, PretrainConfig(max_epochs=2), tmp_path, progress=False, resume=True)
+
+
+def test_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(tmp_path, corpus_dir):
+    """`elmo-spacy pretrain` killed with SIGKILL after its first checkpoint, then
+    `--resume`d, ends with the weights of a run that was never interrupted."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    program = [
+        str(Path(sys.executable).parent / "elmo-spacy"), "pretrain",
+        str(DATA.parent.parent / "configs" / "bilm_tiny.cfg"), str(corpus_dir / "pretrain.txt"),
+    ]  # fmt: skip
+    options = [
+        "--training.max_epochs", "4", "--training.checkpoint_every", "3",
+        "--training.batch_tokens", "500", "--bilm.dropout", "0.2",
+    ]  # fmt: skip
+
+    def command(output, *extra):
+        return [*program, str(tmp_path / output), *options, *extra]
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.run(command("a"), capture_output=True, text=True, env=env)
+    assert first.returncode == 0, first.stderr[-2000:]
+    process = subprocess.Popen(
+        command("b"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
+    pointer = tmp_path / "b" / LATEST
+    deadline = time.monotonic() + 120
+    while not pointer.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    assert not (tmp_path / "b" / "pretrain_log.json").exists()
+    resumed = subprocess.run(command("b", "--resume"), capture_output=True, text=True, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    log = json.loads((tmp_path / "b" / "pretrain_log.json").read_text())
+    assert log["resumed_from"] is not None
+    a = load_bilm(tmp_path / "a" / "model-last").state_dict()
+    b = load_bilm(tmp_path / "b" / "model-last").state_dict()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6, msg=key)
