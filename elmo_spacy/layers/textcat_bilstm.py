@@ -3,7 +3,7 @@
 from collections.abc import Callable
 
 from spacy.tokens import Doc
-from thinc.api import Dropout, Model, Relu, Softmax, chain
+from thinc.api import Model, Relu, Softmax, chain
 from thinc.types import Floats2d
 
 from .torch_bilstm import TorchBiLSTM
@@ -22,7 +22,7 @@ def build_textcat_bilstm(
     tok2vec: one (n, width) array per doc, e.g. an `elmo_spacy.ElmoListener.v1`.
     hidden_width: LSTM units per direction; `depth` stacked bidirectional layers.
     Each doc is pooled to [mean; max] of the BiLSTM outputs (zeros for an
-    empty doc), then a ReLU layer of `mlp_width`, dropout and a softmax.
+    empty doc), then a ReLU layer of `mlp_width` with dropout, and a softmax.
     Output: (n_docs, nO) class probabilities.
     """
     output_layer = Softmax(nO=nO)
@@ -31,7 +31,6 @@ def build_textcat_bilstm(
         TorchBiLSTM(nO=2 * hidden_width, depth=depth, dropout=dropout),
         mean_max_pool(),
         Relu(nO=mlp_width, dropout=dropout),
-        Dropout(dropout),
         output_layer,
     )
     model.set_ref("tok2vec", tok2vec)
