@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from ..bilm import BiLM, BiLMConfig, load_bilm, save_bilm
+from ..bilm.io import BiLMLoadError
 from .config import PretrainConfig
 
 LATEST = "latest-checkpoint"
@@ -105,7 +107,13 @@ def load_checkpoint(
         )
     bilm.train()
     saved = json.loads((path / PROGRESS_FILE).read_text())
-    tensors = load_file(str(path / STATE_FILE))
+    try:
+        tensors = load_file(str(path / STATE_FILE))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise BiLMLoadError(
+            f"{path / STATE_FILE} is not a readable safetensors file ({err}). The checkpoint "
+            f"is corrupt: delete {path.parent / LATEST} to start over."
+        ) from err
     optimizer = torch.optim.Adam(bilm.parameters(), lr=config.learning_rate)
     optimizer.load_state_dict(_optimizer_state(tensors, saved["param_groups"]))
     torch.set_rng_state(tensors["torch_rng_state"])
