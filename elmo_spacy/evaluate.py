@@ -9,6 +9,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from .layers import layer_weights
+from .layers.scalar_mix import scalar_mix_node
 
 
 def classification_metrics(
@@ -94,15 +95,16 @@ def mix_weights(nlp: Language, component: str = "textcat") -> dict[str, Any] | N
     """The scalar mix of a listening pipe: normalised λ per layer, γ, and
     whether they were trained. None if the pipe uses another mix."""
     model = nlp.get_pipe(component).model
-    for node in model.walk():
-        if node.name == "scalar_mix":
-            return {
-                "layer_weights": [float(w) for w in layer_weights(node)],
-                "gamma": float(node.get_param("gamma")[0]),
-                "trainable": bool(node.attrs["trainable"]),
-                "layer_norm": any(n.name == "normalize_layers" for n in model.walk()),
-            }
-    return None
+    try:
+        node = scalar_mix_node(model)
+    except ValueError:
+        return None
+    return {
+        "layer_weights": [float(w) for w in layer_weights(node)],
+        "gamma": float(node.get_param("gamma")[0]),
+        "trainable": bool(node.attrs["trainable"]),
+        "layer_norm": any(n.name == "normalize_layers" for n in model.walk()),
+    }
 
 
 def _ratio(numerator: numpy.ndarray, denominator: numpy.ndarray) -> numpy.ndarray:

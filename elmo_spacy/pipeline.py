@@ -17,7 +17,7 @@ from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from .bilm.io import bilm_from_bytes, bilm_to_bytes, load_bilm, save_bilm
 from .cache import FrozenOutputCache
 from .layers import ElmoListener, get_bilm, set_bilm
-from .layers.bilm_model import ElmoOutput
+from .layers.bilm_model import ElmoOutput, no_backprop
 
 DEFAULT_ELMO_MODEL = """
 [model]
@@ -147,7 +147,7 @@ class Elmo(TrainablePipe):
         if not learners:
             outputs = self.frozen_cache.get_or_compute(docs, self.predict)
             for listener in self.listeners:
-                listener.receive(batch_id, outputs, _ignore_gradient)
+                listener.receive(batch_id, outputs, no_backprop)
             return losses
         self.frozen_cache.clear()  # the biLM is about to change
         set_dropout_rate(self.model, drop)
@@ -172,9 +172,6 @@ class Elmo(TrainablePipe):
             listener.receive(batch_id, outputs, callback)
         return losses
 
-    def get_loss(self, examples, scores) -> None:
-        pass
-
     def initialize(
         self,
         get_examples: Callable[[], Iterable[Example]],
@@ -191,9 +188,6 @@ class Elmo(TrainablePipe):
             docs = [eg.reference for eg in islice(get_examples(), 1000)]
             self.model.initialize(X=docs)
         self._bilm_changed()
-
-    def add_label(self, label: str) -> int:
-        raise NotImplementedError
 
     # -- serialisation: the biLM directory format, never pickle ----------------
 
@@ -284,7 +278,3 @@ def _cosine_similarity(obj, other) -> float:
     a, b = obj.vector, other.vector
     norms = float(numpy.linalg.norm(a) * numpy.linalg.norm(b))
     return float(numpy.dot(a, b) / norms) if norms else 0.0
-
-
-def _ignore_gradient(d_outputs: ElmoOutput) -> list[Doc]:
-    return []

@@ -82,8 +82,13 @@ class BiLMConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "BiLMConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"Unknown biLM config keys {unknown}; known keys are {sorted(known)}")
-        return cls(**values)
+        return from_known_fields(cls, values, "biLM config")
+
+
+def from_known_fields(cls, values: dict[str, Any], what: str):
+    """`cls(**values)` for a dataclass, refusing keys that are not its fields."""
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"Unknown {what} keys {unknown}; known keys are {sorted(known)}")
+    return cls(**values)

@@ -44,7 +44,11 @@ def corpus_command(
         test_csv = None
     classes_txt = source_dir / "classes.txt"
     class_names = (
-        tuple(classes_txt.read_text(encoding="utf-8").split("\n")[:4])
+        tuple(
+            line.strip()
+            for line in classes_txt.read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        )
         if classes_txt.is_file()
         else CLASS_NAMES
     )

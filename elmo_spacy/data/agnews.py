@@ -29,7 +29,6 @@ class Row:
 
 @dataclass
 class ReadReport:
-    rows: int = 0
     skipped: list[str] = field(default_factory=list)
 
 
@@ -79,7 +78,6 @@ def read_agnews_csv(
                 raise
             report.skipped.append(str(err))
             continue
-        report.rows += 1
         yield row
 
 

@@ -77,10 +77,10 @@ def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[ElmoOutput, 
         )
     width, n_layers = model.get_dim("nO"), model.get_dim("n_layers")
     if not is_train:
-        return _predict(model, bilm, docs, n_layers, width), _no_backprop
+        return _predict(model, bilm, docs, n_layers, width), no_backprop
     tokens = [[t.text for t in doc] for doc in docs]
     if not any(tokens):
-        return _empty_outputs(model, docs, n_layers, width), _no_backprop
+        return _empty_outputs(model, docs, n_layers, width), no_backprop
     shim = model.shims[0]
     layers, torch_backprop = shim(ArgsKwargs(args=(bilm.batch(tokens),), kwargs={}), is_train)
     outputs = _split(layers, tokens)
@@ -129,5 +129,6 @@ def _empty_outputs(model: Model, docs: Sequence[Doc], n_layers: int, width: int)
     return [model.ops.alloc3f(n_layers, len(doc), width) for doc in docs]
 
 
-def _no_backprop(d_outputs: ElmoOutput) -> list[Doc]:
+def no_backprop(d_outputs: ElmoOutput) -> list[Doc]:
+    """The backprop callback of outputs that pass no gradient on."""
     return []

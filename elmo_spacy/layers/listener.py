@@ -5,7 +5,7 @@ from collections.abc import Callable
 from spacy.tokens import Doc
 from thinc.api import Model
 
-from .bilm_model import ElmoOutput
+from .bilm_model import ElmoOutput, no_backprop
 
 
 class ElmoListener(Model):
@@ -72,7 +72,7 @@ def forward(model: ElmoListener, docs: list[Doc], is_train: bool) -> tuple[ElmoO
             return []
 
         return model._outputs, backprop
-    return _read_annotations(model, docs), _no_backprop
+    return _read_annotations(model, docs), no_backprop
 
 
 def _read_annotations(model: ElmoListener, docs: list[Doc]) -> ElmoOutput:
@@ -88,7 +88,3 @@ def _read_annotations(model: ElmoListener, docs: list[Doc]) -> ElmoOutput:
         for i, output in zip(missing, computed):
             outputs[i] = output
     return outputs
-
-
-def _no_backprop(d_outputs: ElmoOutput) -> list[Doc]:
-    return []

@@ -1,12 +1,13 @@
 """The pretraining config file: [bilm] sizes and [training] settings."""
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from confection import Config
 
 from ..bilm import BiLMConfig
+from ..bilm.config import from_known_fields
 
 
 @dataclass
@@ -50,13 +51,12 @@ def load_pretrain_config(
     unknown = sorted(set(config) - {"bilm", "training"})
     if unknown:
         raise ValueError(f"{path}: unknown sections {unknown}; expected [bilm] and [training]")
-    training = dict(config.get("training", {}))
-    known = {f.name for f in fields(PretrainConfig)}
-    bad = sorted(set(training) - known)
-    if bad:
-        raise ValueError(f"{path}: unknown [training] keys {bad}; known keys are {sorted(known)}")
+    try:
+        training = from_known_fields(PretrainConfig, dict(config.get("training", {})), "[training]")
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from err
     try:
         bilm = BiLMConfig.from_dict(dict(config.get("bilm", {})))
     except ValueError as err:
         raise ValueError(f"{path}: [bilm]: {err}") from err
-    return bilm, PretrainConfig(**training)
+    return bilm, training

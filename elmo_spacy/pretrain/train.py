@@ -34,6 +34,19 @@ class Corpus:
     dev_is_held_out: bool = True
 
 
+@dataclass
+class Run:
+    """What stays fixed while one pretraining process runs."""
+
+    bilm: BiLM
+    optimizer: torch.optim.Optimizer
+    corpus: Corpus
+    config: PretrainConfig
+    rng: random.Random
+    output_dir: Path
+    progress: bool
+
+
 def pretrain(
     docs: Sequence[Tokens],
     bilm_config: BiLMConfig,
@@ -71,9 +84,10 @@ def pretrain(
         bilm = BiLM(bilm_config, vocab)
         optimizer = torch.optim.Adam(bilm.parameters(), lr=config.learning_rate)
         state = Progress(epoch_rng=rng.getstate())
+    run = Run(bilm, optimizer, corpus, config, rng, output_dir, progress)
     while state.epoch <= config.max_epochs and not state.finished:
-        _train_epoch(bilm, optimizer, corpus, config, rng, state, output_dir, progress)
-        _end_epoch(bilm, optimizer, corpus, config, rng, state, output_dir, progress)
+        _train_epoch(run, state)
+        _end_epoch(run, state)
     log = {
         "bilm": bilm_config.to_dict(),
         "training": config.to_dict(),
@@ -108,35 +122,32 @@ def _make_corpus(docs: Sequence[Tokens], config: PretrainConfig, rng: random.Ran
     return Corpus(split_long(train, config.max_length), split_long(dev_docs, config.max_length))
 
 
-def _train_epoch(
-    bilm: BiLM,
-    optimizer: torch.optim.Optimizer,
-    corpus: Corpus,
-    config: PretrainConfig,
-    rng: random.Random,
-    state: Progress,
-    output_dir: Path,
-    progress: bool,
-) -> None:
+def _perplexity(nll: float, n_tokens: int) -> float:
+    """exp(mean NLL), capped so that an early, huge loss does not overflow."""
+    return math.exp(min(nll / max(n_tokens, 1), 50))
+
+
+def _train_epoch(run: Run, state: Progress) -> None:
     """Train on the rest of the current epoch (from batch `state.batch`)."""
+    bilm, config = run.bilm, run.config
     bilm.train()
-    rng.setstate(state.epoch_rng)  # the epoch's batch order follows from it
-    batches = list(bucketed_batches(corpus.train, config.batch_tokens, rng))
+    run.rng.setstate(state.epoch_rng)  # the epoch's batch order follows from it
+    batches = list(bucketed_batches(run.corpus.train, config.batch_tokens, run.rng))
     bar = tqdm(
-        batches,
+        total=len(batches),
         initial=state.batch,
         desc=f"epoch {state.epoch}",
-        disable=not progress,
+        disable=not run.progress,
         unit="batch",
         mininterval=1.0,
     )
     for batch in batches[state.batch :]:
         started = time.perf_counter()
         loss = bilm.lm_loss(bilm.batch(batch))
-        optimizer.zero_grad()
+        run.optimizer.zero_grad()
         loss.mean.backward()
         torch.nn.utils.clip_grad_norm_(bilm.parameters(), config.grad_clip)
-        optimizer.step()
+        run.optimizer.step()
         state.epoch_seconds += time.perf_counter() - started
         state.step += 1
         state.batch += 1
@@ -145,36 +156,28 @@ def _train_epoch(
         bar.update(1)
         bar.set_postfix(
             loss=f"{state.epoch_nll / state.epoch_tokens:.3f}",
-            ppl=f"{math.exp(min(state.epoch_nll / state.epoch_tokens, 50)):.1f}",
+            ppl=f"{_perplexity(state.epoch_nll, state.epoch_tokens):.1f}",
             tok_s=f"{state.epoch_tokens / state.epoch_seconds:.0f}",
             refresh=False,
         )
         if config.max_steps and state.step >= config.max_steps:
             break
         if config.checkpoint_every and state.step % config.checkpoint_every == 0:
-            save_checkpoint(output_dir, bilm, optimizer, state)
+            save_checkpoint(run.output_dir, bilm, run.optimizer, state)
     bar.close()
 
 
-def _end_epoch(
-    bilm: BiLM,
-    optimizer: torch.optim.Optimizer,
-    corpus: Corpus,
-    config: PretrainConfig,
-    rng: random.Random,
-    state: Progress,
-    output_dir: Path,
-    progress: bool,
-) -> None:
+def _end_epoch(run: Run, state: Progress) -> None:
     """Measure dev perplexity, write model-last/model-best, decide whether to stop,
     move on to the next epoch and checkpoint."""
-    perplexity = evaluate_perplexity(bilm, corpus.dev, config.eval_batch_tokens)
+    bilm, config, output_dir = run.bilm, run.config, run.output_dir
+    perplexity = evaluate_perplexity(bilm, run.corpus.dev, config.eval_batch_tokens)
     state.epochs.append(
         {
             "epoch": state.epoch,
             "step": state.step,
             "train_tokens": state.epoch_tokens,
-            "train_perplexity": math.exp(min(state.epoch_nll / max(state.epoch_tokens, 1), 50)),
+            "train_perplexity": _perplexity(state.epoch_nll, state.epoch_tokens),
             "tokens_per_second": state.epoch_tokens / max(state.epoch_seconds, 1e-9),
             "dev_perplexity": perplexity,
         }
@@ -185,7 +188,7 @@ def _end_epoch(
         save_bilm_atomic(bilm, output_dir / "model-best")
     else:
         state.bad_epochs += 1
-    if progress:
+    if run.progress:
         tqdm.write(
             f"epoch {state.epoch}: dev perplexity forward {perplexity['forward']:.1f}, "
             f"backward {perplexity['backward']:.1f}, mean {perplexity['mean']:.1f}; "
@@ -195,8 +198,8 @@ def _end_epoch(
         (config.patience and state.bad_epochs >= config.patience)
         or (config.max_steps and state.step >= config.max_steps)
     )
-    state.next_epoch(rng.getstate())
-    save_checkpoint(output_dir, bilm, optimizer, state)
+    state.next_epoch(run.rng.getstate())
+    save_checkpoint(output_dir, bilm, run.optimizer, state)
 
 
 @torch.inference_mode()
