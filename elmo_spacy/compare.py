@@ -40,7 +40,9 @@ def data_statement(runs: list[dict[str, Any]]) -> str:
 def comparison_table(runs: list[dict[str, Any]]) -> str:
     labels = runs[0]["splits"]["dev"]["labels"]
     has_test = any("test" in r["splits"] for r in runs)
+    has_branches = any("branch_accuracy" in r["splits"]["dev"] for r in runs)
     header = ["run", "dev acc", "dev macro-F1"] + [f"F1 {x}" for x in labels]
+    header += ["dev acc, n-grams part alone", "dev acc, ELMo part alone"] if has_branches else []
     header += ["test acc"] if has_test else []
     header += ["train time", "words/s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -48,6 +50,11 @@ def comparison_table(runs: list[dict[str, Any]]) -> str:
         dev = run["splits"]["dev"]
         cells = [run["name"], f"{dev['accuracy']:.2%}", f"{dev['macro_f1']:.2%}"]
         cells += [f"{dev['per_class'][x]['f1']:.2%}" for x in labels]
+        if has_branches:
+            parts = dev.get("branch_accuracy", {})
+            cells += [
+                f"{parts[k]:.2%}" if k in parts else "n/a" for k in ("linear_model", "elmo_bilstm")
+            ]
         if has_test:
             test = run["splits"].get("test")
             cells.append(f"{test['accuracy']:.2%}" if test else "n/a")

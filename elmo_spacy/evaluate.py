@@ -7,6 +7,8 @@ from typing import Any
 import numpy
 from spacy.language import Language
 from spacy.tokens import Doc
+from spacy.util import minibatch
+from thinc.api import Model
 
 from .layers import layer_weights
 from .layers.scalar_mix import scalar_mix_node
@@ -82,6 +84,9 @@ def evaluate_textcat(nlp: Language, docs: Sequence[Doc], batch_size: int = 128) 
     gold = [max(doc.cats, key=doc.cats.get) for doc in docs]
     predicted = [max(doc.cats, key=doc.cats.get) for doc in predicted_docs]
     metrics = classification_metrics(gold, predicted, labels)
+    branches = branch_accuracy(nlp.get_pipe("textcat").model, predicted_docs, gold, labels)
+    if branches is not None:
+        metrics["branch_accuracy"] = branches
     metrics["inference"] = {
         "words": n_words,
         "seconds": seconds,
@@ -89,6 +94,23 @@ def evaluate_textcat(nlp: Language, docs: Sequence[Doc], batch_size: int = 128) 
         "batch_size": batch_size,
     }
     return metrics
+
+
+def branch_accuracy(
+    model: Model, docs: Sequence[Doc], gold: Sequence[str], labels: Sequence[str]
+) -> dict[str, float] | None:
+    """For a textcat whose class scores are a sum (`TextCatBiLSTM.v1` with a
+    `linear_model`): the accuracy of each part alone, from its own scores. `docs`
+    must be annotated by the pipeline already. None for other models."""
+    node = next((n for n in model.walk() if n.name == "sum_scores"), None)
+    if node is None:
+        return None
+    gold_index = numpy.array([labels.index(g) for g in gold])
+    accuracy = {}
+    for name, part in zip(("linear_model", "elmo_bilstm"), node.layers):
+        scores = [part.predict(list(batch)) for batch in minibatch(docs, 128)]
+        accuracy[name] = float((numpy.concatenate(scores).argmax(axis=1) == gold_index).mean())
+    return accuracy
 
 
 def mix_weights(nlp: Language, component: str = "textcat") -> dict[str, Any] | None:

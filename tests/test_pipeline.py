@@ -7,6 +7,7 @@ import pytest
 import spacy
 import torch
 
+from elmo_spacy.evaluate import branch_accuracy
 from elmo_spacy.layers import get_bilm, layer_weights
 
 from .conftest import TINY_BILM, examples, make_nlp
@@ -165,6 +166,56 @@ def test_listener_works_under_spacy_textcat_models(bilm_dir, corpus_dir, archite
     assert any(not torch.equal(bilm0[k], bilm1[k]) for k in bilm0)
     cats = nlp("Shares of Google rose.").cats
     assert sum(cats.values()) == pytest.approx(1.0, abs=1e-5)
+
+
+def _with_bag_of_words(linear_model_dropout):
+    return {
+        "@architectures": "elmo_spacy.TextCatBiLSTM.v1",
+        "hidden_width": 8,
+        "mlp_width": 8,
+        "linear_model_dropout": linear_model_dropout,
+        "linear_model": {
+            "@architectures": "spacy.TextCatBOW.v3",
+            "exclusive_classes": True,
+            "ngram_size": 2,
+            "no_output_layer": True,
+            "length": 1024,
+        },
+    }
+
+
+def _params(model):
+    return {(n.id, p): n.get_param(p).copy() for n in model.walk() for p in n.param_names}
+
+
+@pytest.mark.parametrize("linear_model_dropout", [0.0, 1.0])
+def test_bag_of_words_scores_are_added_and_can_be_left_out(
+    bilm_dir, corpus_dir, linear_model_dropout
+):
+    nlp = make_nlp(bilm_dir, SCALAR, 0.0, textcat_model=_with_bag_of_words(linear_model_dropout))
+    train = examples(nlp, corpus_dir / "train.spacy")
+    optimizer = nlp.initialize(lambda: train)
+    linear, deep = nlp.get_pipe("textcat").model.layers[0].layers
+    linear0, deep0 = _params(linear), _params(deep)
+    for start in range(0, 48, 16):
+        nlp.update(train[start : start + 16], sgd=optimizer)
+    linear_changed = [not numpy.array_equal(v, _params(linear)[k]) for k, v in linear0.items()]
+    assert any(linear_changed) == (linear_model_dropout == 0.0)
+    assert any(not numpy.array_equal(v, _params(deep)[k]) for k, v in deep0.items())
+    # At prediction time both models' scores count, whatever the dropout.
+    docs = [nlp.make_doc("Shares of Google rose."), nlp.make_doc("")]
+    docs = [nlp.get_pipe("elmo")(doc) for doc in docs]
+    scores = linear.predict(docs) + deep.predict(docs)
+    expected = numpy.exp(scores) / numpy.exp(scores).sum(axis=1, keepdims=True)
+    numpy.testing.assert_allclose(nlp.get_pipe("textcat").model.predict(docs), expected, rtol=1e-5)
+    # Each part's accuracy alone, here against the labels the linear part picks.
+    labels = list(nlp.get_pipe("textcat").labels)
+    gold = [labels[i] for i in linear.predict(docs).argmax(axis=1)]
+    parts = branch_accuracy(nlp.get_pipe("textcat").model, docs, gold, labels)
+    assert parts["linear_model"] == 1.0
+    assert parts["elmo_bilstm"] == numpy.mean(
+        deep.predict(docs).argmax(axis=1) == [labels.index(g) for g in gold]
+    )
 
 
 def test_round_trip_is_bit_identical(trained, tmp_path):

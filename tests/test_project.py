@@ -49,3 +49,18 @@ def test_smoke_workflow_produces_every_output(tmp_path):
     assert dev["inference"]["words_per_second"] > 0
     table = (tmp_path / "metrics/smoke/comparison.md").read_text()
     assert "120-row subset" in table and "| smoke |" in table
+
+
+def test_shipped_textcat_configs_build_and_differ_only_in_the_mix():
+    import spacy
+
+    configs = {}
+    for path in sorted((ROOT / "configs").glob("textcat_*.cfg")):
+        config = spacy.util.load_config(path)
+        nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+        assert nlp.pipe_names[-1] == "textcat", path
+        configs[path.stem] = config
+    strategies = [configs[f"textcat_{x}"] for x in ("scalar", "frozen", "function")]
+    for config in strategies:
+        config["components"]["textcat"]["model"]["tok2vec"].pop("mix")
+    assert strategies[0] == strategies[1] == strategies[2]
