@@ -1,6 +1,8 @@
 """Command lines as a user runs them: `elmo-spacy`, `spacy train`, entry points."""
 
+import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import warnings
@@ -159,7 +161,13 @@ def test_corpus_command_stops_at_a_bad_row_and_can_skip_it(tmp_path):
     bad = good[:3] + ['"9","Unknown class","text"'] + good[3:]
     (source / "train.csv").write_text("\n".join(bad) + "\n", encoding="utf-8")
     result = run(
-        "elmo-spacy", "corpus", str(source), str(tmp_path / "out"), "--dev-fraction", "0.25"
+        "elmo-spacy",
+        "corpus",
+        str(source),
+        str(tmp_path / "out"),
+        "--dev-fraction",
+        "0.25",
+        "--no-verify",
     )
     assert result.returncode == 1
     assert "train.csv:4: unknown class '9'" in result.stderr
@@ -171,9 +179,27 @@ def test_corpus_command_stops_at_a_bad_row_and_can_skip_it(tmp_path):
         "--dev-fraction",
         "0.25",
         "--skip-bad-rows",
+        "--no-verify",
     )
     assert result.returncode == 0, result.stderr
     assert "Skipped 1 bad row(s)" in result.stdout
     assert "No test split" in result.stdout
     stats = json.loads((tmp_path / "out" / "stats.json").read_text())
     assert stats["docs"]["train"] + stats["docs"]["dev"] == 8
+
+
+def test_corpus_command_names_a_missing_or_altered_file(tmp_path):
+    source = tmp_path / "ag_news"
+    source.mkdir()
+    result = run("elmo-spacy", "corpus", str(source), str(tmp_path / "out"))
+    assert result.returncode == 1
+    assert f"{source / 'train.csv'} is missing" in result.stderr
+    assert "spacy project assets" in result.stderr
+    shutil.copy(DATA / "train.csv", source / "train.csv")
+    result = run("elmo-spacy", "corpus", str(source), str(tmp_path / "out"))
+    assert result.returncode == 1
+    actual = hashlib.md5((DATA / "train.csv").read_bytes()).hexdigest()
+    message = " ".join(result.stderr.split())
+    assert f"train.csv: md5 is {actual}, expected b1a00f826fdfbd249f79597b59e1dc12" in message
+    assert "--no-verify" in message
+    assert not (tmp_path / "out").exists()

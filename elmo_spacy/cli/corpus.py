@@ -24,16 +24,26 @@ def corpus_command(
         False, help="Skip bad rows (and count them) instead of stopping"
     ),
     limit: int = typer.Option(0, help="Keep only the first N train rows (0 = all)"),
+    verify: bool = typer.Option(
+        True, help="Check train.csv and test.csv against the known AG News checksums"
+    ),
     lang: str = typer.Option("en", help="Language of the spaCy tokenizer"),
 ) -> None:
     """Convert AG News CSV files into the project's corpus."""
     import spacy
 
-    from ..data import CLASS_NAMES, BadRowError, build_corpus
+    from ..data import CLASS_NAMES, BadRowError, ChecksumError, build_corpus, check_known_file
 
     train_csv = source_dir / "train.csv"
     if not train_csv.is_file():
-        raise typer.BadParameter(f"{train_csv} is missing: run `spacy project assets` first")
+        typer.secho(
+            f"{train_csv} is missing. Download AG News with `spacy project assets`, "
+            "or point to a folder that holds train.csv (--vars.data_dir in the project, "
+            "$AG_NEWS_DIR for `make all`).",
+            fg="red",
+            err=True,
+        )
+        raise typer.Exit(1)
     test_csv = source_dir / "test.csv"
     if not test_csv.is_file():
         typer.secho(
@@ -42,6 +52,13 @@ def corpus_command(
             fg="yellow",
         )
         test_csv = None
+    if verify:
+        try:
+            for path in filter(None, (train_csv, test_csv)):
+                typer.echo(f"{path.name}: {check_known_file(path)}")
+        except ChecksumError as err:
+            typer.secho(str(err), fg="red", err=True)
+            raise typer.Exit(1) from err
     classes_txt = source_dir / "classes.txt"
     class_names = (
         tuple(

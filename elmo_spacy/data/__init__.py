@@ -1,12 +1,22 @@
 """Corpus readers and converters."""
 
-from .agnews import CLASS_NAMES, BadRowError, clean_text, read_agnews_csv, stratified_split
+from .agnews import (
+    CLASS_NAMES,
+    BadRowError,
+    ChecksumError,
+    check_known_file,
+    clean_text,
+    read_agnews_csv,
+    stratified_split,
+)
 from .corpus import build_corpus
 from .texts import read_texts
 
 __all__ = [
     "CLASS_NAMES",
     "BadRowError",
+    "ChecksumError",
+    "check_known_file",
     "build_corpus",
     "clean_text",
     "read_agnews_csv",

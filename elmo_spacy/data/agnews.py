@@ -1,6 +1,7 @@
 """AG News CSV -> cleaned texts with labels, and the corpus files the project trains on."""
 
 import csv
+import hashlib
 import html
 import random
 import re
@@ -16,8 +17,45 @@ _TAG = re.compile(r"</?[A-Za-z][^<>]{0,200}>")
 _SPACES = re.compile(r"\s+")
 
 
+# md5 of the AG News files this project knows, and what each one is.
+KNOWN_MD5 = {
+    "train.csv": {
+        "b1a00f826fdfbd249f79597b59e1dc12": "the official train split (120,000 rows)",
+        "575693ea27caba092b22cb99b121daeb": "the 18,192-row subset of the local mirror",
+    },
+    "test.csv": {"d52ea96a97a2d943681189a97654912d": "the official test split (7,600 rows)"},
+}
+
+
 class BadRowError(ValueError):
     """A CSV row that cannot be used; the message names file, line and reason."""
+
+
+class ChecksumError(ValueError):
+    """A data file whose md5 is not one of the known ones."""
+
+
+def md5sum(path: Path) -> str:
+    digest = hashlib.md5()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_known_file(path: Path) -> str:
+    """What the AG News file `path` is, by its md5 (see KNOWN_MD5). Raises
+    ChecksumError, naming the file and both checksums, for any other content."""
+    known = KNOWN_MD5[path.name]
+    actual = md5sum(path)
+    if actual not in known:
+        expected = " or ".join(f"{md5} ({what})" for md5, what in known.items())
+        raise ChecksumError(
+            f"{path}: md5 is {actual}, expected {expected}. The file may be truncated "
+            "or altered: delete it and run `spacy project assets` again, or pass "
+            "--no-verify to use it as it is."
+        )
+    return known[actual]
 
 
 @dataclass
