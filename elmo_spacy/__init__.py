@@ -2,6 +2,15 @@
 
 from . import architectures  # noqa: F401  (registers elmo_spacy.*.v1)
 from .pipeline import Elmo, make_elmo
+from .textcat import ElmoTextCategorizer, make_elmo_textcat
+from .tokenizer import SurrogateSafeTokenizer
 
 __version__ = "0.1.0"
-__all__ = ["Elmo", "make_elmo", "__version__"]
+__all__ = [
+    "Elmo",
+    "ElmoTextCategorizer",
+    "SurrogateSafeTokenizer",
+    "make_elmo",
+    "make_elmo_textcat",
+    "__version__",
+]

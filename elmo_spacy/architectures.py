@@ -18,11 +18,15 @@ from .layers import (
 
 @registry.architectures("elmo_spacy.ElmoBiLM.v1")
 def ElmoBiLM_v1(
-    bilm: dict[str, Any] | None = None, max_batch_tokens: int = 4096
+    bilm: dict[str, Any] | None = None,
+    max_batch_tokens: int = 4096,
+    window: int = 1024,
+    window_overlap: int = 64,
 ) -> Model[list[Doc], list[Floats3d]]:
     """The `elmo` pipe's model. `bilm` holds `BiLMConfig` fields, used only when
-    the pipe is initialised without a pretrained biLM directory."""
-    return build_bilm_model(bilm or {}, max_batch_tokens)
+    the pipe is initialised without a pretrained biLM directory. Docs longer
+    than `window` tokens run in overlapping windows (see build_bilm_model)."""
+    return build_bilm_model(bilm or {}, max_batch_tokens, window, window_overlap)
 
 
 @registry.architectures("elmo_spacy.ElmoListener.v1")

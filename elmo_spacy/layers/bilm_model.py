@@ -20,7 +20,7 @@ os.register_at_fork(after_in_child=lambda: torch.set_num_threads(1))
 
 
 def build_bilm_model(
-    bilm_config: dict[str, Any], max_batch_tokens: int
+    bilm_config: dict[str, Any], max_batch_tokens: int, window: int = 1024, window_overlap: int = 64
 ) -> Model[list[Doc], ElmoOutput]:
     """A thinc model that runs a biLM over docs.
 
@@ -31,14 +31,29 @@ def build_bilm_model(
 
     max_batch_tokens: at prediction, docs are sorted by length and run in
         chunks of at most this many (padded) tokens.
+    window, window_overlap: at prediction, a doc longer than `window` tokens
+        is run in pieces of at most `window` tokens that overlap by
+        2 * `window_overlap`; each token's vectors come from the piece where it
+        has at least `window_overlap` tokens of context on both sides (or the
+        doc's edge). Memory then stays bounded, whatever the doc's length.
     """
     BiLMConfig.from_dict(bilm_config)  # fail at config time, not at init
+    if not 0 <= 2 * window_overlap < window:
+        raise ValueError(
+            f"window = {window}, window_overlap = {window_overlap}: "
+            "need 0 <= 2 * window_overlap < window."
+        )
     return Model(
         "elmo_bilm",
         forward,
         init=init,
         dims={"nO": None, "n_layers": None},
-        attrs={"bilm_config": dict(bilm_config), "max_batch_tokens": max_batch_tokens},
+        attrs={
+            "bilm_config": dict(bilm_config),
+            "max_batch_tokens": max_batch_tokens,
+            "window": window,
+            "window_overlap": window_overlap,
+        },
     )
 
 
@@ -98,25 +113,48 @@ def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[ElmoOutput, 
 def _predict(
     model: Model, bilm: BiLM, docs: Sequence[Doc], n_layers: int, width: int
 ) -> ElmoOutput:
-    """Run in length-sorted chunks of at most max_batch_tokens padded tokens."""
+    """Run the docs' windows in length-sorted chunks of at most max_batch_tokens
+    padded tokens, and copy each window's kept part into its doc's output."""
     outputs = _empty_outputs(model, docs, n_layers, width)
-    order = sorted(range(len(docs)), key=lambda i: len(docs[i]))
-    order = [i for i in order if len(docs[i])]
+    pieces = [
+        (i, *span)
+        for i, doc in enumerate(docs)
+        for span in windows(len(doc), model.attrs["window"], model.attrs["window_overlap"])
+    ]
+    pieces.sort(key=lambda piece: piece[2] - piece[1])
     budget = model.attrs["max_batch_tokens"]
     shim = model.shims[0]
     start = 0
-    while start < len(order):
+    while start < len(pieces):
         end = start + 1
-        while end < len(order) and len(docs[order[end]]) * (end + 1 - start) <= budget:
+        while end < len(pieces) and (pieces[end][2] - pieces[end][1]) * (end + 1 - start) <= budget:
             end += 1
-        chunk = order[start:end]
-        tokens = [[t.text for t in docs[i]] for i in chunk]
+        chunk = pieces[start:end]
+        tokens = [[t.text for t in docs[i][first:last]] for i, first, last, _, _ in chunk]
         with torch.inference_mode():
             layers = shim.predict(ArgsKwargs(args=(bilm.batch(tokens),), kwargs={}))
-        for i, output in zip(chunk, _split(layers, tokens)):
-            outputs[i] = output
+        for (i, first, _, keep_first, keep_last), output in zip(chunk, _split(layers, tokens)):
+            outputs[i][:, keep_first:keep_last] = output[:, keep_first - first : keep_last - first]
         start = end
     return outputs
+
+
+def windows(n_tokens: int, window: int, overlap: int) -> list[tuple[int, int, int, int]]:
+    """Pieces (first, last, keep_first, keep_last) covering a doc of n_tokens:
+    run tokens [first, last), keep [keep_first, keep_last). The kept parts tile
+    the doc; a doc of at most `window` tokens is one piece, and none for 0."""
+    if n_tokens <= window:
+        return [(0, n_tokens, 0, n_tokens)] if n_tokens else []
+    step = window - 2 * overlap
+    return [
+        (
+            max(0, keep - overlap),
+            min(n_tokens, keep + step + overlap),
+            keep,
+            min(n_tokens, keep + step),
+        )
+        for keep in range(0, n_tokens, step)
+    ]
 
 
 def _split(layers: torch.Tensor, tokens: Sequence[Sequence[str]]) -> ElmoOutput:
