@@ -16,7 +16,7 @@ def build_textcat_bilstm(
     mlp_width: int = 128,
     dropout: float = 0.2,
     linear_model: Model[list[Doc], Floats2d] | None = None,
-    linear_model_dropout: float = 0.5,
+    linear_model_dropout: float = 0.0,
     nO: int | None = None,
 ) -> Model[list[Doc], Floats2d]:
     """A text classifier over exclusive classes.
