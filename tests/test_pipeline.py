@@ -130,12 +130,13 @@ def test_frozen_mix_and_frozen_bilm_stay_exactly_equal(bilm_dir, corpus_dir):
     assert losses["textcat"] > 0
 
 
-def test_learned_mix_outputs_its_width_and_trains(bilm_dir, corpus_dir):
-    nlp = make_nlp(bilm_dir, LEARNED, 0.0)
+@pytest.mark.parametrize("nO,dropout", [(24, 0.0), (None, 0.0), (None, 0.1)])
+def test_learned_mix_outputs_its_width_and_trains(bilm_dir, corpus_dir, nO, dropout):
+    nlp = make_nlp(bilm_dir, {**LEARNED, "nO": nO, "dropout": dropout}, 0.0)
     _update_once(nlp, corpus_dir)
     tok2vec = nlp.get_pipe("textcat").model.get_ref("tok2vec")
     vectors = tok2vec.predict([nlp("Markets rallied on Friday.")])
-    assert vectors[0].shape == (5, 24)
+    assert vectors[0].shape == (5, nO or WIDTH)
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 from collections.abc import Callable
 
-from thinc.api import Model, Relu, chain, with_array
+from thinc.api import Dropout, Model, Relu, chain, with_array
 from thinc.types import Floats2d, Floats3d
 
 from .layer_norm import normalize_layers
@@ -20,8 +20,9 @@ def build_learned_mix(
     """
     if depth < 1:
         raise ValueError("learned mix: depth must be >= 1")
-    relus = [Relu(nO=nO, dropout=dropout) for _ in range(depth)]
-    mlp = relus[0] if depth == 1 else chain(*relus)
+    relus = [Relu(nO=nO) for _ in range(depth)]
+    blocks = [chain(relu, Dropout(dropout)) if dropout else relu for relu in relus]
+    mlp = blocks[0] if depth == 1 else chain(*blocks)
     layers = [normalize_layers()] if layer_norm else []
     model = chain(*layers, concatenate_layers(), with_array(mlp))
     model.init = _init

@@ -29,8 +29,9 @@ def build_textcat_bilstm(
     linear_model: optional lexical model whose class scores are added before
     the softmax, e.g. `spacy.TextCatBOW.v3` with `no_output_layer = true`
     (bag-of-n-grams logits). In training, each doc's linear scores are left out
-    with probability `linear_model_dropout`: a bag of n-grams fits the training
-    docs within an epoch, and without this the BiLSTM would get almost no gradient.
+    with probability `linear_model_dropout`, so that the BiLSTM must classify
+    those docs alone: a bag of n-grams fits the training docs within an epoch,
+    after which the BiLSTM gets little gradient.
     Output: (n_docs, nO) class probabilities.
     """
     output_layer = Linear(nO=nO, init_W=zero_init)
@@ -61,14 +62,15 @@ def sum_scores(
     return Model(
         "sum_scores",
         _sum_forward,
-        init=_sum_init,
+        init=_init_parts,
         layers=[first, second],
         dims={"nO": None},
         attrs={"dropout": dropout},
     )
 
 
-def _sum_init(model: Model, X: list[Doc] | None = None, Y: Floats2d | None = None) -> None:
+def _init_parts(model: Model, X: list[Doc] | None = None, Y: Floats2d | None = None) -> None:
+    """Initialise each part, with the number of classes from Y; nO is theirs."""
     for layer in model.layers:
         if Y is not None and layer.has_dim("nO") is None:
             layer.set_dim("nO", Y.shape[1])
@@ -98,7 +100,7 @@ def skip_empty_docs(layer: Model[list[Doc], Floats2d]) -> Model[list[Doc], Float
     spaCy's bag-of-n-grams (ngram_size > 1) fails on a batch that mixes empty
     and non-empty docs (thinc 8.3 `ops.ngrams`: "Out of bounds on buffer access")."""
     return Model(
-        "skip_empty_docs", _skip_empty_forward, init=_sum_init, layers=[layer], dims={"nO": None}
+        "skip_empty_docs", _skip_empty_forward, init=_init_parts, layers=[layer], dims={"nO": None}
     )
 
 
