@@ -5,6 +5,7 @@ from collections.abc import Callable
 
 from spacy import util
 from spacy.language import Language
+from spacy.language import create_tokenizer as create_default_tokenizer
 from spacy.tokenizer import Tokenizer
 from spacy.tokens import Doc
 
@@ -22,24 +23,19 @@ class SurrogateSafeTokenizer(Tokenizer):
 
 @util.registry.tokenizers("elmo_spacy.Tokenizer.v1")
 def create_tokenizer() -> Callable[[Language], Tokenizer]:
-    """The language's default tokenizer settings, as `spacy.Tokenizer.v1`."""
+    """The language's default tokenizer (`spacy.Tokenizer.v1`), surrogate-safe."""
+    make_default = create_default_tokenizer()
 
     def make_tokenizer(nlp: Language) -> Tokenizer:
-        defaults = nlp.Defaults
+        default = make_default(nlp)
         return SurrogateSafeTokenizer(
             nlp.vocab,
-            rules=defaults.tokenizer_exceptions,
-            prefix_search=util.compile_prefix_regex(defaults.prefixes).search
-            if defaults.prefixes
-            else None,
-            suffix_search=util.compile_suffix_regex(defaults.suffixes).search
-            if defaults.suffixes
-            else None,
-            infix_finditer=util.compile_infix_regex(defaults.infixes).finditer
-            if defaults.infixes
-            else None,
-            token_match=defaults.token_match,
-            url_match=defaults.url_match,
+            rules=default.rules,
+            prefix_search=default.prefix_search,
+            suffix_search=default.suffix_search,
+            infix_finditer=default.infix_finditer,
+            token_match=default.token_match,
+            url_match=default.url_match,
         )
 
     return make_tokenizer

@@ -26,6 +26,26 @@ TINY_BILM = BiLMConfig(
 )
 
 
+SCALAR_MIX = {"@architectures": "elmo_spacy.ScalarMix.v1", "trainable": True}
+
+
+def with_bag_of_words(linear_model_dropout: float = 0.0) -> dict:
+    """A small `TextCatBiLSTM.v1` block with a bag-of-bigrams linear model."""
+    return {
+        "@architectures": "elmo_spacy.TextCatBiLSTM.v1",
+        "hidden_width": 8,
+        "mlp_width": 8,
+        "linear_model_dropout": linear_model_dropout,
+        "linear_model": {
+            "@architectures": "spacy.TextCatBOW.v3",
+            "exclusive_classes": True,
+            "ngram_size": 2,
+            "no_output_layer": True,
+            "length": 1024,
+        },
+    }
+
+
 def tokenize(texts):
     tokenizer = spacy.blank("en").tokenizer
     return [[t.text for t in doc] for doc in tokenizer.pipe(texts)]

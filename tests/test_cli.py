@@ -160,27 +160,11 @@ def test_corpus_command_stops_at_a_bad_row_and_can_skip_it(tmp_path):
     good = (DATA / "train.csv").read_text(encoding="utf-8").splitlines()[:8]
     bad = good[:3] + ['"9","Unknown class","text"'] + good[3:]
     (source / "train.csv").write_text("\n".join(bad) + "\n", encoding="utf-8")
-    result = run(
-        "elmo-spacy",
-        "corpus",
-        str(source),
-        str(tmp_path / "out"),
-        "--dev-fraction",
-        "0.25",
-        "--no-verify",
-    )
+    command = ["elmo-spacy", "corpus", str(source), str(tmp_path / "out"), "--no-verify"]
+    result = run(*command, "--dev-fraction", "0.25")
     assert result.returncode == 1
     assert "train.csv:4: unknown class '9'" in result.stderr
-    result = run(
-        "elmo-spacy",
-        "corpus",
-        str(source),
-        str(tmp_path / "out"),
-        "--dev-fraction",
-        "0.25",
-        "--skip-bad-rows",
-        "--no-verify",
-    )
+    result = run(*command, "--dev-fraction", "0.25", "--skip-bad-rows")
     assert result.returncode == 0, result.stderr
     assert "Skipped 1 bad row(s)" in result.stdout
     assert "No test split" in result.stdout

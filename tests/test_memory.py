@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_robustness import SCALAR, WITH_BAG_OF_WORDS
+from .conftest import SCALAR_MIX, with_bag_of_words
 
 pytestmark = [
     pytest.mark.slow,
@@ -49,7 +49,7 @@ def run_measurement(pipeline: Path, body: str) -> dict:
 def pipeline(tmp_path_factory, bilm_dir, corpus_dir):
     from .conftest import examples, make_nlp
 
-    nlp = make_nlp(bilm_dir, SCALAR, 0.0, textcat_model=WITH_BAG_OF_WORDS)
+    nlp = make_nlp(bilm_dir, SCALAR_MIX, 0.0, textcat_model=with_bag_of_words())
     train = examples(nlp, corpus_dir / "train.spacy")
     nlp.initialize(lambda: train)
     path = tmp_path_factory.mktemp("memory") / "pipeline"

@@ -10,10 +10,9 @@ import torch
 from elmo_spacy.evaluate import branch_accuracy
 from elmo_spacy.layers import get_bilm, layer_weights
 
-from .conftest import TINY_BILM, examples, make_nlp
+from .conftest import SCALAR_MIX, TINY_BILM, examples, make_nlp, with_bag_of_words
 
 N_LAYERS, WIDTH = TINY_BILM.n_layers + 1, TINY_BILM.width
-SCALAR = {"@architectures": "elmo_spacy.ScalarMix.v1", "trainable": True}
 FROZEN = {"@architectures": "elmo_spacy.ScalarMix.v1", "trainable": False, "seed": 3}
 LEARNED = {"@architectures": "elmo_spacy.LearnedMix.v1", "nO": 24}
 
@@ -111,7 +110,9 @@ def _update_once(nlp, corpus_dir):
 
 
 def test_trainable_mix_and_finetuned_bilm_change(bilm_dir, corpus_dir):
-    (bilm0, mix0), (bilm1, mix1), losses = _update_once(make_nlp(bilm_dir, SCALAR, 1.0), corpus_dir)
+    (bilm0, mix0), (bilm1, mix1), losses = _update_once(
+        make_nlp(bilm_dir, SCALAR_MIX, 1.0), corpus_dir
+    )
     assert mix0 and all(not numpy.array_equal(mix0[k], mix1[k]) for k in mix0)  # λ and γ
     assert any(not torch.equal(bilm0[k], bilm1[k]) for k in bilm0)
     assert losses["elmo"] > 0
@@ -162,27 +163,11 @@ def test_learned_mix_outputs_its_width_and_trains(bilm_dir, corpus_dir, nO, drop
     ],
 )
 def test_listener_works_under_spacy_textcat_models(bilm_dir, corpus_dir, architecture):
-    nlp = make_nlp(bilm_dir, SCALAR, 1.0, textcat_model=architecture)
+    nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0, textcat_model=architecture)
     (bilm0, _), (bilm1, _), _ = _update_once(nlp, corpus_dir)
     assert any(not torch.equal(bilm0[k], bilm1[k]) for k in bilm0)
     cats = nlp("Shares of Google rose.").cats
     assert sum(cats.values()) == pytest.approx(1.0, abs=1e-5)
-
-
-def _with_bag_of_words(linear_model_dropout):
-    return {
-        "@architectures": "elmo_spacy.TextCatBiLSTM.v1",
-        "hidden_width": 8,
-        "mlp_width": 8,
-        "linear_model_dropout": linear_model_dropout,
-        "linear_model": {
-            "@architectures": "spacy.TextCatBOW.v3",
-            "exclusive_classes": True,
-            "ngram_size": 2,
-            "no_output_layer": True,
-            "length": 1024,
-        },
-    }
 
 
 def _params(model):
@@ -193,7 +178,7 @@ def _params(model):
 def test_bag_of_words_scores_are_added_and_can_be_left_out(
     bilm_dir, corpus_dir, linear_model_dropout
 ):
-    nlp = make_nlp(bilm_dir, SCALAR, 0.0, textcat_model=_with_bag_of_words(linear_model_dropout))
+    nlp = make_nlp(bilm_dir, SCALAR_MIX, 0.0, textcat_model=with_bag_of_words(linear_model_dropout))
     train = examples(nlp, corpus_dir / "train.spacy")
     optimizer = nlp.initialize(lambda: train)
     linear, deep = nlp.get_pipe("textcat").model.layers[0].layers
@@ -261,7 +246,7 @@ def test_missing_upstream_gives_an_actionable_error(trained):
 
 
 def test_frozen_training_runs_the_bilm_once_per_doc(bilm_dir, corpus_dir):
-    nlp = make_nlp(bilm_dir, SCALAR, 0.0)
+    nlp = make_nlp(bilm_dir, SCALAR_MIX, 0.0)
     train = examples(nlp, corpus_dir / "train.spacy")[:32]
     optimizer = nlp.initialize(lambda: train)
     elmo = nlp.get_pipe("elmo")

@@ -3,7 +3,7 @@
 import numpy
 import pytest
 import spacy
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from spacy.tokens import Doc
 
@@ -11,22 +11,18 @@ from elmo_spacy.data import read_texts
 from elmo_spacy.layers import get_bilm
 from elmo_spacy.pretrain import PretrainConfig, pretrain
 
-from .conftest import DATA, TINY_BILM, examples, make_nlp, tokenize
+from .conftest import (
+    DATA,
+    SCALAR_MIX,
+    TINY_BILM,
+    examples,
+    make_nlp,
+    tokenize,
+    with_bag_of_words,
+)
 
 N_LAYERS, WIDTH = TINY_BILM.n_layers + 1, TINY_BILM.width
-SCALAR = {"@architectures": "elmo_spacy.ScalarMix.v1", "trainable": True}
-WITH_BAG_OF_WORDS = {
-    "@architectures": "elmo_spacy.TextCatBiLSTM.v1",
-    "hidden_width": 8,
-    "mlp_width": 8,
-    "linear_model": {
-        "@architectures": "spacy.TextCatBOW.v3",
-        "exclusive_classes": True,
-        "ngram_size": 2,
-        "no_output_layer": True,
-        "length": 1024,
-    },
-}
+WITH_BAG_OF_WORDS = with_bag_of_words()
 
 # Pieces that have broken tokenizers and encoders elsewhere: white space and
 # control characters, NUL, zero-width and combining marks, emoji sequences,
@@ -63,7 +59,7 @@ SCALE = [1, pytest.param(10, marks=pytest.mark.slow)]
 @pytest.fixture(scope="module")
 def nlp(bilm_dir, corpus_dir):
     """The tiny pipeline with a bag of n-grams in the textcat, briefly trained."""
-    nlp = make_nlp(bilm_dir, SCALAR, 0.0, textcat_model=WITH_BAG_OF_WORDS)
+    nlp = make_nlp(bilm_dir, SCALAR_MIX, 0.0, textcat_model=WITH_BAG_OF_WORDS)
     train = examples(nlp, corpus_dir / "train.spacy")
     optimizer = nlp.initialize(lambda: train)
     for start in range(0, 48, 16):
@@ -125,7 +121,7 @@ def _train_twice(bilm_dir, corpus_dir):
     results = []
     for _ in range(2):
         spacy.util.fix_random_seed(0)
-        nlp = make_nlp(bilm_dir, SCALAR, 1.0, textcat_model=WITH_BAG_OF_WORDS)
+        nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0, textcat_model=WITH_BAG_OF_WORDS)
         train = examples(nlp, corpus_dir / "train.spacy")
         optimizer = nlp.initialize(lambda train=train: train)
         for start in range(0, 64, 16):
@@ -158,8 +154,7 @@ def test_same_seed_same_textcat_scores_and_finetuned_biLM(bilm_dir, corpus_dir):
 def test_windows_tile_the_doc_with_context_on_both_sides(n_tokens, window, overlap):
     from elmo_spacy.layers.bilm_model import windows
 
-    if 2 * overlap >= window:
-        return
+    assume(2 * overlap < window)
     pieces = windows(n_tokens, window, overlap)
     if n_tokens == 0:
         assert pieces == []
@@ -201,3 +196,15 @@ def test_a_config_naming_an_unknown_mix_says_which_and_what_exists(bilm_dir):
     message = str(error.value)
     assert "elmo_spacy.ScalarMixx.v1" in message
     assert "elmo_spacy.ScalarMix.v1" in message and "elmo_spacy.LearnedMix.v1" in message
+
+
+def test_surrogate_safe_tokenizer_cuts_like_spacys_own():
+    nlp = spacy.blank(
+        "en", config={"nlp": {"tokenizer": {"@tokenizers": "elmo_spacy.Tokenizer.v1"}}}
+    )
+    text = "Don't pay $3.50 at https://x.com, U.S. \ud800 (ok)!"
+    doc = nlp(text)
+    assert len(doc.text) == len(text)
+    assert [t.text for t in doc] == [
+        t.text for t in spacy.blank("en")(text.replace("\ud800", "\ufffd"))
+    ]
