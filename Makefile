@@ -39,8 +39,8 @@ test-slow: $(BIN)/elmo-spacy
 	$(BIN)/python -m pytest -q -m slow
 
 lint: $(BIN)/elmo-spacy
-	$(BIN)/ruff check elmo_spacy tests
-	$(BIN)/ruff format --check elmo_spacy tests
+	$(BIN)/ruff check elmo_spacy tests benchmarks
+	$(BIN)/ruff format --check elmo_spacy tests benchmarks
 
 clean:
 	rm -rf $(VENV) corpus training metrics
