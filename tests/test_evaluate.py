@@ -1,8 +1,16 @@
 """Metrics, the report and the comparison table, on cases worked out by hand."""
 
+import json
+
 import pytest
 
-from elmo_spacy.compare import comparison_table, data_statement, update_readme
+from elmo_spacy.compare import (
+    accuracy_by_name,
+    comparison_table,
+    data_statement,
+    load_runs,
+    update_readme,
+)
 from elmo_spacy.evaluate import classification_metrics, classification_report
 
 
@@ -44,9 +52,11 @@ def run(name, accuracy):
 
 def test_table_and_readme_section(tmp_path):
     runs = [run("best", 0.9), run("other", 0.8)]
+    runs[0]["size_mb"] = 12.34
     table = comparison_table(runs)
     assert table.splitlines()[2].startswith("| best | 90.00% |")
-    assert "1.5 min" in table and "12,346" in table
+    assert table.splitlines()[2].endswith("| 1.5 min | 12,346 | 12.3 MB |")
+    assert table.splitlines()[3].endswith("| n/a |")
     statement = data_statement(runs)
     assert "18,192-row subset" in statement and "every figure is on dev" in statement
     readme = tmp_path / "README.md"
@@ -54,3 +64,27 @@ def test_table_and_readme_section(tmp_path):
     update_readme(readme, table)
     text = readme.read_text()
     assert "old" not in text and "| best |" in text and text.endswith("rest\n")
+
+
+def test_runs_that_share_a_name_are_seeds_of_one_bar(tmp_path):
+    runs = [run("a", 0.9), run("a", 0.92), run("b", 0.8)]
+    by_name = accuracy_by_name(runs)
+    assert by_name == {"a": [90.0, 92.0], "b": [80.0]}
+    pytest.importorskip("matplotlib")
+    from elmo_spacy.plots import plot_accuracy
+
+    assert plot_accuracy(by_name, tmp_path / "accuracy.png", "dev").stat().st_size > 1000
+
+
+def test_compare_reads_every_metrics_file_of_a_folder(tmp_path):
+    (tmp_path / "smoke").mkdir()
+    for name, accuracy, path in [
+        ("b", 0.8, "b.json"),
+        ("a", 0.9, "a.json"),
+        ("s", 1.0, "smoke/s.json"),
+    ]:
+        (tmp_path / path).write_text(json.dumps(run(name, accuracy)))
+    assert [r["name"] for r in load_runs([tmp_path])] == ["a", "b"]
+    with pytest.raises(ValueError, match="No metrics files"):
+        (tmp_path / "empty").mkdir()
+        load_runs([tmp_path / "empty"])

@@ -57,10 +57,29 @@ def test_shipped_textcat_configs_build_and_differ_only_in_the_mix():
     configs = {}
     for path in sorted((ROOT / "configs").glob("textcat_*.cfg")):
         config = spacy.util.load_config(path)
+        configs[path.stem] = config
+        if any("source" in block for block in config["components"].values()):
+            continue  # needs the sourced pipeline: built in test_baselines
         nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
         assert nlp.pipe_names[-1] == "textcat", path
-        configs[path.stem] = config
     strategies = [configs[f"textcat_{x}"] for x in ("scalar", "frozen", "function")]
     for config in strategies:
         config["components"]["textcat"]["model"]["tok2vec"].pop("mix")
     assert strategies[0] == strategies[1] == strategies[2]
+
+
+def test_representation_baselines_share_the_elmo_head_and_schedule():
+    import spacy
+
+    def head_and_schedule(name):
+        config = spacy.util.load_config(ROOT / "configs" / f"textcat_{name}.cfg")
+        head = dict(config["components"]["textcat"]["model"])
+        head.pop("tok2vec")
+        schedule = dict(config["training"])
+        schedule.pop("frozen_components")  # MiniLM is a frozen pipe, ELMo a frozen listener input
+        schedule.pop("annotating_components")
+        return head, schedule
+
+    elmo = head_and_schedule("scalar")
+    for name in ("static", "minilm"):
+        assert head_and_schedule(name) == elmo, name

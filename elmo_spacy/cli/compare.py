@@ -10,15 +10,26 @@ from . import app
 @app.command("compare")
 def compare_command(
     metrics: list[Path] = typer.Argument(
-        ..., exists=True, dir_okay=False, help="Metrics JSON files from `evaluate`"
+        ..., exists=True, help="Metrics JSON files from `evaluate`, or folders of them"
     ),
     output: Path = typer.Option(..., help="Markdown file to write"),
     readme: Path = typer.Option(None, help="Also replace the comparison section of this README"),
+    chart: Path = typer.Option(None, help="Also draw a bar chart of dev accuracy (PNG)"),
 ) -> None:
-    """Accuracy, macro-F1, per-class F1, train time and words/s of every run."""
-    from ..compare import comparison_table, data_statement, load_runs, update_readme
+    """Accuracy, macro-F1, per-class F1, train time, words/s and size on disk of every run."""
+    from ..compare import (
+        accuracy_by_name,
+        comparison_table,
+        data_statement,
+        load_runs,
+        update_readme,
+    )
 
     runs = load_runs(metrics)
+    if chart is not None:
+        from ..plots import plot_accuracy
+
+        plot_accuracy(accuracy_by_name(runs), chart, "AG News, dev split")
     section = f"{data_statement(runs)}\n\n{comparison_table(runs)}"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(section + "\n", encoding="utf-8")

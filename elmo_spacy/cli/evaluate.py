@@ -10,7 +10,9 @@ from . import app
 
 @app.command("evaluate")
 def evaluate_command(
-    model_dir: Path = typer.Argument(..., exists=True, file_okay=False, help="A trained pipeline"),
+    model_dir: Path = typer.Argument(
+        ..., exists=True, file_okay=False, help="A trained pipeline, or a `tfidf` model"
+    ),
     corpus_dir: Path = typer.Argument(
         ..., exists=True, file_okay=False, help="Holds dev.spacy (and test.spacy)"
     ),
@@ -22,11 +24,23 @@ def evaluate_command(
     import spacy
     from spacy.tokens import DocBin
 
-    from ..evaluate import classification_report, evaluate_textcat, mix_weights
+    from ..baselines.tfidf import TfidfClassifier
+    from ..evaluate import (
+        classification_report,
+        evaluate_classifier,
+        evaluate_textcat,
+        mix_weights,
+    )
     from ..plots import plot_confusion_matrix, plot_layer_weights
 
-    nlp = spacy.load(model_dir)
-    result = {"name": name, "model": str(model_dir), "splits": {}}
+    tfidf = TfidfClassifier.is_saved_in(model_dir)
+    if tfidf:
+        classifier = TfidfClassifier.from_disk(model_dir)
+        nlp = spacy.blank("en")
+    else:
+        nlp = spacy.load(model_dir)
+    size = sum(f.stat().st_size for f in model_dir.rglob("*") if f.is_file())
+    result = {"name": name, "model": str(model_dir), "size_mb": size / 2**20, "splits": {}}
     stats_path = corpus_dir / "stats.json"
     if stats_path.is_file():
         result["data"] = json.loads(stats_path.read_text())
@@ -39,13 +53,17 @@ def evaluate_command(
         splits = ["dev"]
     for split in splits:
         docs = list(DocBin().from_disk(corpus_dir / f"{split}.spacy").get_docs(nlp.vocab))
-        metrics = evaluate_textcat(nlp, docs, batch_size=batch_size)
+        if tfidf:
+            labels = list(docs[0].cats)  # the corpus order, as in spaCy's textcat
+            metrics = evaluate_classifier(docs, classifier.predict, labels)
+        else:
+            metrics = evaluate_textcat(nlp, docs, batch_size=batch_size)
         result["splits"][split] = metrics
         typer.echo(f"== {name} on {split} ==\n{classification_report(metrics)}\n")
         plot_confusion_matrix(
             metrics, output.with_name(f"{output.stem}_{split}_confusion.png"), f"{name} ({split})"
         )
-    mix = mix_weights(nlp)
+    mix = None if tfidf else mix_weights(nlp)
     if mix is not None:
         result["mix"] = mix
         plot_layer_weights(

@@ -26,14 +26,11 @@ def pretrain_command(
     resume: bool = typer.Option(False, help="Go on from the latest checkpoint in OUTPUT_DIR"),
 ) -> None:
     """Pretrain a biLM. Extra options override the config, e.g. --training.max_epochs 1."""
-    import spacy
-
-    from ..data import read_texts
+    from ..data import read_tokenised_texts
     from ..pretrain import load_pretrain_config, pretrain
 
     bilm_config, training = load_pretrain_config(config_path, parse_config_overrides(ctx.args))
-    tokenizer = spacy.blank(lang).tokenizer
-    docs = [[t.text for t in doc] for doc in tokenizer.pipe(read_texts(text_path), batch_size=1000)]
+    docs = read_tokenised_texts(text_path, lang)
     log = pretrain(docs, bilm_config, training, output_dir, resume=resume)
     try:
         from ..plots import plot_perplexity

@@ -10,7 +10,7 @@ from .agnews import (
     stratified_split,
 )
 from .corpus import build_corpus
-from .texts import read_texts
+from .texts import read_texts, read_tokenised_texts
 
 __all__ = [
     "CLASS_NAMES",
@@ -21,5 +21,6 @@ __all__ = [
     "clean_text",
     "read_agnews_csv",
     "read_texts",
+    "read_tokenised_texts",
     "stratified_split",
 ]

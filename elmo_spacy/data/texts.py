@@ -42,3 +42,12 @@ def _decoded(lines, path: Path) -> Iterator[str]:
             ) from err
         number += 1
         yield line
+
+
+def read_tokenised_texts(path: str | Path, lang: str = "en") -> list[list[str]]:
+    """The texts of `path` (see `read_texts`), each cut into tokens by spaCy's
+    tokenizer for `lang`: the tokens a pipeline will later see."""
+    import spacy
+
+    tokenizer = spacy.blank(lang).tokenizer
+    return [[t.text for t in doc] for doc in tokenizer.pipe(read_texts(path), batch_size=1000)]
