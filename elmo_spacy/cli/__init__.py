@@ -15,4 +15,4 @@ def main() -> None:
     """ELMo for spaCy: pretrain a biLM and use it in spaCy pipelines."""
 
 
-from . import baselines, compare, corpus, evaluate, pretrain, train  # noqa: E402,F401  (registers the commands)
+from . import baselines, compare, contexts, corpus, evaluate, pretrain, train  # noqa: E402,F401  (registers the commands)
