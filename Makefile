@@ -11,7 +11,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # downloading the assets; the shared folder beside this repo if there is one.
 AG_NEWS_DIR ?= $(firstword $(wildcard ../shared/data/ag_news))
 
-.PHONY: all smoke test test-slow lint clean
+.PHONY: all baselines smoke test test-slow lint clean
 
 $(BIN)/elmo-spacy: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,12 @@ else
 	@echo "Using the local AG News mirror $(AG_NEWS_DIR)"
 	$(BIN)/python -m spacy project run all . --vars.data_dir $(AG_NEWS_DIR)
 endif
+
+# Opt-in, after `make all` (they reuse its corpus and add to its table): every
+# baseline, then MiniLM through spacy-transformers.
+baselines: $(BIN)/elmo-spacy
+	$(BIN)/python -m spacy project run baselines .
+	$(BIN)/python -m spacy project run transformer .
 
 smoke: $(BIN)/elmo-spacy
 	$(BIN)/python -m spacy project run smoke .

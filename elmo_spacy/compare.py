@@ -58,7 +58,7 @@ def comparison_table(runs: list[dict[str, Any]]) -> str:
     has_test = any("test" in r["splits"] for r in runs)
     has_branches = any("branch_accuracy" in r["splits"]["dev"] for r in runs)
     header = ["run", "dev acc", "dev macro-F1"] + [f"F1 {x}" for x in labels]
-    header += ["dev acc, n-grams part alone", "dev acc, ELMo part alone"] if has_branches else []
+    header += ["dev acc, n-grams part alone", "dev acc, BiLSTM part alone"] if has_branches else []
     header += ["test acc"] if has_test else []
     header += ["train time", "words/s", "size on disk"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -69,7 +69,7 @@ def comparison_table(runs: list[dict[str, Any]]) -> str:
         if has_branches:
             parts = dev.get("branch_accuracy", {})
             cells += [
-                f"{parts[k]:.2%}" if k in parts else "n/a" for k in ("linear_model", "elmo_bilstm")
+                f"{parts[k]:.2%}" if k in parts else "n/a" for k in ("linear_model", "bilstm")
             ]
         if has_test:
             test = run["splits"].get("test")

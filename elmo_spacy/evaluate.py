@@ -122,7 +122,7 @@ def branch_accuracy(
         return None
     gold_index = numpy.array([labels.index(g) for g in gold])
     accuracy = {}
-    for name, part in zip(("linear_model", "elmo_bilstm"), node.layers):
+    for name, part in zip(("linear_model", "bilstm"), node.layers):
         scores = [part.predict(list(batch)) for batch in minibatch(docs, 128)]
         accuracy[name] = float((numpy.concatenate(scores).argmax(axis=1) == gold_index).mean())
     return accuracy

@@ -175,3 +175,31 @@ def test_vocab_orders_by_frequency():
     vocab = Vocab.build([["b", "a", "a", "c"], ["a", "b"]], max_size=6, min_count=2)
     assert vocab.words[4:] == ["a", "b"]
     assert numpy.array_equal(vocab.word_ids(["a", "zzz"]).numpy(), [2, 3, 4, 1])
+
+
+def test_initial_word_vectors_set_the_rows_of_known_words_at_one_scale():
+    bilm = build("word")
+    table = bilm.encoder.embed.weight
+    width = table.shape[1]
+    vectors = {
+        "bank": numpy.full(width, 2.0),
+        "river": numpy.full(width, 4.0),
+        "zebra": numpy.ones(width),
+    }
+    before = table.detach().clone()
+    assert bilm.init_word_vectors(vectors) == 2  # "zebra" is not in the vocab
+    bank, river = bilm.vocab.index["bank"], bilm.vocab.index["river"]
+    torch.testing.assert_close(table[river], 2 * table[bank])  # relative sizes kept
+    mean_norm = (before[bank].norm() + before[river].norm()) / 2
+    torch.testing.assert_close((table[bank].norm() + table[river].norm()) / 2, mean_norm)
+    others = [i for i in range(len(bilm.vocab)) if i not in (bank, river)]
+    torch.testing.assert_close(table[others], before[others])
+
+
+def test_initial_word_vectors_of_the_wrong_width_or_for_chars_are_refused():
+    bilm = build("word")
+    width = bilm.encoder.embed.weight.shape[1]
+    with pytest.raises(ValueError, match=f"word_dim is {width}"):
+        bilm.init_word_vectors({"bank": numpy.ones(width + 1)})
+    with pytest.raises(ValueError, match="word encoder"):
+        build("char_cnn").init_word_vectors({"bank": numpy.ones(width)})

@@ -68,6 +68,21 @@ def test_pretrain_command_writes_a_loadable_bilm(tmp_path, corpus_dir):
     assert load_bilm(out / "model-best").config.projection_dim == 32
 
 
+def test_pretrain_starts_the_word_embeddings_from_static_vectors(tmp_path, corpus_dir):
+    vectors = tmp_path / "vectors"
+    text = str(corpus_dir / "pretrain.txt")
+    result = run("elmo-spacy", "vectors", "svd", text, str(vectors), "--dim", "16")
+    assert result.returncode == 0, result.stderr[-2000:]
+    word_encoder = ["--bilm.encoder", "word", "--bilm.word_dim", "16", "--training.max_epochs", "1"]
+    args = ("elmo-spacy", "pretrain", str(CONFIGS / "bilm_tiny.cfg"), text)
+    result = run(*args, str(tmp_path / "bilm"), *word_encoder, "--init-vectors", str(vectors))
+    assert result.returncode == 0, result.stderr[-2000:]
+    log = json.loads((tmp_path / "bilm" / "pretrain_log.json").read_text())
+    assert log["words_from_init_vectors"] > 100
+    result = run(*args, str(tmp_path / "bad"), "--init-vectors", str(vectors))  # char CNN
+    assert result.returncode != 0 and "word encoder" in result.stderr
+
+
 @pytest.fixture(scope="module")
 def trained_dir(tmp_path_factory, corpus_dir, bilm_dir):
     out = tmp_path_factory.mktemp("textcat")

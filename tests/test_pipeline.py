@@ -199,7 +199,7 @@ def test_bag_of_words_scores_are_added_and_can_be_left_out(
     gold = [labels[i] for i in linear.predict(docs).argmax(axis=1)]
     parts = branch_accuracy(nlp.get_pipe("textcat").model, docs, gold, labels)
     assert parts["linear_model"] == 1.0
-    assert parts["elmo_bilstm"] == numpy.mean(
+    assert parts["bilstm"] == numpy.mean(
         deep.predict(docs).argmax(axis=1) == [labels.index(g) for g in gold]
     )
 

@@ -1,6 +1,6 @@
 """The biLM: a shared token encoder, forward and backward LSTM stacks, a shared softmax."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
 import numpy
@@ -85,6 +85,32 @@ class BiLM(nn.Module):
         self.softmax = (
             SoftmaxHead(dim, len(vocab), config.softmax, config.cutoffs) if with_softmax else None
         )
+
+    def init_word_vectors(self, vectors: Mapping[str, numpy.ndarray]) -> int:
+        """Start the word encoder's embedding rows from given vectors, e.g.
+        count-based vectors of the same text, so that rare words begin with a
+        distributional vector rather than noise. The vectors are scaled by one
+        factor so that their mean norm is that of the rows they replace.
+        Returns the number of vocabulary words found in `vectors`."""
+        if self.config.encoder != "word":
+            raise ValueError(
+                f"Initial word vectors need the word encoder; this biLM's is {self.config.encoder!r}"
+            )
+        table = self.encoder.embed.weight
+        rows = [(i, vectors[w]) for i, w in enumerate(self.vocab.words) if w in vectors]
+        if not rows:
+            return 0
+        ids = torch.tensor([i for i, _ in rows])
+        given = torch.as_tensor(numpy.stack([v for _, v in rows]), dtype=table.dtype)
+        if given.shape[1] != table.shape[1]:
+            raise ValueError(
+                f"Initial word vectors have width {given.shape[1]}, the biLM's word_dim is "
+                f"{table.shape[1]}: make them the same (e.g. elmo-spacy vectors --dim {table.shape[1]})"
+            )
+        with torch.no_grad():
+            scale = table[ids].norm(dim=1).mean() / given.norm(dim=1).mean().clamp_min(1e-12)
+            table[ids] = given * scale
+        return len(rows)
 
     def batch(self, docs: Sequence[Sequence[str]]) -> TokenBatch:
         """Encoder inputs for a batch of tokenised docs."""

@@ -24,6 +24,13 @@ def pretrain_command(
     ),
     lang: str = typer.Option("en", help="Language of the spaCy tokenizer"),
     resume: bool = typer.Option(False, help="Go on from the latest checkpoint in OUTPUT_DIR"),
+    init_vectors: Path = typer.Option(
+        None,
+        exists=True,
+        file_okay=False,
+        help="Start the word embeddings from these vectors (a spaCy pipeline, e.g. from "
+        "`elmo-spacy vectors svd`); word encoder only",
+    ),
 ) -> None:
     """Pretrain a biLM. Extra options override the config, e.g. --training.max_epochs 1."""
     from ..data import read_tokenised_texts
@@ -31,7 +38,13 @@ def pretrain_command(
 
     bilm_config, training = load_pretrain_config(config_path, parse_config_overrides(ctx.args))
     docs = read_tokenised_texts(text_path, lang)
-    log = pretrain(docs, bilm_config, training, output_dir, resume=resume)
+    vectors = None
+    if init_vectors is not None:
+        import spacy
+
+        table = spacy.load(init_vectors).vocab.vectors
+        vectors = {table.strings[key]: table.data[row] for key, row in table.key2row.items()}
+    log = pretrain(docs, bilm_config, training, output_dir, resume=resume, init_vectors=vectors)
     try:
         from ..plots import plot_perplexity
 

@@ -5,11 +5,12 @@ import json
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy
 import torch
 from tqdm import tqdm
 
@@ -54,6 +55,7 @@ def pretrain(
     output_dir: Path,
     progress: bool = True,
     resume: bool = False,
+    init_vectors: Mapping[str, numpy.ndarray] | None = None,
 ) -> dict[str, Any]:
     """Train a biLM on tokenised docs. Writes to `output_dir`: `model-best/` and
     `model-last/` (biLM directories), `checkpoint-<step>/` every
@@ -64,6 +66,8 @@ def pretrain(
     With `resume`, training goes on from the latest checkpoint in `output_dir`
     (weights, Adam state, step, random states, position in the epoch) and ends
     with the same weights as an uninterrupted run on the CPU.
+    `init_vectors` (word -> vector of width word_dim) start the word encoder's
+    embeddings of a fresh run (see `BiLM.init_word_vectors`).
     Returns the log: settings, per-epoch perplexities, tokens/s, wall time.
     """
     started = time.perf_counter()
@@ -72,6 +76,7 @@ def pretrain(
     rng = random.Random(config.seed)
     corpus = _make_corpus(docs, config, rng)
     checkpoint = latest_checkpoint(output_dir) if resume else None
+    initialised = None
     if checkpoint is not None:
         bilm, optimizer, state = load_checkpoint(checkpoint, bilm_config, config)
         if progress:
@@ -82,6 +87,8 @@ def pretrain(
             corpus.train, max_size=bilm_config.max_vocab_size, min_count=bilm_config.min_count
         )
         bilm = BiLM(bilm_config, vocab)
+        if init_vectors is not None:
+            initialised = bilm.init_word_vectors(init_vectors)
         optimizer = torch.optim.Adam(bilm.parameters(), lr=config.learning_rate)
         state = Progress(epoch_rng=rng.getstate())
     run = Run(bilm, optimizer, corpus, config, rng, output_dir, progress)
@@ -92,6 +99,7 @@ def pretrain(
         "bilm": bilm_config.to_dict(),
         "training": config.to_dict(),
         "vocab_size": len(bilm.vocab),
+        "words_from_init_vectors": initialised,
         "train_docs": len(corpus.train),
         "train_tokens": sum(len(d) for d in corpus.train),
         "dev_docs": len(corpus.dev),
