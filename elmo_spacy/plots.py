@@ -59,15 +59,15 @@ def plot_accuracy(by_name: dict[str, list[float]], path: Path, title: str) -> Pa
     means = [sum(by_name[n]) / len(by_name[n]) for n in names]
     spread = [[m - min(by_name[n]) for n, m in zip(names, means)]]
     spread.append([max(by_name[n]) - m for n, m in zip(names, means)])
-    fig, ax = plt.subplots(figsize=(7, 0.45 * len(names) + 1.2))
-    ax.barh(names, means, xerr=spread, color="tab:blue", capsize=3)
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(names) + 1.2))
+    several = any(len(v) > 1 for v in by_name.values())
+    ax.barh(names, means, xerr=spread if several else None, color="tab:blue", capsize=3)
     low = min(min(v) for v in by_name.values())
-    ax.set_xlim(max(0, low - 3), min(100, max(means) + 2))
+    ax.set_xlim(max(0, low - 3), min(100, max(means) + 5))
     for i, m in enumerate(means):
         runs_here = len(by_name[names[i]])
-        ax.text(
-            m + 0.1, i, f"{m:.2f}" + (f" ({runs_here} seeds)" if runs_here > 1 else ""), va="center"
-        )
+        seeds = f" ({runs_here} seeds)" if runs_here > 1 else ""
+        ax.text(m + 0.3, i, f"{m:.2f}{seeds}", va="center")
     ax.set_xlabel("dev accuracy (%)")
     ax.set_title(title)
     return _save(fig, path)
