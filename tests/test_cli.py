@@ -32,7 +32,16 @@ def run(*args, **kwargs):
 def test_help_lists_the_commands():
     result = run("elmo-spacy", "--help")
     assert result.returncode == 0, result.stderr
-    for command in ("corpus", "pretrain"):
+    for command in (
+        "corpus",
+        "pretrain",
+        "vectors",
+        "tfidf",
+        "train",
+        "evaluate",
+        "compare",
+        "contexts",
+    ):
         assert command in result.stdout
 
 
