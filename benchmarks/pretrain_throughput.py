@@ -16,12 +16,11 @@ import random
 import time
 from dataclasses import replace
 
-import spacy
 import torch
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, Vocab
-from elmo_spacy.data import read_texts
-from elmo_spacy.pretrain import bucketed_batches, load_pretrain_config
+from elmo_spacy.data import read_tokenised_texts
+from elmo_spacy.pretrain import bucketed_batches, load_pretrain_config, split_long
 
 
 def matmul_gflops(n: int = 2048, repeats: int = 10) -> float:
@@ -75,15 +74,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("config")
     parser.add_argument("text")
-    parser.add_argument("--docs", type=int, default=None, help="Read only the first N docs")
     parser.add_argument("--steps", type=int, default=30, help="Timed training steps per model")
     args = parser.parse_args()
 
     bilm_config, training = load_pretrain_config(args.config)
-    tokenizer = spacy.blank("en").tokenizer
-    texts = itertools.islice(read_texts(args.text), args.docs)
-    docs = [[t.text for t in doc][: training.max_length] for doc in tokenizer.pipe(texts)]
-    docs = [d for d in docs if d]
+    docs = split_long(read_tokenised_texts(args.text), training.max_length)  # as pretraining does
     vocab = Vocab.build(
         docs, max_size=bilm_config.max_vocab_size, min_count=bilm_config.min_count
     )  # as pretraining builds it, so the softmax has its real size

@@ -3,10 +3,10 @@ and a TF-IDF linear classifier. Plain numpy/scipy/gensim/scikit-learn; no spaCy
 pipeline objects except where vectors are written for spaCy to load."""
 
 from .ppmi import cooccurrence_counts, ppmi_matrix, svd_vectors
-from .vectors import StaticVectors, train_static_vectors
+from .vectors import WordVectors, train_static_vectors
 
 __all__ = [
-    "StaticVectors",
+    "WordVectors",
     "cooccurrence_counts",
     "ppmi_matrix",
     "svd_vectors",

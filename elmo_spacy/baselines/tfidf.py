@@ -14,13 +14,19 @@ class TfidfClassifier:
     Saved as JSON (settings, vocabulary, classes) and .npy arrays (idf, weights):
     no pickles."""
 
-    def __init__(self, ngram_max: int = 2, C: float = 0.5, min_df: int = 1) -> None:
+    def __init__(
+        self, ngram_max: int = 2, C: float = 0.5, min_df: int = 1, vocabulary: dict | None = None
+    ) -> None:
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.svm import LinearSVC
 
         self.settings = {"ngram_max": ngram_max, "C": C, "min_df": min_df}
         self.vectorizer = TfidfVectorizer(
-            ngram_range=(1, ngram_max), min_df=min_df, sublinear_tf=True, dtype=numpy.float32
+            ngram_range=(1, ngram_max),
+            min_df=min_df,
+            vocabulary=vocabulary,
+            sublinear_tf=True,
+            dtype=numpy.float32,
         )
         self.svm = LinearSVC(C=C)
 
@@ -51,17 +57,9 @@ class TfidfClassifier:
 
     @classmethod
     def from_disk(cls, path: Path) -> "TfidfClassifier":
-        from sklearn.feature_extraction.text import TfidfVectorizer
-
         meta = json.loads((path / "settings.json").read_text())
-        model = cls(meta["ngram_max"], meta["C"], meta["min_df"])
         vocabulary = json.loads((path / "vocabulary.json").read_text())
-        model.vectorizer = TfidfVectorizer(
-            ngram_range=(1, meta["ngram_max"]),
-            vocabulary=vocabulary,
-            sublinear_tf=True,
-            dtype=numpy.float32,
-        )
+        model = cls(meta["ngram_max"], meta["C"], meta["min_df"], vocabulary=vocabulary)
         model.vectorizer.idf_ = numpy.load(path / "idf.npy", allow_pickle=False)
         model.svm.coef_ = numpy.load(path / "coef.npy", allow_pickle=False)
         model.svm.intercept_ = numpy.load(path / "intercept.npy", allow_pickle=False)

@@ -14,7 +14,7 @@ METHODS = ("svd", "skipgram", "cbow")
 
 
 @dataclass
-class StaticVectors:
+class WordVectors:
     """One (dim,) vector per word: `matrix[i]` belongs to `words[i]`."""
 
     words: list[str]
@@ -42,7 +42,7 @@ def train_static_vectors(
     epochs: int = 5,
     seed: int = 0,
     workers: int = 1,
-) -> StaticVectors:
+) -> WordVectors:
     """Word vectors from tokenised docs.
 
     method: "svd" (truncated SVD of the PPMI matrix of `window`-word
@@ -54,12 +54,12 @@ def train_static_vectors(
     """
     if method not in METHODS:
         raise ValueError(f"Unknown static vectors method {method!r}; use one of {METHODS}")
-    counts = Counter(word for doc in docs for word in doc)
-    words = [w for w, n in counts.most_common(max_vocab_size) if n >= min_count]
     if method == "svd":
+        counts = Counter(word for doc in docs for word in doc)
+        words = [w for w, n in counts.most_common(max_vocab_size) if n >= min_count]
         vocab = {word: i for i, word in enumerate(words)}
         cooccurrences = cooccurrence_counts(docs, vocab, window)
-        return StaticVectors(words, svd_vectors(ppmi_matrix(cooccurrences), dim, seed=seed))
+        return WordVectors(words, svd_vectors(ppmi_matrix(cooccurrences), dim, seed=seed))
 
     from gensim.models import Word2Vec
 
@@ -76,8 +76,7 @@ def train_static_vectors(
         workers=workers,
         hashfxn=_stable_hash,
     )
-    words = list(model.wv.index_to_key)
-    return StaticVectors(words, model.wv.vectors.astype(numpy.float32))
+    return WordVectors(list(model.wv.index_to_key), model.wv.vectors.astype(numpy.float32))
 
 
 def _stable_hash(text: str) -> int:
