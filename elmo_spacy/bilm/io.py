@@ -75,7 +75,7 @@ def bilm_from_bytes(payload: dict[str, Any], with_softmax: bool = True) -> BiLM:
 
 
 def _state(bilm: BiLM) -> dict[str, torch.Tensor]:
-    return {k: v.detach().contiguous() for k, v in bilm.state_dict().items()}
+    return {k: v.detach().cpu().contiguous() for k, v in bilm.state_dict().items()}
 
 
 def _build(

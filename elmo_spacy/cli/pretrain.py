@@ -31,12 +31,17 @@ def pretrain_command(
         help="Start the word embeddings from these vectors (a spaCy pipeline, e.g. from "
         "`elmo-spacy vectors svd`); word encoder only",
     ),
+    gpu_id: int = typer.Option(
+        -1, help="GPU to train on (-1: CPU). Under torchrun, >= 0 puts rank r on GPU LOCAL_RANK"
+    ),
 ) -> None:
-    """Pretrain a biLM. Extra options override the config, e.g. --training.max_epochs 1."""
+    """Pretrain a biLM. Extra options override the config, e.g. --training.max_epochs 1.
+    Data-parallel on N processes: torchrun --nproc_per_node N --no-python elmo-spacy pretrain ..."""
     from ..data import read_tokenised_texts
-    from ..pretrain import load_pretrain_config, pretrain
+    from ..pretrain import load_pretrain_config, pretrain, start_workers, stop_workers
 
     bilm_config, training = load_pretrain_config(config_path, parse_config_overrides(ctx.args))
+    workers = start_workers(gpu_id)
     docs = read_tokenised_texts(text_path, lang)
     vectors = None
     if init_vectors is not None:
@@ -44,7 +49,18 @@ def pretrain_command(
 
         table = spacy.load(init_vectors).vocab.vectors
         vectors = {table.strings[key]: table.data[row] for key, row in table.key2row.items()}
-    log = pretrain(docs, bilm_config, training, output_dir, resume=resume, init_vectors=vectors)
+    log = pretrain(
+        docs,
+        bilm_config,
+        training,
+        output_dir,
+        resume=resume,
+        init_vectors=vectors,
+        workers=workers,
+    )
+    stop_workers(workers)
+    if not workers.is_main:
+        return
     try:
         from ..plots import plot_perplexity
 

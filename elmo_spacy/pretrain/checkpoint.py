@@ -97,9 +97,12 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
 
 
 def load_checkpoint(
-    path: Path, bilm_config: BiLMConfig, config: PretrainConfig
+    path: Path,
+    bilm_config: BiLMConfig,
+    config: PretrainConfig,
+    device: torch.device = torch.device("cpu"),
 ) -> tuple[BiLM, torch.optim.Optimizer, Progress]:
-    bilm = load_bilm(path)
+    bilm = load_bilm(path).to(device)
     if bilm.config != bilm_config:
         raise ValueError(
             f"{path} was trained with another [bilm] config; resume with the same config "
@@ -126,7 +129,7 @@ def load_checkpoint(
 def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], Any]:
     state = optimizer.state_dict()
     tensors = {
-        f"optimizer.{index}.{name}": value.contiguous()
+        f"optimizer.{index}.{name}": value.detach().cpu().contiguous()
         for index, values in state["state"].items()
         for name, value in values.items()
     }

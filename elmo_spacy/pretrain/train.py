@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy
 import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from ..bilm import BiLM, BiLMConfig, Vocab
@@ -24,6 +26,7 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .config import PretrainConfig
+from .distributed import Workers
 
 LOG_FILE = "pretrain_log.json"
 
@@ -46,6 +49,31 @@ class Run:
     rng: random.Random
     output_dir: Path
     progress: bool
+    workers: Workers
+    loss: nn.Module  # ShardLoss, wrapped in DistributedDataParallel when distributed
+
+
+class ShardLoss(nn.Module):
+    """The loss of one rank's share of a batch, scaled so that the gradients,
+    averaged over ranks, are those of the whole batch's mean NLL per token.
+
+    forward(batch, batch_tokens, weight) -> (scaled loss, summed NLL of the
+    shard); `batch_tokens` counts the predictions of the whole batch, and
+    `weight` 0 makes a rank that has no docs of this batch add nothing.
+    DistributedDataParallel syncs gradients only through a module's forward.
+    """
+
+    def __init__(self, bilm: BiLM, world_size: int) -> None:
+        super().__init__()
+        self.bilm = bilm
+        self.world_size = world_size
+
+    def forward(
+        self, docs: Sequence[Tokens], batch_tokens: int, weight: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        loss = self.bilm.lm_loss(self.bilm.batch(docs))
+        nll = (loss.forward_nll + loss.backward_nll) * weight
+        return nll * self.world_size / (2 * batch_tokens), nll.detach() / 2
 
 
 def pretrain(
@@ -56,6 +84,7 @@ def pretrain(
     progress: bool = True,
     resume: bool = False,
     init_vectors: Mapping[str, numpy.ndarray] | None = None,
+    workers: Workers | None = None,
 ) -> dict[str, Any]:
     """Train a biLM on tokenised docs. Writes to `output_dir`: `model-best/` and
     `model-last/` (biLM directories), `checkpoint-<step>/` every
@@ -68,18 +97,25 @@ def pretrain(
     with the same weights as an uninterrupted run on the CPU.
     `init_vectors` (word -> vector of width word_dim) start the word encoder's
     embeddings of a fresh run (see `BiLM.init_word_vectors`).
+    `workers` (from `start_workers`) places the biLM on a device and, under
+    torchrun, trains data-parallel: each rank takes every world_size-th doc of
+    each batch, and only rank 0 writes files. With dropout 0 this trains the
+    same weights as one process (up to float rounding); with dropout, each rank
+    draws its own masks.
     Returns the log: settings, per-epoch perplexities, tokens/s, wall time.
     """
     started = time.perf_counter()
+    workers = workers or Workers()
     output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    if workers.is_main:
+        output_dir.mkdir(parents=True, exist_ok=True)
     rng = random.Random(config.seed)
     corpus = _make_corpus(docs, config, rng)
     checkpoint = latest_checkpoint(output_dir) if resume else None
     initialised = None
     if checkpoint is not None:
-        bilm, optimizer, state = load_checkpoint(checkpoint, bilm_config, config)
-        if progress:
+        bilm, optimizer, state = load_checkpoint(checkpoint, bilm_config, config, workers.device)
+        if progress and workers.is_main:
             tqdm.write(f"Resuming from {checkpoint} (step {state.step}, epoch {state.epoch})")
     else:
         torch.manual_seed(config.seed)
@@ -89,9 +125,25 @@ def pretrain(
         bilm = BiLM(bilm_config, vocab)
         if init_vectors is not None:
             initialised = bilm.init_word_vectors(init_vectors)
+        bilm.to(workers.device)
         optimizer = torch.optim.Adam(bilm.parameters(), lr=config.learning_rate)
         state = Progress(epoch_rng=rng.getstate())
-    run = Run(bilm, optimizer, corpus, config, rng, output_dir, progress)
+    loss: nn.Module = ShardLoss(bilm, workers.world_size)
+    if workers.distributed:
+        torch.manual_seed(config.seed + 7919 * state.step + workers.rank)  # own dropout masks
+        # Tail clusters of the adaptive softmax go unused on batches without their words.
+        loss = DistributedDataParallel(loss, find_unused_parameters=True)
+    run = Run(
+        bilm,
+        optimizer,
+        corpus,
+        config,
+        rng,
+        output_dir,
+        progress and workers.is_main,
+        workers,
+        loss,
+    )
     while state.epoch <= config.max_epochs and not state.finished:
         _train_epoch(run, state)
         _end_epoch(run, state)
@@ -104,13 +156,15 @@ def pretrain(
         "train_tokens": sum(len(d) for d in corpus.train),
         "dev_docs": len(corpus.dev),
         "dev_is_held_out": corpus.dev_is_held_out,
+        "world_size": workers.world_size,
         "epochs": state.epochs,
         "best_dev_perplexity": state.best,
         "steps": state.step,
         "wall_seconds": time.perf_counter() - started,
         "resumed_from": str(checkpoint) if checkpoint is not None else None,
     }
-    (output_dir / LOG_FILE).write_text(json.dumps(log, indent=2) + "\n")
+    if workers.is_main:
+        (output_dir / LOG_FILE).write_text(json.dumps(log, indent=2) + "\n")
     return log
 
 
@@ -151,16 +205,19 @@ def _train_epoch(run: Run, state: Progress) -> None:
     )
     for batch in batches[state.batch :]:
         started = time.perf_counter()
-        loss = bilm.lm_loss(bilm.batch(batch))
+        shard = run.workers.shard(batch)
+        batch_tokens = sum(len(doc) + 1 for doc in batch)
+        # A rank left without docs still runs (on one doc, weighted 0): all ranks must sync.
+        loss, nll = run.loss(shard or batch[:1], batch_tokens, 1.0 if shard else 0.0)
         run.optimizer.zero_grad()
-        loss.mean.backward()
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(bilm.parameters(), config.grad_clip)
         run.optimizer.step()
         state.epoch_seconds += time.perf_counter() - started
         state.step += 1
         state.batch += 1
-        state.epoch_tokens += loss.n_tokens
-        state.epoch_nll += (loss.forward_nll + loss.backward_nll).item() / 2
+        state.epoch_tokens += batch_tokens
+        state.epoch_nll += run.workers.sum([nll.item()])[0]
         bar.update(1)
         bar.set_postfix(
             loss=f"{state.epoch_nll / state.epoch_tokens:.3f}",
@@ -171,7 +228,7 @@ def _train_epoch(run: Run, state: Progress) -> None:
         if config.max_steps and state.step >= config.max_steps:
             break
         if config.checkpoint_every and state.step % config.checkpoint_every == 0:
-            save_checkpoint(run.output_dir, bilm, run.optimizer, state)
+            _save_checkpoint(run, state)
     bar.close()
 
 
@@ -179,7 +236,7 @@ def _end_epoch(run: Run, state: Progress) -> None:
     """Measure dev perplexity, write model-last/model-best, decide whether to stop,
     move on to the next epoch and checkpoint."""
     bilm, config, output_dir = run.bilm, run.config, run.output_dir
-    perplexity = evaluate_perplexity(bilm, run.corpus.dev, config.eval_batch_tokens)
+    perplexity = evaluate_perplexity(bilm, run.corpus.dev, config.eval_batch_tokens, run.workers)
     state.epochs.append(
         {
             "epoch": state.epoch,
@@ -190,10 +247,12 @@ def _end_epoch(run: Run, state: Progress) -> None:
             "dev_perplexity": perplexity,
         }
     )
-    save_bilm_atomic(bilm, output_dir / "model-last")
+    if run.workers.is_main:
+        save_bilm_atomic(bilm, output_dir / "model-last")
     if perplexity["mean"] < state.best:
         state.best, state.bad_epochs = perplexity["mean"], 0
-        save_bilm_atomic(bilm, output_dir / "model-best")
+        if run.workers.is_main:
+            save_bilm_atomic(bilm, output_dir / "model-best")
     else:
         state.bad_epochs += 1
     if run.progress:
@@ -207,24 +266,35 @@ def _end_epoch(run: Run, state: Progress) -> None:
         or (config.max_steps and state.step >= config.max_steps)
     )
     state.next_epoch(run.rng.getstate())
-    save_checkpoint(output_dir, bilm, run.optimizer, state)
+    _save_checkpoint(run, state)
+
+
+def _save_checkpoint(run: Run, state: Progress) -> None:
+    """Rank 0 writes the checkpoint; the others wait until it is in place."""
+    if run.workers.is_main:
+        save_checkpoint(run.output_dir, run.bilm, run.optimizer, state)
+    run.workers.wait_for_all()
 
 
 @torch.inference_mode()
 def evaluate_perplexity(
-    bilm: BiLM, docs: Sequence[Tokens], batch_tokens: int = 8000
+    bilm: BiLM, docs: Sequence[Tokens], batch_tokens: int = 8000, workers: Workers | None = None
 ) -> dict[str, float]:
     """Exact perplexity of `docs` per direction and their geometric mean.
-    Every word and the closing (forwards) or opening (backwards) boundary counts."""
+    Every word and the closing (forwards) or opening (backwards) boundary counts.
+    With `workers`, each rank scores its share of the batches."""
+    workers = workers or Workers()
     was_training = bilm.training
     bilm.eval()
     forward, backward, n_tokens = 0.0, 0.0, 0
-    for batch in bucketed_batches(docs, batch_tokens, random.Random(0), shuffle=False):
+    batches = list(bucketed_batches(docs, batch_tokens, random.Random(0), shuffle=False))
+    for batch in workers.shard(batches):
         loss = bilm.lm_loss(bilm.batch(batch))
         forward += float(loss.forward_nll)
         backward += float(loss.backward_nll)
         n_tokens += loss.n_tokens
     bilm.train(was_training)
+    forward, backward, n_tokens = workers.sum([forward, backward, n_tokens])
     n_tokens = max(n_tokens, 1)
     return {
         "forward": math.exp(forward / n_tokens),
