@@ -41,6 +41,7 @@ def test_smoke_workflow_produces_every_output(tmp_path):
         assert (tmp_path / output).is_file(), output
     log = json.loads((tmp_path / "training/smoke/bilm/pretrain_log.json").read_text())
     assert all(e["dev_perplexity"]["mean"] > 1 for e in log["epochs"])
+    assert log["bilm"]["encoder"] == "word" and log["words_from_init_vectors"] > 100
     metrics = json.loads((tmp_path / "metrics/smoke/textcat.json").read_text())
     dev = metrics["splits"]["dev"]
     assert dev["n_docs"] == 24 and 0.0 <= dev["accuracy"] <= 1.0

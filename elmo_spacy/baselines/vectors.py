@@ -29,6 +29,7 @@ class WordVectors:
         nlp = spacy.blank(lang)
         keys = [nlp.vocab.strings.add(word) for word in self.words]
         nlp.vocab.vectors = Vectors(strings=nlp.vocab.strings, data=self.matrix, keys=keys)
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
         nlp.to_disk(output_dir)
 
 
