@@ -203,3 +203,31 @@ def test_initial_word_vectors_of_the_wrong_width_or_for_chars_are_refused():
         bilm.init_word_vectors({"bank": numpy.ones(width + 1)})
     with pytest.raises(ValueError, match="word encoder"):
         build("char_cnn").init_word_vectors({"bank": numpy.ones(width)})
+
+
+def test_char_cnn_encodings_are_kept_across_batches_until_the_weights_change():
+    bilm = build("char_cnn")
+    uncached = BiLM(bilm.config, bilm.vocab, type_cache_size=0).eval()
+    uncached.load_state_dict(bilm.state_dict())
+    first = layers(bilm, SENTENCES[:4])
+    assert set(bilm._type_cache) == {t for doc in SENTENCES[:4] for t in doc}
+    # Later batches reuse the kept encodings and give what the uncached biLM gives.
+    for docs in (SENTENCES[2:6], SENTENCES):
+        torch.testing.assert_close(layers(bilm, docs), layers(uncached, docs), atol=1e-5, rtol=0)
+    torch.testing.assert_close(layers(bilm, SENTENCES[:4]), first, atol=1e-6, rtol=0)
+    # An in-place update of the encoder (as an optimiser step does) empties the cache.
+    with torch.no_grad():
+        for bilm_ in (bilm, uncached):
+            bilm_.encoder.projection.weight.mul_(2.0)
+    torch.testing.assert_close(
+        layers(bilm, SENTENCES[:4]), layers(uncached, SENTENCES[:4]), atol=1e-5, rtol=0
+    )
+    assert not torch.allclose(layers(bilm, SENTENCES[:4]), first, atol=1e-3)
+    # Nothing is kept while training or with gradients, and the bound holds.
+    bilm.clear_type_cache()
+    bilm.train()
+    bilm(bilm.batch(SENTENCES))
+    assert not bilm._type_cache
+    bilm.eval().type_cache_size = 5
+    layers(bilm, SENTENCES)
+    assert len(bilm._type_cache) == 5

@@ -1,7 +1,8 @@
 """The biLM: a shared token encoder, forward and backward LSTM stacks, a shared softmax."""
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy
 import torch
@@ -27,6 +28,7 @@ class TokenBatch:
     index: (B, T + 2) type of each position of the framed docs
         (<S> tokens </S>, then padding).
     lengths: (B,) tokens per doc, unframed.
+    types: the U - 2 token strings of rows 2 and on.
     """
 
     type_inputs: torch.Tensor
@@ -34,9 +36,14 @@ class TokenBatch:
     type_word_ids: torch.Tensor
     index: torch.Tensor
     lengths: torch.Tensor
+    types: Sequence[str] = field(default=())
 
     def to(self, device: torch.device) -> "TokenBatch":
-        return TokenBatch(*(getattr(self, f.name).to(device) for f in fields(self)))
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, value in moved.items():
+            if isinstance(value, torch.Tensor):
+                moved[name] = value.to(device)
+        return TokenBatch(**moved)
 
 
 @dataclass
@@ -64,12 +71,27 @@ class BiLM(nn.Module):
     `forward(batch)` returns (L + 1, B, T, 2P): layer 0 is the token encoding
     repeated as [x; x], layers 1..L are [forward; backward] LSTM outputs, and
     the boundary positions are stripped again.
+
+    With the character CNN, outside training and without gradients, the
+    encodings of token strings are kept across batches (at most
+    `type_cache_size`, least recently used dropped first), since they do not
+    depend on context; any change to the encoder's weights empties the cache.
     """
 
-    def __init__(self, config: BiLMConfig, vocab: Vocab, with_softmax: bool = True) -> None:
+    def __init__(
+        self,
+        config: BiLMConfig,
+        vocab: Vocab,
+        with_softmax: bool = True,
+        type_cache_size: int = 100_000,
+    ) -> None:
         super().__init__()
         self.config = config
         self.vocab = vocab
+        self.type_cache_size = type_cache_size
+        self._type_cache: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self._boundary_encodings: torch.Tensor | None = None  # (2, P): <S>, </S>
+        self._type_cache_weights: tuple[int, ...] = ()
         dim = config.projection_dim
         if config.encoder == "char_cnn":
             encoder = CharCNNEncoder(
@@ -129,7 +151,9 @@ class BiLM(nn.Module):
         else:
             type_inputs, type_chars = type_word_ids, torch.ones_like(type_word_ids)
         lengths = torch.tensor([len(d) for d in docs], dtype=torch.int64)
-        return TokenBatch(type_inputs, type_chars, type_word_ids, torch.from_numpy(index), lengths)
+        return TokenBatch(
+            type_inputs, type_chars, type_word_ids, torch.from_numpy(index), lengths, types
+        )
 
     def forward(self, batch: TokenBatch) -> torch.Tensor:
         encoded, forward_layers, backward_layers = self._run(batch.to(self._device))
@@ -167,13 +191,44 @@ class BiLM(nn.Module):
         """Encode the types and run both stacks. Returns the token encoding
         (B, T + 2, P) and L forward and L backward outputs (B, T + 2, P), all in
         left-to-right order."""
-        types = self.encoder(batch.type_inputs, batch.type_chars)
+        types = self._encode_types(batch)
         encoded = types[batch.index]
         forward_layers = self.forward_lstm(encoded)
         reverse = _reverse_index(batch.lengths + 2, batch.index.shape[1])
         backward_layers = self.backward_lstm(types[batch.index.gather(1, reverse)])
         backward_layers = [_gather_time(y, reverse) for y in backward_layers]
         return encoded, forward_layers, backward_layers
+
+    def clear_type_cache(self) -> None:
+        self._type_cache.clear()
+        self._boundary_encodings = None
+
+    def _encode_types(self, batch: TokenBatch) -> torch.Tensor:
+        """(U, P) encodings of the batch's types, from the cache where possible."""
+        cacheable = self.config.encoder == "char_cnn" and self.type_cache_size > 0
+        if not cacheable or self.training or torch.is_grad_enabled() or not batch.types:
+            return self.encoder(batch.type_inputs, batch.type_chars)
+        weights = tuple(p._version for p in self.encoder.parameters())  # bumped by any update
+        if weights != self._type_cache_weights:
+            self.clear_type_cache()
+            self._type_cache_weights = weights
+        cache = self._type_cache
+        encoded = [cache.get(t) for t in batch.types]
+        missing = [i for i, e in enumerate(encoded) if e is None]
+        rows = [0, 1] if self._boundary_encodings is None else []
+        rows += [i + 2 for i in missing]
+        if rows:
+            rows = torch.tensor(rows, device=batch.type_inputs.device)
+            fresh = self.encoder(batch.type_inputs[rows], batch.type_chars[rows])
+            if self._boundary_encodings is None:
+                self._boundary_encodings, fresh = fresh[:2].clone(), fresh[2:]
+            for i, row in zip(missing, fresh):
+                encoded[i] = cache[batch.types[i]] = row.clone()
+        for t in batch.types:
+            cache.move_to_end(t)
+        while len(cache) > self.type_cache_size:
+            cache.popitem(last=False)
+        return torch.cat([self._boundary_encodings, torch.stack(encoded)])
 
 
 def _reverse_index(lengths: torch.Tensor, length: int) -> torch.Tensor:
