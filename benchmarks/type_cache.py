@@ -41,14 +41,15 @@ def main() -> None:
     parser.add_argument("--batch-tokens", type=int, default=4096)
     args = parser.parse_args()
     config, _ = load_pretrain_config(args.config, {"bilm.encoder": "char_cnn"})
-    vocab = spacy.blank("en").vocab
-    docs = [[t.text for t in doc] for doc in DocBin().from_disk(args.docs).get_docs(vocab)]
+    strings = spacy.blank("en").vocab
+    docs = [[t.text for t in doc] for doc in DocBin().from_disk(args.docs).get_docs(strings)]
     batches = batches_of(docs, args.batch_tokens)
     n_words = sum(len(doc) for doc in docs)
+    vocab = Vocab.build(docs, max_size=config.max_vocab_size, min_count=config.min_count)
     torch.manual_seed(0)
-    weights = BiLM(config, Vocab.build(docs, max_size=config.max_vocab_size)).state_dict()
+    weights = BiLM(config, vocab).state_dict()
     for size in (0, 100_000):
-        bilm = BiLM(config, Vocab.build(docs, max_size=config.max_vocab_size), type_cache_size=size)
+        bilm = BiLM(config, vocab, type_cache_size=size)
         bilm.load_state_dict(weights)
         bilm.eval()
         with torch.inference_mode():

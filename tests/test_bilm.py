@@ -223,6 +223,13 @@ def test_char_cnn_encodings_are_kept_across_batches_until_the_weights_change():
         layers(bilm, SENTENCES[:4]), layers(uncached, SENTENCES[:4]), atol=1e-5, rtol=0
     )
     assert not torch.allclose(layers(bilm, SENTENCES[:4]), first, atol=1e-3)
+    # So does new storage swapped in (as thinc's optimiser does), and a switch to training.
+    for bilm_ in (bilm, uncached):
+        bilm_.encoder.projection.weight.data = bilm_.encoder.projection.weight.data * 0.5
+    torch.testing.assert_close(
+        layers(bilm, SENTENCES[:4]), layers(uncached, SENTENCES[:4]), atol=1e-5, rtol=0
+    )
+    assert bilm._type_cache and not bilm.train()._type_cache
     # Nothing is kept while training or with gradients, and the bound holds.
     bilm.clear_type_cache()
     bilm.train()

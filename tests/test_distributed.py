@@ -35,6 +35,15 @@ def pretrain_command(output: Path, text: Path, ranks: int, *extra: str) -> list[
     return [*program, str(CONFIG), str(text), str(output), *OPTIONS, *extra]
 
 
+def run_pretrain(output: Path, text: Path, ranks: int, *extra: str) -> dict:
+    """Run `elmo-spacy pretrain` to the end; returns its log."""
+    done = subprocess.run(
+        pretrain_command(output, text, ranks, *extra), capture_output=True, text=True, env=ENV
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads((output / "pretrain_log.json").read_text())
+
+
 def assert_same_weights(a: Path, b: Path) -> None:
     """Equal up to float rounding: the ranks sum the batch's gradient in another order."""
     a_weights, b_weights = load_bilm(a).state_dict(), load_bilm(b).state_dict()
@@ -45,13 +54,7 @@ def assert_same_weights(a: Path, b: Path) -> None:
 @pytest.fixture(scope="module")
 def single_process_run(tmp_path_factory, corpus_dir) -> Path:
     output = tmp_path_factory.mktemp("single")
-    done = subprocess.run(
-        pretrain_command(output, corpus_dir / "pretrain.txt", 1),
-        capture_output=True,
-        text=True,
-        env=ENV,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    run_pretrain(output, corpus_dir / "pretrain.txt", 1)
     return output
 
 
@@ -75,16 +78,9 @@ def test_shard_losses_average_to_the_whole_batch_gradient():
 
 
 def test_two_ranks_train_the_single_process_model(tmp_path, corpus_dir, single_process_run):
-    done = subprocess.run(
-        pretrain_command(tmp_path, corpus_dir / "pretrain.txt", 2),
-        capture_output=True,
-        text=True,
-        env=ENV,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    log = run_pretrain(tmp_path, corpus_dir / "pretrain.txt", 2)
     assert_same_weights(single_process_run / "model-last", tmp_path / "model-last")
     single = json.loads((single_process_run / "pretrain_log.json").read_text())
-    log = json.loads((tmp_path / "pretrain_log.json").read_text())
     assert log["world_size"] == 2 and single["world_size"] == 1
     assert log["steps"] == single["steps"]
     assert [e["dev_perplexity"]["mean"] for e in log["epochs"]] == pytest.approx(
@@ -115,11 +111,7 @@ def test_two_ranks_killed_then_resumed_match_the_single_process_model(
     run.wait()
     assert run.returncode == -signal.SIGKILL, "the run ended before it could be killed"
     assert not (tmp_path / "pretrain_log.json").exists()
-    resumed = subprocess.run(
-        pretrain_command(tmp_path, text, 2, "--resume"), capture_output=True, text=True, env=ENV
-    )
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    log = json.loads((tmp_path / "pretrain_log.json").read_text())
+    log = run_pretrain(tmp_path, text, 2, "--resume")
     assert log["resumed_from"] is not None and log["world_size"] == 2
     assert_same_weights(single_process_run / "model-last", tmp_path / "model-last")
 

@@ -91,7 +91,7 @@ class BiLM(nn.Module):
         self.type_cache_size = type_cache_size
         self._type_cache: OrderedDict[str, torch.Tensor] = OrderedDict()
         self._boundary_encodings: torch.Tensor | None = None  # (2, P): <S>, </S>
-        self._type_cache_weights: tuple[int, ...] = ()
+        self._type_cache_weights: tuple[tuple[int, int], ...] = ()
         dim = config.projection_dim
         if config.encoder == "char_cnn":
             encoder = CharCNNEncoder(
@@ -199,6 +199,11 @@ class BiLM(nn.Module):
         backward_layers = [_gather_time(y, reverse) for y in backward_layers]
         return encoded, forward_layers, backward_layers
 
+    def train(self, mode: bool = True) -> "BiLM":
+        if mode:  # a training step is coming, which may change the weights
+            self.clear_type_cache()
+        return super().train(mode)
+
     def clear_type_cache(self) -> None:
         self._type_cache.clear()
         self._boundary_encodings = None
@@ -208,7 +213,8 @@ class BiLM(nn.Module):
         cacheable = self.config.encoder == "char_cnn" and self.type_cache_size > 0
         if not cacheable or self.training or torch.is_grad_enabled() or not batch.types:
             return self.encoder(batch.type_inputs, batch.type_chars)
-        weights = tuple(p._version for p in self.encoder.parameters())  # bumped by any update
+        # In-place updates bump _version; thinc's optimiser swaps in new storage instead.
+        weights = tuple((p.data_ptr(), p._version) for p in self.encoder.parameters())
         if weights != self._type_cache_weights:
             self.clear_type_cache()
             self._type_cache_weights = weights
