@@ -43,7 +43,7 @@ def train_epochs(config_path: str, bilm: str, train: str, cache_mb: int | None, 
     cache = nlp.get_pipe("elmo").frozen_cache
     later = sum(seconds[1:]) / max(len(seconds) - 1, 1)
     return {
-        "cache_mb": nlp.get_pipe("elmo").frozen_cache.max_bytes // 2**20,
+        "cache_mb": cache.max_bytes // 2**20,
         "docs": len(examples),
         "words": sum(len(eg.reference) for eg in examples),
         "epoch_seconds": [round(s, 1) for s in seconds],

@@ -13,6 +13,7 @@ Prints one JSON line per setting and pass.
 
 import argparse
 import json
+import random
 import time
 
 import spacy
@@ -20,17 +21,7 @@ import torch
 from spacy.tokens import DocBin
 
 from elmo_spacy.bilm import BiLM, Vocab
-from elmo_spacy.pretrain import load_pretrain_config
-
-
-def batches_of(docs: list[list[str]], batch_tokens: int) -> list[list[list[str]]]:
-    batches, current = [], []
-    for doc in sorted(docs, key=len):
-        if current and len(doc) * (len(current) + 1) > batch_tokens:
-            batches.append(current)
-            current = []
-        current.append(doc)
-    return batches + [current] if current else batches
+from elmo_spacy.pretrain import bucketed_batches, load_pretrain_config
 
 
 def main() -> None:
@@ -43,7 +34,7 @@ def main() -> None:
     config, _ = load_pretrain_config(args.config, {"bilm.encoder": "char_cnn"})
     strings = spacy.blank("en").vocab
     docs = [[t.text for t in doc] for doc in DocBin().from_disk(args.docs).get_docs(strings)]
-    batches = batches_of(docs, args.batch_tokens)
+    batches = list(bucketed_batches(docs, args.batch_tokens, random.Random(0), shuffle=False))
     n_words = sum(len(doc) for doc in docs)
     vocab = Vocab.build(docs, max_size=config.max_vocab_size, min_count=config.min_count)
     torch.manual_seed(0)
