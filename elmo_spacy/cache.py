@@ -17,7 +17,8 @@ class FrozenOutputCache:
     Keys are the docs' token texts, so two docs with the same tokens share an
     entry. When the stored arrays pass `max_bytes`, the least recently used
     entries are dropped. Returned arrays are float32 copies of the float16
-    entries (the rounding is below 1e-3 relative).
+    entries (the rounding is below 1e-3 relative). With `max_bytes` <= 0 the
+    cache is off: every call computes, and nothing is rounded.
     """
 
     def __init__(self, max_bytes: int) -> None:
@@ -37,6 +38,8 @@ class FrozenOutputCache:
     def get_or_compute(
         self, docs: Sequence[Doc], compute: Callable[[list[Doc]], ElmoOutput]
     ) -> ElmoOutput:
+        if self.max_bytes <= 0:
+            return compute(list(docs))
         keys = [tuple(token.text for token in doc) for doc in docs]
         outputs: list[numpy.ndarray | None] = []
         for key in keys:
@@ -54,8 +57,6 @@ class FrozenOutputCache:
 
     def _store(self, key: tuple[str, ...], layers: numpy.ndarray) -> numpy.ndarray:
         entry = layers.astype("float16")
-        if self.max_bytes <= 0:
-            return entry
         if key not in self._entries:
             self.nbytes += entry.nbytes
         self._entries[key] = entry

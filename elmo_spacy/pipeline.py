@@ -1,21 +1,23 @@
 """The `elmo` pipe: runs the biLM and attaches per-layer vectors to every Doc."""
 
+import os
 from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 from pathlib import Path
 
-import numpy
 import srsly
+import torch
+from spacy import util
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
-from spacy.tokens import Doc, Span, Token
+from spacy.tokens import Doc
 from spacy.training import Example, validate_examples
-from spacy.util import ensure_path
 from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from .bilm.io import bilm_from_bytes, bilm_to_bytes, load_bilm, save_bilm
 from .cache import FrozenOutputCache
+from .extensions import install_extensions, set_layers
 from .layers import ElmoListener, get_bilm, set_bilm
 from .layers.bilm_model import ElmoOutput, no_backprop
 
@@ -24,46 +26,85 @@ DEFAULT_ELMO_MODEL = """
 @architectures = "elmo_spacy.ElmoBiLM.v1"
 max_batch_tokens = 4096
 """
+DTYPES = ("float32", "float16")
 
 
 @Language.factory(
     "elmo",
-    default_config={"model": Config().from_str(DEFAULT_ELMO_MODEL)["model"], "cache_mb": 2048},
+    default_config={
+        "model": Config().from_str(DEFAULT_ELMO_MODEL)["model"],
+        "layers": None,
+        "dtype": "float32",
+        "cache_mb": 2048,
+    },
     assigns=["doc._.elmo", "doc.tensor"],
 )
-def make_elmo(nlp: Language, name: str, model: Model, cache_mb: int) -> "Elmo":
-    return Elmo(nlp.vocab, model, name=name, cache_mb=cache_mb)
+def make_elmo(
+    nlp: Language,
+    name: str,
+    model: Model,
+    layers: list[int] | None,
+    dtype: str,
+    cache_mb: int,
+) -> "Elmo":
+    return Elmo(nlp.vocab, model, name=name, layers=layers, dtype=dtype, cache_mb=cache_mb)
 
 
 class Elmo(TrainablePipe):
     """Runs a pretrained biLM over each doc and sets:
 
-    - `doc._.elmo`: float32 (L + 1, len(doc), width); layer 0 is the token
-      encoding, layers 1..L the biLSTM layers ([forward; backward]).
-      `token._.elmo` (L + 1, width) and `span._.elmo` (L + 1, len(span), width)
-      are views of it.
-    - `doc.tensor`: the default mix, the mean of the L + 1 layers (n, width).
+    - `doc._.elmo`: (L + 1, len(doc), width); layer 0 is the token encoding,
+      layers 1..L the biLSTM layers ([forward; backward]). `token._.elmo`
+      (L + 1, width) and `span._.elmo` (L + 1, len(span), width) are views of it.
+    - `doc.tensor`: the default mix, the mean of the layers, (n, width) float32.
       User hooks make `token.vector`, `span.vector`, `doc.vector` and
       `doc.similarity` use the same mix, also when the vocab has static vectors.
 
     Downstream pipes use the layers through `elmo_spacy.ElmoListener.v1`.
 
+    layers: keep only these layers (indices into 0..L), in this order, on the
+        docs and for the listeners; None keeps all L + 1.
+    dtype: "float32", or "float16" to store `doc._.elmo` in half the memory
+        (listeners still compute in float32).
     cache_mb: while training with a frozen biLM (no listener with
         grad_factor != 0), the layers of each training doc are computed once
-        and kept in a float16 cache of at most this many MB (0 disables it).
-        Prediction outside training never uses the cache.
+        and kept in a float16 cache of at most this many MB (0: no cache, no
+        rounding). Prediction outside training never uses the cache; the cache
+        is emptied when the biLM changes and when training ends (with the
+        `elmo_spacy.ReleaseTrainingCaches.v1` logger of the shipped configs).
     """
 
     def __init__(
-        self, vocab: Vocab, model: Model, name: str = "elmo", cache_mb: int = 2048
+        self,
+        vocab: Vocab,
+        model: Model,
+        name: str = "elmo",
+        *,
+        layers: Sequence[int] | None = None,
+        dtype: str = "float32",
+        cache_mb: int = 2048,
     ) -> None:
+        if dtype not in DTYPES:
+            raise ValueError(f"[components.{name}] dtype = {dtype!r}: use one of {DTYPES}")
+        if layers is not None and not layers:
+            raise ValueError(f"[components.{name}] layers is empty: name at least one, or null")
         self.vocab = vocab
         self.model = model
         self.name = name
+        self.layers = None if layers is None else [int(i) for i in layers]
+        self.dtype = dtype
         self.listener_map: dict[str, list[ElmoListener]] = {}
         self.cfg: dict = {}
         self.frozen_cache = FrozenOutputCache(cache_mb * 2**20)
+        self._pid = os.getpid()
         install_extensions()
+
+    @property
+    def n_output_layers(self) -> int:
+        """Layers per doc on `doc._.elmo` and for the listeners."""
+        if self.layers is not None:
+            return len(self.layers)
+        return self.model.get_dim("n_layers")
 
     # -- listeners (the protocol of spaCy's Tok2Vec) -------------------------
 
@@ -99,29 +140,36 @@ class Elmo(TrainablePipe):
                     self.add_listener(node, component.name)
 
     def _link(self, listener: ElmoListener) -> None:
-        listener.upstream_model = self.model
+        listener.upstream_pipe = self
         if self.model.has_dim("nO"):
             listener.set_dim("nO", self.model.get_dim("nO"), force=True)
-            listener.set_dim("n_layers", self.model.get_dim("n_layers"), force=True)
+            listener.set_dim("n_layers", self.n_output_layers, force=True)
 
     # -- prediction ----------------------------------------------------------
 
     def predict(self, docs: Iterable[Doc]) -> ElmoOutput:
-        """Returns one float32 (L + 1, len(doc), width) array per doc."""
-        return self.model.predict(list(docs))
+        """Returns one float32 (layers, len(doc), width) array per doc."""
+        self._one_thread_in_forked_workers()
+        return self.select_layers(self.model.predict(list(docs)))
 
     def set_annotations(self, docs: Sequence[Doc], outputs: ElmoOutput) -> None:
         for doc, layers in zip(docs, outputs):
-            doc._.elmo = layers
-            doc.tensor = default_mix(layers)
-            for hooks, vector in (
-                (doc.user_hooks, _doc_vector),
-                (doc.user_span_hooks, _span_vector),
-                (doc.user_token_hooks, _token_vector),
-            ):
-                hooks["vector"] = vector
-                hooks["has_vector"] = _has_vector
-                hooks["similarity"] = _cosine_similarity
+            set_layers(doc, layers.astype(self.dtype, copy=False))
+
+    def select_layers(self, outputs: ElmoOutput) -> ElmoOutput:
+        """The configured `layers` of each (L + 1, n, width) output."""
+        if self.layers is None:
+            return outputs
+        return [output[self.layers] for output in outputs]
+
+    def _one_thread_in_forked_workers(self) -> None:
+        """spaCy's nlp.pipe(n_process=...) forks, and torch's OpenMP thread pool
+        does not survive a fork: the first parallel op in the child hangs.
+        Workers share the cores anyway, so a forked copy of this pipe runs
+        torch on one thread."""
+        if os.getpid() != self._pid:
+            torch.set_num_threads(1)
+            self._pid = os.getpid()
 
     # -- training --------------------------------------------------------------
 
@@ -151,18 +199,20 @@ class Elmo(TrainablePipe):
             return losses
         self.frozen_cache.clear()  # the biLM is about to change
         set_dropout_rate(self.model, drop)
-        outputs, backprop_bilm = self.model.begin_update(docs)
-        d_outputs = [self.model.ops.alloc3f(*o.shape) for o in outputs]
+        all_layers, backprop_bilm = self.model.begin_update(docs)
+        outputs = self.select_layers(all_layers)
+        d_layers = [self.model.ops.alloc3f(*o.shape) for o in all_layers]
+        keep = slice(None) if self.layers is None else self.layers
 
         def accumulate_gradient(one_d_outputs: ElmoOutput) -> list[Doc]:
-            for d_total, d_one in zip(d_outputs, one_d_outputs):
-                d_total += d_one
+            for d_total, d_one in zip(d_layers, one_d_outputs):
+                d_total[keep] += d_one
                 losses[self.name] += float((d_one**2).sum())
             return []
 
         def backprop(one_d_outputs: ElmoOutput) -> list[Doc]:
             accumulate_gradient(one_d_outputs)
-            backprop_bilm(d_outputs)
+            backprop_bilm(d_layers)
             if sgd is not None:
                 self.finish_update(sgd)
             return []
@@ -192,30 +242,47 @@ class Elmo(TrainablePipe):
     # -- serialisation: the biLM directory format, never pickle ----------------
 
     def to_disk(self, path: str | Path, *, exclude: Iterable[str] = tuple()) -> None:
-        path = ensure_path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        srsly.write_json(path / "cfg", self.cfg)
-        save_bilm(self._require_bilm(), path / "bilm")
+        serializers = {
+            "cfg": lambda p: srsly.write_json(p, self.cfg),
+            "bilm": lambda p: save_bilm(self._require_bilm(), p),
+        }
+        util.to_disk(path, serializers, exclude)
 
     def from_disk(self, path: str | Path, *, exclude: Iterable[str] = tuple()) -> "Elmo":
-        path = ensure_path(path)
-        if (path / "cfg").exists():
-            self.cfg.update(srsly.read_json(path / "cfg"))
-        set_bilm(self.model, load_bilm(path / "bilm", with_softmax=False))
-        self._bilm_changed()
+        def load_bilm_dir(p: Path) -> None:
+            set_bilm(self.model, load_bilm(p, with_softmax=False))
+            self._bilm_changed()
+
+        deserializers = {
+            "cfg": lambda p: self.cfg.update(srsly.read_json(p)) if p.exists() else None,
+            "bilm": load_bilm_dir,
+        }
+        util.from_disk(path, deserializers, exclude)
         return self
 
     def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
-        return srsly.msgpack_dumps({"cfg": self.cfg, "bilm": bilm_to_bytes(self._require_bilm())})
+        serializers = {
+            "cfg": lambda: self.cfg,
+            "bilm": lambda: bilm_to_bytes(self._require_bilm()),
+        }
+        return util.to_bytes(serializers, exclude)
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
-        msg = srsly.msgpack_loads(bytes_data)
-        self.cfg.update(msg["cfg"])
-        set_bilm(self.model, bilm_from_bytes(msg["bilm"], with_softmax=False))
-        self._bilm_changed()
+        def load_bilm_bytes(payload: dict) -> None:
+            set_bilm(self.model, bilm_from_bytes(payload, with_softmax=False))
+            self._bilm_changed()
+
+        deserializers = {"cfg": self.cfg.update, "bilm": load_bilm_bytes}
+        util.from_bytes(bytes_data, deserializers, exclude)
         return self
 
     def _bilm_changed(self) -> None:
+        n_layers = self.model.get_dim("n_layers")
+        if self.layers is not None and not all(-n_layers <= i < n_layers for i in self.layers):
+            raise ValueError(
+                f"[components.{self.name}] layers = {self.layers}, but the biLM has "
+                f"{n_layers} layers (0 = token encoding, 1..{n_layers - 1} = LSTM layers)"
+            )
         self.frozen_cache.clear()
         for listener in self.listeners:
             self._link(listener)
@@ -225,56 +292,3 @@ class Elmo(TrainablePipe):
         if bilm is None:
             raise ValueError(f"The '{self.name}' pipe has no biLM to save: initialize it first.")
         return bilm
-
-
-def install_extensions() -> None:
-    """Register `doc._.elmo`, `span._.elmo` and `token._.elmo` (once)."""
-    if not Doc.has_extension("elmo"):
-        Doc.set_extension("elmo", default=None)
-    if not Span.has_extension("elmo"):
-        Span.set_extension("elmo", getter=_span_layers)
-    if not Token.has_extension("elmo"):
-        Token.set_extension("elmo", getter=_token_layers)
-
-
-def _span_layers(span: Span) -> numpy.ndarray | None:
-    layers = span.doc._.elmo
-    return None if layers is None else layers[:, span.start : span.end]
-
-
-def _token_layers(token: Token) -> numpy.ndarray | None:
-    layers = token.doc._.elmo
-    return None if layers is None else layers[:, token.i]
-
-
-def default_mix(layers: numpy.ndarray) -> numpy.ndarray:
-    """The default mix behind doc.tensor and the .vector hooks: the mean of the
-    L + 1 layers. (L + 1, n, width) -> (n, width)."""
-    return layers.mean(axis=0)
-
-
-def _token_vector(token: Token) -> numpy.ndarray:
-    return default_mix(token.doc._.elmo[:, token.i : token.i + 1])[0]
-
-
-def _span_vector(span: Span) -> numpy.ndarray:
-    return _mean_rows(default_mix(span._.elmo))
-
-
-def _doc_vector(doc: Doc) -> numpy.ndarray:
-    return _mean_rows(default_mix(doc._.elmo))
-
-
-def _mean_rows(rows: numpy.ndarray) -> numpy.ndarray:
-    return rows.mean(axis=0) if len(rows) else numpy.zeros(rows.shape[1], dtype="float32")
-
-
-def _has_vector(obj) -> bool:
-    return True
-
-
-def _cosine_similarity(obj, other) -> float:
-    """Cosine of the two objects' vectors (0.0 if either is all zeros)."""
-    a, b = obj.vector, other.vector
-    norms = float(numpy.linalg.norm(a) * numpy.linalg.norm(b))
-    return float(numpy.dot(a, b) / norms) if norms else 0.0

@@ -1,17 +1,24 @@
 """Shared fixtures: a tiny pretrained biLM and a tiny AG News corpus, built once per session."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import spacy
 
 from elmo_spacy.bilm import BiLMConfig
-from elmo_spacy.data import CLASS_NAMES, build_corpus, read_texts
 from elmo_spacy.pretrain import PretrainConfig, pretrain
+from elmo_spacy.pretrain.texts import read_texts
+from scripts.agnews import CLASS_NAMES
+from scripts.agnews_corpus import build_corpus
 
 TESTS = Path(__file__).parent
 DATA = TESTS / "data"
-CONFIGS = TESTS.parent / "configs"
+ROOT = TESTS.parent
+CONFIGS = ROOT / "configs"
+# The console script of the interpreter running the tests, wherever PATH points.
+ELMO_SPACY = str(Path(sys.executable).parent / "elmo-spacy")
 
 TINY_BILM = BiLMConfig(
     max_chars=20,
@@ -44,6 +51,18 @@ def with_bag_of_words(linear_model_dropout: float = 0.0) -> dict:
             "length": 1024,
         },
     }
+
+
+def run(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    """Run a command as a user does: `elmo-spacy ...` (the plugin's console
+    script) or `scripts ...` (the study: `python -m scripts ...` from the
+    repository root); anything else as given."""
+    if args[0] == "elmo-spacy":
+        args = (ELMO_SPACY, *args[1:])
+    elif args[0] == "scripts":
+        args = (sys.executable, "-m", "scripts", *args[1:])
+        kwargs.setdefault("cwd", ROOT)
+    return subprocess.run(args, capture_output=True, text=True, timeout=600, **kwargs)
 
 
 def tokenize(texts):

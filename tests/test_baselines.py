@@ -9,11 +9,10 @@ import pytest
 import scipy.sparse
 import spacy
 
-from elmo_spacy.baselines import cooccurrence_counts, ppmi_matrix, svd_vectors, train_static_vectors
-from elmo_spacy.baselines.tfidf import TfidfClassifier
+from scripts.baselines import cooccurrence_counts, ppmi_matrix, svd_vectors, train_static_vectors
+from scripts.baselines.tfidf import TfidfClassifier
 
-from .conftest import CONFIGS
-from .test_cli import run
+from .conftest import CONFIGS, run
 
 VOCAB = {"a": 0, "b": 1, "c": 2}
 # Window 1: a-b twice, a-c once, c-c once; each pair counts in both directions.
@@ -99,7 +98,7 @@ def check_metrics(path, n_docs):
 
 def train_a_few_steps(config, out, corpus_dir, *overrides):
     result = run(
-        "elmo-spacy",
+        "scripts",
         "train",
         str(CONFIGS / config),
         str(out),
@@ -117,9 +116,7 @@ def train_a_few_steps(config, out, corpus_dir, *overrides):
 
 
 def evaluate(model_dir, corpus_dir, output):
-    result = run(
-        "elmo-spacy", "evaluate", str(model_dir), str(corpus_dir), str(output), "--name", "x"
-    )
+    result = run("scripts", "evaluate", str(model_dir), str(corpus_dir), str(output), "--name", "x")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     return check_metrics(output, n_docs=24)
 
@@ -127,7 +124,7 @@ def evaluate(model_dir, corpus_dir, output):
 def test_static_vectors_baseline_end_to_end(tmp_path, corpus_dir):
     vectors = tmp_path / "vectors"
     result = run(
-        "elmo-spacy", "vectors", "svd", str(corpus_dir / "pretrain.txt"), str(vectors), "--dim", "8"
+        "scripts", "vectors", "svd", str(corpus_dir / "pretrain.txt"), str(vectors), "--dim", "8"
     )
     assert result.returncode == 0, result.stderr[-2000:]
     train_a_few_steps(
@@ -144,7 +141,7 @@ def test_spacy_ensemble_baseline_end_to_end(tmp_path, corpus_dir):
 
 
 def test_tfidf_baseline_end_to_end(tmp_path, corpus_dir):
-    result = run("elmo-spacy", "tfidf", str(corpus_dir), str(tmp_path / "tfidf"))
+    result = run("scripts", "tfidf", str(corpus_dir), str(tmp_path / "tfidf"))
     assert result.returncode == 0, result.stderr[-2000:]
     metrics = evaluate(tmp_path / "tfidf" / "model", corpus_dir, tmp_path / "tfidf.json")
     assert metrics["splits"]["dev"]["labels"] == ["World", "Sports", "Business", "Sci/Tech"]

@@ -6,7 +6,7 @@ import numpy
 import pytest
 import torch
 
-from elmo_spacy.bilm import BiLM, BiLMConfig, Vocab, load_bilm, save_bilm
+from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm, save_bilm
 from elmo_spacy.bilm.io import BiLMLoadError
 from elmo_spacy.pretrain import PretrainConfig, bucketed_batches, evaluate_perplexity, pretrain
 
@@ -28,7 +28,7 @@ SENTENCES = tokenize(
 
 def build(encoder: str = "char_cnn", seed: int = 0) -> BiLM:
     torch.manual_seed(seed)
-    vocab = Vocab.build(SENTENCES, max_size=1000, min_count=1)
+    vocab = WordVocab.build(SENTENCES, max_size=1000, min_count=1)
     config = BiLMConfig(**{**TINY_BILM.to_dict(), "encoder": encoder})
     return BiLM(config, vocab).eval()
 
@@ -42,7 +42,7 @@ def test_held_in_perplexity_halves(tmp_path):
     docs = SENTENCES * 2
     torch.manual_seed(0)
     before = evaluate_perplexity(
-        BiLM(TINY_BILM, Vocab.build(docs, max_size=1000, min_count=1)), docs
+        BiLM(TINY_BILM, WordVocab.build(docs, max_size=1000, min_count=1)), docs
     )["mean"]
     settings = PretrainConfig(
         dev_fraction=0.0,
@@ -115,7 +115,7 @@ def test_lm_loss_counts_words_and_one_boundary_per_direction():
 def test_full_and_adaptive_softmax_give_normalised_probabilities():
     for softmax in ("full", "adaptive"):
         config = BiLMConfig(**{**TINY_BILM.to_dict(), "softmax": softmax, "cutoffs": [10]})
-        vocab = Vocab.build(SENTENCES, max_size=1000, min_count=1)
+        vocab = WordVocab.build(SENTENCES, max_size=1000, min_count=1)
         bilm = BiLM(config, vocab).eval()
         hidden = torch.randn(3, config.projection_dim)
         head = bilm.softmax
@@ -172,7 +172,7 @@ def test_config_rejects_unknown_keys_and_values():
 
 
 def test_vocab_orders_by_frequency():
-    vocab = Vocab.build([["b", "a", "a", "c"], ["a", "b"]], max_size=6, min_count=2)
+    vocab = WordVocab.build([["b", "a", "a", "c"], ["a", "b"]], max_size=6, min_count=2)
     assert vocab.words[4:] == ["a", "b"]
     assert numpy.array_equal(vocab.word_ids(["a", "zzz"]).numpy(), [2, 3, 4, 1])
 

@@ -2,8 +2,8 @@
 
 import hashlib
 import json
+import re
 import shutil
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -17,32 +17,29 @@ from spacy.cli.train import train as spacy_train
 from elmo_spacy.bilm import load_bilm
 from elmo_spacy.layers.scalar_mix import scalar_mix_node
 
-from .conftest import CONFIGS, DATA, TINY_BILM
-
-# The console script of the interpreter running the tests, wherever PATH points.
-ELMO_SPACY = str(Path(sys.executable).parent / "elmo-spacy")
-
-
-def run(*args, **kwargs):
-    if args[0] == "elmo-spacy":
-        args = (ELMO_SPACY, *args[1:])
-    return subprocess.run(args, capture_output=True, text=True, timeout=600, **kwargs)
+from .conftest import CONFIGS, DATA, TINY_BILM, run
 
 
 def test_help_lists_the_commands():
     result = run("elmo-spacy", "--help")
     assert result.returncode == 0, result.stderr
-    for command in (
-        "corpus",
-        "pretrain",
-        "vectors",
-        "tfidf",
-        "train",
-        "evaluate",
-        "compare",
-        "contexts",
-    ):
+    assert "pretrain" in result.stdout
+    result = run("scripts", "--help")
+    assert result.returncode == 0, result.stderr
+    for command in ("corpus", "vectors", "tfidf", "train", "evaluate", "compare", "contexts"):
         assert command in result.stdout
+
+
+def test_the_installed_package_holds_the_plugin_and_not_the_study():
+    import elmo_spacy
+
+    package = Path(elmo_spacy.__file__).parent
+    modules = {p.relative_to(package).as_posix() for p in package.rglob("*.py")}
+    assert not {m for m in modules if m.startswith(("data/", "baselines/"))}
+    for study in ("evaluate.py", "compare.py", "plots.py", "contexts.py"):
+        assert study not in modules
+    for path in package.rglob("*.py"):
+        assert not re.search(r"^\s*(from|import) scripts\b", path.read_text(), re.M), path
 
 
 def test_entry_points_work_in_a_fresh_process():
@@ -80,7 +77,7 @@ def test_pretrain_command_writes_a_loadable_bilm(tmp_path, corpus_dir):
 def test_pretrain_starts_the_word_embeddings_from_static_vectors(tmp_path, corpus_dir):
     vectors = tmp_path / "vectors"
     text = str(corpus_dir / "pretrain.txt")
-    result = run("elmo-spacy", "vectors", "svd", text, str(vectors), "--dim", "16")
+    result = run("scripts", "vectors", "svd", text, str(vectors), "--dim", "16")
     assert result.returncode == 0, result.stderr[-2000:]
     word_encoder = ["--bilm.encoder", "word", "--bilm.word_dim", "16", "--training.max_epochs", "1"]
     args = ("elmo-spacy", "pretrain", str(CONFIGS / "bilm_tiny.cfg"), text)
@@ -184,7 +181,7 @@ def test_corpus_command_stops_at_a_bad_row_and_can_skip_it(tmp_path):
     good = (DATA / "train.csv").read_text(encoding="utf-8").splitlines()[:8]
     bad = good[:3] + ['"9","Unknown class","text"'] + good[3:]
     (source / "train.csv").write_text("\n".join(bad) + "\n", encoding="utf-8")
-    command = ["elmo-spacy", "corpus", str(source), str(tmp_path / "out"), "--no-verify"]
+    command = ["scripts", "corpus", str(source), str(tmp_path / "out"), "--no-verify"]
     result = run(*command, "--dev-fraction", "0.25")
     assert result.returncode == 1
     assert "train.csv:4: unknown class '9'" in result.stderr
@@ -199,12 +196,12 @@ def test_corpus_command_stops_at_a_bad_row_and_can_skip_it(tmp_path):
 def test_corpus_command_names_a_missing_or_altered_file(tmp_path):
     source = tmp_path / "ag_news"
     source.mkdir()
-    result = run("elmo-spacy", "corpus", str(source), str(tmp_path / "out"))
+    result = run("scripts", "corpus", str(source), str(tmp_path / "out"))
     assert result.returncode == 1
     assert f"{source / 'train.csv'} is missing" in result.stderr
     assert "spacy project assets" in result.stderr
     shutil.copy(DATA / "train.csv", source / "train.csv")
-    result = run("elmo-spacy", "corpus", str(source), str(tmp_path / "out"))
+    result = run("scripts", "corpus", str(source), str(tmp_path / "out"))
     assert result.returncode == 1
     actual = hashlib.md5((DATA / "train.csv").read_bytes()).hexdigest()
     message = " ".join(result.stderr.split())

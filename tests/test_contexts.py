@@ -3,9 +3,9 @@
 import pytest
 import spacy
 
-from elmo_spacy.contexts import compare_senses
+from scripts.contexts import compare_senses
 
-from .test_cli import run
+from .conftest import run
 
 SENSES = [("bank", "The bank raised its rates.", "They sat on the bank of the river.")]
 
@@ -34,9 +34,7 @@ def test_layer_0_is_static_and_the_top_layer_is_not(nlp):
 
 def test_contexts_command_prints_both_layers(tmp_path, nlp, corpus_dir):
     nlp.to_disk(tmp_path / "pipeline")
-    result = run(
-        "elmo-spacy", "contexts", str(tmp_path / "pipeline"), str(corpus_dir / "dev.spacy")
-    )
+    result = run("scripts", "contexts", str(tmp_path / "pipeline"), str(corpus_dir / "dev.spacy"))
     assert result.returncode == 0, result.stderr[-2000:]
     assert (
         "## ELMo layer 2 (contextual)" in result.stdout and "## layer 0 (static)" in result.stdout

@@ -4,8 +4,15 @@ import pytest
 import spacy
 from spacy.tokens import DocBin
 
-from elmo_spacy.data import BadRowError, build_corpus, clean_text, read_agnews_csv, stratified_split
-from elmo_spacy.data.agnews import CLASS_NAMES, Row
+from scripts.agnews import (
+    CLASS_NAMES,
+    BadRowError,
+    Row,
+    clean_text,
+    read_agnews_csv,
+    stratified_split,
+)
+from scripts.agnews_corpus import build_corpus
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from elmo_spacy.bilm import BiLM, Vocab, load_bilm
+from elmo_spacy.bilm import BiLM, WordVocab, load_bilm
 from elmo_spacy.pretrain import start_workers
 from elmo_spacy.pretrain.checkpoint import LATEST
 from elmo_spacy.pretrain.train import ShardLoss
@@ -61,7 +61,7 @@ def single_process_run(tmp_path_factory, corpus_dir) -> Path:
 def test_shard_losses_average_to_the_whole_batch_gradient():
     docs = tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()[:6])
     torch.manual_seed(0)
-    bilm = BiLM(TINY_BILM, Vocab.build(docs, max_size=500, min_count=1))
+    bilm = BiLM(TINY_BILM, WordVocab.build(docs, max_size=500, min_count=1))
     batch_tokens = sum(len(doc) + 1 for doc in docs)
 
     def gradients(docs, world_size):

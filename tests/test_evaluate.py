@@ -4,14 +4,14 @@ import json
 
 import pytest
 
-from elmo_spacy.compare import (
+from scripts.compare import (
     accuracy_by_name,
     comparison_table,
     data_statement,
     load_runs,
-    update_readme,
+    update_section,
 )
-from elmo_spacy.evaluate import classification_metrics, classification_report
+from scripts.evaluate import classification_metrics, classification_report
 
 
 def test_metrics_match_a_hand_computed_case():
@@ -50,7 +50,7 @@ def run(name, accuracy):
     }
 
 
-def test_table_and_readme_section(tmp_path):
+def test_table_and_results_section(tmp_path):
     runs = [run("best", 0.9), run("other", 0.8)]
     runs[0]["size_mb"] = 12.34
     table = comparison_table(runs)
@@ -59,10 +59,10 @@ def test_table_and_readme_section(tmp_path):
     assert table.splitlines()[3].endswith("| n/a |")
     statement = data_statement(runs)
     assert "18,192-row subset" in statement and "every figure is on dev" in statement
-    readme = tmp_path / "README.md"
-    readme.write_text("intro\n<!-- comparison:start -->\nold\n<!-- comparison:end -->\nrest\n")
-    update_readme(readme, table)
-    text = readme.read_text()
+    results = tmp_path / "results.md"
+    results.write_text("intro\n<!-- comparison:start -->\nold\n<!-- comparison:end -->\nrest\n")
+    update_section(results, table)
+    text = results.read_text()
     assert "old" not in text and "| best |" in text and text.endswith("rest\n")
 
 
@@ -71,7 +71,7 @@ def test_runs_that_share_a_name_are_seeds_of_one_bar(tmp_path):
     by_name = accuracy_by_name(runs)
     assert by_name == {"a": [90.0, 92.0], "b": [80.0]}
     pytest.importorskip("matplotlib")
-    from elmo_spacy.plots import plot_accuracy
+    from scripts.plots import plot_accuracy
 
     assert plot_accuracy(by_name, tmp_path / "accuracy.png", "dev").stat().st_size > 1000
 

@@ -7,8 +7,8 @@ import pytest
 import spacy
 import torch
 
-from elmo_spacy.evaluate import branch_accuracy
 from elmo_spacy.layers import get_bilm, layer_weights
+from scripts.evaluate import branch_accuracy
 
 from .conftest import SCALAR_MIX, TINY_BILM, examples, make_nlp, with_bag_of_words
 

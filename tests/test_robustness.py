@@ -7,9 +7,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from spacy.tokens import Doc
 
-from elmo_spacy.data import read_texts
 from elmo_spacy.layers import get_bilm
 from elmo_spacy.pretrain import PretrainConfig, pretrain
+from elmo_spacy.pretrain.texts import read_texts
 
 from .conftest import (
     DATA,

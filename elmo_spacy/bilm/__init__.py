@@ -7,6 +7,6 @@ trained, profiled and saved on its own.
 from .config import BiLMConfig
 from .io import load_bilm, save_bilm
 from .model import BiLM, LMLoss, TokenBatch
-from .vocab import Vocab
+from .vocab import WordVocab
 
-__all__ = ["BiLM", "BiLMConfig", "LMLoss", "TokenBatch", "Vocab", "load_bilm", "save_bilm"]
+__all__ = ["BiLM", "BiLMConfig", "LMLoss", "TokenBatch", "WordVocab", "load_bilm", "save_bilm"]

@@ -14,7 +14,7 @@ from safetensors.torch import load, load_file, save, save_file
 
 from .config import BiLMConfig
 from .model import BiLM
-from .vocab import Vocab
+from .vocab import WordVocab
 
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.json"
@@ -86,7 +86,7 @@ def _build(
     where: str,
 ) -> BiLM:
     try:
-        bilm = BiLM(BiLMConfig.from_dict(config), Vocab(words), with_softmax=with_softmax)
+        bilm = BiLM(BiLMConfig.from_dict(config), WordVocab(words), with_softmax=with_softmax)
     except (TypeError, ValueError) as err:
         raise BiLMLoadError(f"Invalid biLM config or vocab in {where}: {err}") from err
     if not with_softmax:

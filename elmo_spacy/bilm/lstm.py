@@ -1,5 +1,7 @@
 """One direction of the biLM: a stack of projected LSTM layers."""
 
+import warnings
+
 import torch
 from torch import nn
 
@@ -27,7 +29,10 @@ class LstmStack(nn.Module):
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
         outputs = []
         for i, layer in enumerate(self.layers):
-            y, _ = layer(self.dropout(x))
+            with warnings.catch_warnings():
+                # Noise: torch runs its own kernel instead, as it should.
+                warnings.filterwarnings("ignore", "LSTM with projections is not supported")
+                y, _ = layer(self.dropout(x))
             x = y + x if i > 0 else y
             outputs.append(x)
         return outputs

@@ -12,7 +12,7 @@ from .config import BiLMConfig
 from .encoders import CharCNNEncoder, WordEncoder
 from .lstm import LstmStack
 from .softmax import SoftmaxHead
-from .vocab import CharacterMapper, Vocab
+from .vocab import CharacterMapper, WordVocab
 
 BOS_TYPE, EOS_TYPE = 0, 1  # rows of TokenBatch.type_inputs
 
@@ -81,7 +81,7 @@ class BiLM(nn.Module):
     def __init__(
         self,
         config: BiLMConfig,
-        vocab: Vocab,
+        vocab: WordVocab,
         with_softmax: bool = True,
         type_cache_size: int = 100_000,
     ) -> None:

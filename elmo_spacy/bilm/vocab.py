@@ -19,7 +19,7 @@ END_OF_SENTENCE_CHAR = 260
 N_CHARS = 261
 
 
-class Vocab:
+class WordVocab:
     """Word types ordered by falling frequency after the four specials.
 
     The order matters: the adaptive softmax puts the first ids in its head
@@ -42,10 +42,12 @@ class Vocab:
         return len(self.words)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Vocab) and self.words == other.words
+        return isinstance(other, WordVocab) and self.words == other.words
 
     @classmethod
-    def build(cls, sentences: Iterable[Sequence[str]], *, max_size: int, min_count: int) -> "Vocab":
+    def build(
+        cls, sentences: Iterable[Sequence[str]], *, max_size: int, min_count: int
+    ) -> "WordVocab":
         """Count word types and keep the `max_size` most frequent seen at least
         `min_count` times (ties broken alphabetically, so the result is stable)."""
         counts: Counter = Counter()

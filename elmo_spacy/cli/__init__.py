@@ -4,7 +4,7 @@ import typer
 
 app = typer.Typer(
     name="elmo-spacy",
-    help="ELMo for spaCy: pretrain a biLM and use it in spaCy pipelines.",
+    help="ELMo for spaCy: pretrain a biLM, convert and export bilm-tf models.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -12,7 +12,7 @@ app = typer.Typer(
 
 @app.callback()
 def main() -> None:
-    """ELMo for spaCy: pretrain a biLM and use it in spaCy pipelines."""
+    """ELMo for spaCy: pretrain a biLM, convert and export bilm-tf models."""
 
 
-from . import baselines, compare, contexts, corpus, evaluate, pretrain, train  # noqa: E402,F401  (registers the commands)
+from . import pretrain  # noqa: E402,F401  (registers the commands)

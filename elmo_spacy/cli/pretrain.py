@@ -37,8 +37,8 @@ def pretrain_command(
 ) -> None:
     """Pretrain a biLM. Extra options override the config, e.g. --training.max_epochs 1.
     Data-parallel on N processes: torchrun --nproc_per_node N --no-python elmo-spacy pretrain ..."""
-    from ..data import read_tokenised_texts
     from ..pretrain import load_pretrain_config, pretrain, start_workers, stop_workers
+    from ..pretrain.texts import read_tokenised_texts
 
     bilm_config, training = load_pretrain_config(config_path, parse_config_overrides(ctx.args))
     workers = start_workers(gpu_id)
@@ -62,7 +62,7 @@ def pretrain_command(
     if not workers.is_main:
         return
     try:
-        from ..plots import plot_perplexity
+        from ..pretrain.plots import plot_perplexity
 
         plot_perplexity(log, output_dir / "perplexity.png")
     except ImportError as err:

@@ -1,6 +1,5 @@
 """The biLM as a thinc model: List[Doc] -> List[Floats3d] of shape (L + 1, len(doc), width)."""
 
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -9,14 +8,9 @@ from spacy.tokens import Doc
 from thinc.api import ArgsKwargs, Model, PyTorchShim, torch2xp, xp2torch
 from thinc.types import Floats3d
 
-from ..bilm import BiLM, BiLMConfig, Vocab
+from ..bilm import BiLM, BiLMConfig, WordVocab
 
 ElmoOutput = list[Floats3d]
-
-# spaCy's nlp.pipe(n_process=...) forks, and torch's OpenMP thread pool does not
-# survive a fork: the first parallel op in the child hangs. Forked workers share
-# the cores with each other, so one torch thread each is also the right setting.
-os.register_at_fork(after_in_child=lambda: torch.set_num_threads(1))
 
 
 def build_bilm_model(
@@ -79,7 +73,7 @@ def init(model: Model, X: list[Doc] | None = None, Y=None) -> None:
         return
     config = BiLMConfig.from_dict(model.attrs["bilm_config"])
     words = [[t.text for t in doc] for doc in X or []]
-    vocab = Vocab.build(words, max_size=config.max_vocab_size, min_count=1)
+    vocab = WordVocab.build(words, max_size=config.max_vocab_size, min_count=1)
     set_bilm(model, BiLM(config, vocab, with_softmax=False))
 
 

@@ -1,6 +1,7 @@
 """The listener: hands the `elmo` pipe's per-layer outputs to a downstream pipe."""
 
 from collections.abc import Callable
+from typing import Any
 
 from spacy.tokens import Doc
 from thinc.api import Model
@@ -17,9 +18,9 @@ class ElmoListener(Model):
     passed back. Outside training, or when the upstream pipe is frozen and
     annotating, the layers are read from `doc._.elmo`. Docs that have no
     `doc._.elmo` (for example the samples a downstream pipe is initialised
-    with) are run through the upstream model directly.
+    with) are run through the upstream pipe directly.
 
-    Output: one (L + 1, len(doc), width) float32 array per doc.
+    Output: one (n_layers, len(doc), width) float32 array per doc.
     """
 
     name = "elmo-listener"
@@ -33,7 +34,7 @@ class ElmoListener(Model):
             attrs={"grad_factor": grad_factor},
         )
         self.upstream_name = upstream_name
-        self.upstream_model: Model | None = None  # set by the elmo pipe
+        self.upstream_pipe: Any = None  # the `elmo` pipe, set when it finds this listener
         self._batch_id: int | None = None
         self._outputs: ElmoOutput | None = None
         self._backprop: Callable | None = None
@@ -53,6 +54,10 @@ class ElmoListener(Model):
         self._outputs = outputs
         self._backprop = backprop
 
+    def drop_batch(self) -> None:
+        """Forget the received batch (after its gradient went back)."""
+        self._batch_id = self._outputs = self._backprop = None
+
 
 def forward(model: ElmoListener, docs: list[Doc], is_train: bool) -> tuple[ElmoOutput, Callable]:
     if is_train and model._batch_id is not None:
@@ -67,6 +72,7 @@ def forward(model: ElmoListener, docs: list[Doc], is_train: bool) -> tuple[ElmoO
         upstream_backprop = model._backprop
 
         def backprop(d_outputs: ElmoOutput) -> list[Doc]:
+            model.drop_batch()
             if grad_factor != 0:
                 upstream_backprop([d * grad_factor for d in d_outputs])
             return []
@@ -77,14 +83,15 @@ def forward(model: ElmoListener, docs: list[Doc], is_train: bool) -> tuple[ElmoO
 
 def _read_annotations(model: ElmoListener, docs: list[Doc]) -> ElmoOutput:
     outputs = [doc._.elmo for doc in docs]
+    outputs = [None if o is None else o.astype("float32", copy=False) for o in outputs]
     missing = [i for i, output in enumerate(outputs) if output is None]
     if missing:
-        if model.upstream_model is None:
+        if model.upstream_pipe is None:
             raise ValueError(
                 "Docs reached an elmo listener without doc._.elmo and no elmo pipe is "
                 "linked to it. Add an `elmo` pipe before this pipe (or enable it)."
             )
-        computed = model.upstream_model.predict([docs[i] for i in missing])
+        computed = model.upstream_pipe.predict([docs[i] for i in missing])
         for i, output in zip(missing, computed):
             outputs[i] = output
     return outputs

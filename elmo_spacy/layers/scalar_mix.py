@@ -15,6 +15,7 @@ def build_scalar_mix(
     gamma: float = 1.0,
     seed: int = 0,
     layer_norm: bool = True,
+    dropout: float = 0.0,
 ) -> Model[list[Floats3d], list[Floats2d]]:
     """Mix the L + 1 layers of each doc with softmax-normalised weights λ and a scale γ.
 
@@ -28,7 +29,12 @@ def build_scalar_mix(
     seed: seed of the random weights.
     layer_norm: normalise each token's vector in each layer first (see
         `normalize_layers`).
+    dropout: in training, drop this share of the mixed vectors' units (and
+        scale the rest), as AllenNLP's ELMo does to its mixed representations.
+        A rate of the mix itself: spaCy's [training] dropout does not change it.
     """
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"scalar mix: dropout = {dropout}, must be in [0, 1)")
     mix = Model(
         "scalar_mix",
         forward,
@@ -40,6 +46,7 @@ def build_scalar_mix(
             "weights": list(weights or []),
             "gamma": gamma,
             "seed": seed,
+            "dropout": dropout,
         },
     )
     return chain(normalize_layers(), mix) if layer_norm else mix
@@ -85,10 +92,14 @@ def forward(model: Model, X: list[Floats3d], is_train: bool) -> tuple[list[Float
     weights = layer_weights(model)
     gamma = float(model.get_param("gamma")[0])
     mixed = ops.xp.tensordot(weights, stacked, axes=1)  # (N, width)
-    Y = _split(ops, gamma * mixed, lengths)
+    rate = model.attrs["dropout"] if is_train else 0.0
+    mask = ops.get_dropout_mask(mixed.shape, rate) if rate else None
+    Y = _split(ops, gamma * mixed * (1.0 if mask is None else mask), lengths)
 
     def backprop(dY: list[Floats2d]) -> list[Floats3d]:
         d_mixed = ops.xp.concatenate(dY, axis=0)
+        if mask is not None:
+            d_mixed = d_mixed * mask
         if model.attrs["trainable"]:
             d_weights = gamma * ops.xp.einsum("lnd,nd->l", stacked, d_mixed)
             d_lambdas = weights * (d_weights - (weights * d_weights).sum())

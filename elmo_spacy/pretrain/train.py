@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from ..bilm import BiLM, BiLMConfig, Vocab
+from ..bilm import BiLM, BiLMConfig, WordVocab
 from .batching import Tokens, bucketed_batches, split_long
 from .checkpoint import (
     Progress,
@@ -38,19 +38,110 @@ class Corpus:
     dev_is_held_out: bool = True
 
 
-@dataclass
-class Run:
-    """What stays fixed while one pretraining process runs."""
+@dataclass(kw_only=True)
+class Pretraining:
+    """One pretraining process: what stays fixed while it runs, the state it
+    saves in checkpoints (`state`), and the steps of the loop."""
 
     bilm: BiLM
     optimizer: torch.optim.Optimizer
+    loss: nn.Module  # ShardLoss, wrapped in DistributedDataParallel when distributed
     corpus: Corpus
     config: PretrainConfig
     rng: random.Random
     output_dir: Path
-    progress: bool
     workers: Workers
-    loss: nn.Module  # ShardLoss, wrapped in DistributedDataParallel when distributed
+    show_progress: bool
+    state: Progress
+
+    def run(self) -> None:
+        while self.state.epoch <= self.config.max_epochs and not self.state.finished:
+            self.train_epoch()
+            self.end_epoch()
+
+    def train_epoch(self) -> None:
+        """Train on the rest of the current epoch (from batch `state.batch`)."""
+        bilm, config, state = self.bilm, self.config, self.state
+        bilm.train()
+        self.rng.setstate(state.epoch_rng)  # the epoch's batch order follows from it
+        batches = list(bucketed_batches(self.corpus.train, config.batch_tokens, self.rng))
+        bar = tqdm(
+            total=len(batches),
+            initial=state.batch,
+            desc=f"epoch {state.epoch}",
+            disable=not self.show_progress,
+            unit="batch",
+            mininterval=1.0,
+        )
+        for batch in batches[state.batch :]:
+            started = time.perf_counter()
+            shard = self.workers.shard(batch)
+            batch_tokens = sum(len(doc) + 1 for doc in batch)
+            # A rank left without docs still runs (on one doc, weighted 0): all ranks must sync.
+            loss, nll = self.loss(shard or batch[:1], batch_tokens, 1.0 if shard else 0.0)
+            self.optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(bilm.parameters(), config.grad_clip)
+            self.optimizer.step()
+            state.epoch_seconds += time.perf_counter() - started
+            state.step += 1
+            state.batch += 1
+            state.epoch_tokens += batch_tokens
+            state.epoch_nll += self.workers.sum([nll.item()])[0]
+            bar.update(1)
+            bar.set_postfix(
+                loss=f"{state.epoch_nll / state.epoch_tokens:.3f}",
+                ppl=f"{perplexity(state.epoch_nll, state.epoch_tokens):.1f}",
+                tok_s=f"{state.epoch_tokens / state.epoch_seconds:.0f}",
+                refresh=False,
+            )
+            if config.max_steps and state.step >= config.max_steps:
+                break
+            if config.checkpoint_every and state.step % config.checkpoint_every == 0:
+                self.save_checkpoint()
+        bar.close()
+
+    def end_epoch(self) -> None:
+        """Measure dev perplexity, write model-last/model-best, decide whether to
+        stop, move on to the next epoch and checkpoint."""
+        bilm, config, state = self.bilm, self.config, self.state
+        dev = evaluate_perplexity(bilm, self.corpus.dev, config.eval_batch_tokens, self.workers)
+        state.epochs.append(
+            {
+                "epoch": state.epoch,
+                "step": state.step,
+                "train_tokens": state.epoch_tokens,
+                "train_perplexity": perplexity(state.epoch_nll, state.epoch_tokens),
+                "tokens_per_second": state.epoch_tokens / max(state.epoch_seconds, 1e-9),
+                "dev_perplexity": dev,
+            }
+        )
+        if self.workers.is_main:
+            save_bilm_atomic(bilm, self.output_dir / "model-last")
+        if dev["mean"] < state.best:
+            state.best, state.bad_epochs = dev["mean"], 0
+            if self.workers.is_main:
+                save_bilm_atomic(bilm, self.output_dir / "model-best")
+        else:
+            state.bad_epochs += 1
+        if self.show_progress:
+            tqdm.write(
+                f"epoch {state.epoch}: dev perplexity forward {dev['forward']:.1f}, "
+                f"backward {dev['backward']:.1f}, mean {dev['mean']:.1f}; "
+                f"{state.epochs[-1]['tokens_per_second']:.0f} tokens/s"
+            )
+        state.finished = bool(
+            (config.patience and state.bad_epochs >= config.patience)
+            or (config.max_steps and state.step >= config.max_steps)
+        )
+        state.next_epoch(self.rng.getstate())
+        self.save_checkpoint()
+
+    def save_checkpoint(self) -> None:
+        """Rank 0 writes the checkpoint; the others wait until it is in place."""
+        if self.workers.is_main:
+            save_checkpoint(self.output_dir, self.bilm, self.optimizer, self.state)
+        self.workers.wait_for_all()
 
 
 class ShardLoss(nn.Module):
@@ -119,7 +210,7 @@ def pretrain(
             tqdm.write(f"Resuming from {checkpoint} (step {state.step}, epoch {state.epoch})")
     else:
         torch.manual_seed(config.seed)
-        vocab = Vocab.build(
+        vocab = WordVocab.build(
             corpus.train, max_size=bilm_config.max_vocab_size, min_count=bilm_config.min_count
         )
         bilm = BiLM(bilm_config, vocab)
@@ -133,20 +224,18 @@ def pretrain(
         torch.manual_seed(config.seed + 7919 * state.step + workers.rank)  # own dropout masks
         # Tail clusters of the adaptive softmax go unused on batches without their words.
         loss = DistributedDataParallel(loss, find_unused_parameters=True)
-    run = Run(
-        bilm,
-        optimizer,
-        corpus,
-        config,
-        rng,
-        output_dir,
-        progress and workers.is_main,
-        workers,
-        loss,
-    )
-    while state.epoch <= config.max_epochs and not state.finished:
-        _train_epoch(run, state)
-        _end_epoch(run, state)
+    Pretraining(
+        bilm=bilm,
+        optimizer=optimizer,
+        loss=loss,
+        corpus=corpus,
+        config=config,
+        rng=rng,
+        output_dir=output_dir,
+        workers=workers,
+        show_progress=progress and workers.is_main,
+        state=state,
+    ).run()
     log = {
         "bilm": bilm_config.to_dict(),
         "training": config.to_dict(),
@@ -184,96 +273,9 @@ def _make_corpus(docs: Sequence[Tokens], config: PretrainConfig, rng: random.Ran
     return Corpus(split_long(train, config.max_length), split_long(dev_docs, config.max_length))
 
 
-def _perplexity(nll: float, n_tokens: int) -> float:
-    """exp(mean NLL), capped so that an early, huge loss does not overflow."""
+def perplexity(nll: float, n_tokens: int) -> float:
+    """exp(mean NLL per token), capped so that an early, huge loss does not overflow."""
     return math.exp(min(nll / max(n_tokens, 1), 50))
-
-
-def _train_epoch(run: Run, state: Progress) -> None:
-    """Train on the rest of the current epoch (from batch `state.batch`)."""
-    bilm, config = run.bilm, run.config
-    bilm.train()
-    run.rng.setstate(state.epoch_rng)  # the epoch's batch order follows from it
-    batches = list(bucketed_batches(run.corpus.train, config.batch_tokens, run.rng))
-    bar = tqdm(
-        total=len(batches),
-        initial=state.batch,
-        desc=f"epoch {state.epoch}",
-        disable=not run.progress,
-        unit="batch",
-        mininterval=1.0,
-    )
-    for batch in batches[state.batch :]:
-        started = time.perf_counter()
-        shard = run.workers.shard(batch)
-        batch_tokens = sum(len(doc) + 1 for doc in batch)
-        # A rank left without docs still runs (on one doc, weighted 0): all ranks must sync.
-        loss, nll = run.loss(shard or batch[:1], batch_tokens, 1.0 if shard else 0.0)
-        run.optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(bilm.parameters(), config.grad_clip)
-        run.optimizer.step()
-        state.epoch_seconds += time.perf_counter() - started
-        state.step += 1
-        state.batch += 1
-        state.epoch_tokens += batch_tokens
-        state.epoch_nll += run.workers.sum([nll.item()])[0]
-        bar.update(1)
-        bar.set_postfix(
-            loss=f"{state.epoch_nll / state.epoch_tokens:.3f}",
-            ppl=f"{_perplexity(state.epoch_nll, state.epoch_tokens):.1f}",
-            tok_s=f"{state.epoch_tokens / state.epoch_seconds:.0f}",
-            refresh=False,
-        )
-        if config.max_steps and state.step >= config.max_steps:
-            break
-        if config.checkpoint_every and state.step % config.checkpoint_every == 0:
-            _save_checkpoint(run, state)
-    bar.close()
-
-
-def _end_epoch(run: Run, state: Progress) -> None:
-    """Measure dev perplexity, write model-last/model-best, decide whether to stop,
-    move on to the next epoch and checkpoint."""
-    bilm, config, output_dir = run.bilm, run.config, run.output_dir
-    perplexity = evaluate_perplexity(bilm, run.corpus.dev, config.eval_batch_tokens, run.workers)
-    state.epochs.append(
-        {
-            "epoch": state.epoch,
-            "step": state.step,
-            "train_tokens": state.epoch_tokens,
-            "train_perplexity": _perplexity(state.epoch_nll, state.epoch_tokens),
-            "tokens_per_second": state.epoch_tokens / max(state.epoch_seconds, 1e-9),
-            "dev_perplexity": perplexity,
-        }
-    )
-    if run.workers.is_main:
-        save_bilm_atomic(bilm, output_dir / "model-last")
-    if perplexity["mean"] < state.best:
-        state.best, state.bad_epochs = perplexity["mean"], 0
-        if run.workers.is_main:
-            save_bilm_atomic(bilm, output_dir / "model-best")
-    else:
-        state.bad_epochs += 1
-    if run.progress:
-        tqdm.write(
-            f"epoch {state.epoch}: dev perplexity forward {perplexity['forward']:.1f}, "
-            f"backward {perplexity['backward']:.1f}, mean {perplexity['mean']:.1f}; "
-            f"{state.epochs[-1]['tokens_per_second']:.0f} tokens/s"
-        )
-    state.finished = bool(
-        (config.patience and state.bad_epochs >= config.patience)
-        or (config.max_steps and state.step >= config.max_steps)
-    )
-    state.next_epoch(run.rng.getstate())
-    _save_checkpoint(run, state)
-
-
-def _save_checkpoint(run: Run, state: Progress) -> None:
-    """Rank 0 writes the checkpoint; the others wait until it is in place."""
-    if run.workers.is_main:
-        save_checkpoint(run.output_dir, run.bilm, run.optimizer, state)
-    run.workers.wait_for_all()
 
 
 @torch.inference_mode()
@@ -295,9 +297,8 @@ def evaluate_perplexity(
         n_tokens += loss.n_tokens
     bilm.train(was_training)
     forward, backward, n_tokens = workers.sum([forward, backward, n_tokens])
-    n_tokens = max(n_tokens, 1)
     return {
-        "forward": math.exp(forward / n_tokens),
-        "backward": math.exp(backward / n_tokens),
-        "mean": math.exp((forward + backward) / (2 * n_tokens)),
+        "forward": perplexity(forward, n_tokens),
+        "backward": perplexity(backward, n_tokens),
+        "mean": perplexity(forward + backward, 2 * n_tokens),
     }

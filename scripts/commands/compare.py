@@ -1,4 +1,4 @@
-"""`elmo-spacy compare`: one markdown table of all evaluated runs."""
+"""`python -m scripts compare`: one markdown table of all evaluated runs."""
 
 from pathlib import Path
 
@@ -13,7 +13,9 @@ def compare_command(
         ..., exists=True, help="Metrics JSON files from `evaluate`, or folders of them"
     ),
     output: Path = typer.Option(..., help="Markdown file to write"),
-    readme: Path = typer.Option(None, help="Also replace the comparison section of this README"),
+    document: Path = typer.Option(
+        None, help="Also replace the comparison section of this file (docs/results.md)"
+    ),
     chart: Path = typer.Option(None, help="Also draw a bar chart of dev accuracy (PNG)"),
 ) -> None:
     """Accuracy, macro-F1, per-class F1, train time, words/s and size on disk of every run."""
@@ -22,7 +24,7 @@ def compare_command(
         comparison_table,
         data_statement,
         load_runs,
-        update_readme,
+        update_section,
     )
 
     runs = load_runs(metrics)
@@ -33,6 +35,6 @@ def compare_command(
     section = f"{data_statement(runs)}\n\n{comparison_table(runs)}"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(section + "\n", encoding="utf-8")
-    if readme is not None:
-        update_readme(readme, section)
+    if document is not None:
+        update_section(document, section)
     typer.echo(section)

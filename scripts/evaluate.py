@@ -9,9 +9,10 @@ from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.util import minibatch
 from thinc.api import Model
+from tqdm import tqdm
 
-from .layers import layer_weights
-from .layers.scalar_mix import scalar_mix_node
+from elmo_spacy.layers import layer_weights
+from elmo_spacy.layers.scalar_mix import scalar_mix_node
 
 
 def classification_metrics(
@@ -99,7 +100,8 @@ def evaluate_textcat(nlp: Language, docs: Sequence[Doc], batch_size: int = 128) 
     annotated: list[Doc] = []
 
     def predict(texts: list[str]) -> list[str]:
-        annotated.extend(nlp.pipe(texts, batch_size=batch_size))
+        piped = nlp.pipe(texts, batch_size=batch_size)
+        annotated.extend(tqdm(piped, desc="evaluating", total=len(texts), unit="doc"))
         return [max(doc.cats, key=doc.cats.get) for doc in annotated]
 
     metrics = evaluate_classifier(docs, predict, labels)

@@ -1,4 +1,4 @@
-"""`elmo-spacy train`: `spacy train`, timed, with the wall time written next to the model."""
+"""`python -m scripts train`: `spacy train`, timed, with the wall time written next to the model."""
 
 import json
 import time

@@ -1,4 +1,4 @@
-"""`elmo-spacy evaluate`: score a textcat pipeline on dev (and test, where it exists)."""
+"""`python -m scripts evaluate`: score a textcat pipeline on dev (and test, where it exists)."""
 
 import json
 from pathlib import Path

@@ -44,10 +44,16 @@ def _decoded(lines, path: Path) -> Iterator[str]:
         yield line
 
 
-def read_tokenised_texts(path: str | Path, lang: str = "en") -> list[list[str]]:
+def read_tokenised_texts(
+    path: str | Path, lang: str = "en", progress: bool = True
+) -> list[list[str]]:
     """The texts of `path` (see `read_texts`), each cut into tokens by spaCy's
-    tokenizer for `lang`: the tokens a pipeline will later see."""
+    tokenizer for `lang`: the tokens a pipeline will later see. With
+    `progress`, a progress bar counts the docs on stderr."""
     import spacy
+    from tqdm import tqdm
 
     tokenizer = spacy.blank(lang).tokenizer
-    return [[t.text for t in doc] for doc in tokenizer.pipe(read_texts(path), batch_size=1000)]
+    docs = tokenizer.pipe(read_texts(path), batch_size=1000)
+    bar = tqdm(docs, desc=f"tokenising {Path(path).name}", unit="doc", disable=not progress)
+    return [[t.text for t in doc] for doc in bar]

@@ -5,6 +5,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy
 import scipy.sparse
 import scipy.sparse.linalg
+from tqdm import tqdm
 
 
 def cooccurrence_counts(
@@ -15,7 +16,7 @@ def cooccurrence_counts(
     but still take up their position."""
     rows: list[numpy.ndarray] = []
     cols: list[numpy.ndarray] = []
-    for doc in docs:
+    for doc in tqdm(docs, desc="co-occurrences", unit="doc"):
         ids = numpy.array([vocab.get(word, -1) for word in doc], dtype=numpy.int64)
         for offset in range(1, window + 1):
             left, right = ids[:-offset], ids[offset:]

@@ -1,4 +1,4 @@
-"""`elmo-spacy corpus`: AG News CSV files -> DocBins and pretraining text."""
+"""`python -m scripts corpus`: AG News CSV files -> DocBins and pretraining text."""
 
 from pathlib import Path
 
@@ -32,7 +32,8 @@ def corpus_command(
     """Convert AG News CSV files into the project's corpus."""
     import spacy
 
-    from ..data import CLASS_NAMES, BadRowError, ChecksumError, build_corpus, check_known_file
+    from ..agnews import CLASS_NAMES, BadRowError, ChecksumError, check_known_file
+    from ..agnews_corpus import build_corpus
 
     train_csv = source_dir / "train.csv"
     if not train_csv.is_file():

@@ -1,4 +1,4 @@
-"""`elmo-spacy vectors` and `elmo-spacy tfidf`: train the baselines' representations and models."""
+"""`python -m scripts vectors` and `python -m scripts tfidf`: train the baselines' representations and models."""
 
 import json
 import time
@@ -29,8 +29,9 @@ def vectors_command(
 ) -> None:
     """Static word vectors on the same tokens as the biLM, written for
     `[initialize] vectors` (like `spacy init vectors`)."""
+    from elmo_spacy.pretrain.texts import read_tokenised_texts
+
     from ..baselines import train_static_vectors
-    from ..data import read_tokenised_texts
 
     started = time.perf_counter()
     docs = read_tokenised_texts(text_path, lang)
@@ -53,7 +54,7 @@ def tfidf_command(
     ngram_max: int = typer.Option(2, help="Word n-grams from 1 to this"),
     c: float = typer.Option(0.5, "--C", help="SVM penalty (0.5 chosen on dev)"),
 ) -> None:
-    """TF-IDF + linear SVM on the training docs' texts; `elmo-spacy evaluate` scores it."""
+    """TF-IDF + linear SVM on the training docs' texts; `python -m scripts evaluate` scores it."""
     import spacy
     from spacy.tokens import DocBin
 

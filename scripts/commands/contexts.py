@@ -1,4 +1,4 @@
-"""`elmo-spacy contexts`: the same word in two senses, contextual (ELMo) vs static vectors."""
+"""`python -m scripts contexts`: the same word in two senses, contextual (ELMo) vs static vectors."""
 
 from pathlib import Path
 

@@ -1,25 +1,14 @@
-"""PNG plots: confusion matrix, layer weights, pretraining perplexity per epoch."""
+"""PNG plots of the study: confusion matrix, layer weights, accuracy per run."""
 
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-
-def _pyplot():
-    try:
-        import matplotlib
-    except ImportError as err:
-        raise ImportError(
-            "Plots need matplotlib: pip install 'elmo_spacy[plots]' (or matplotlib)"
-        ) from err
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from elmo_spacy.pretrain.plots import pyplot, save_figure
 
 
 def plot_confusion_matrix(metrics: dict[str, Any], path: Path, title: str) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     labels, matrix = metrics["labels"], metrics["confusion_matrix"]
     fig, ax = plt.subplots(figsize=(5.5, 4.8))
     image = ax.imshow(matrix, cmap="Blues")
@@ -35,11 +24,11 @@ def plot_confusion_matrix(metrics: dict[str, Any], path: Path, title: str) -> Pa
                 j, i, str(n), ha="center", va="center", color="white" if n > top / 2 else "black"
             )
     fig.colorbar(image, ax=ax, fraction=0.046)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_layer_weights(weights: Sequence[float], gamma: float, path: Path, title: str) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(4.5, 3.2))
     names = ["token encoding"] + [f"LSTM {i}" for i in range(1, len(weights))]
     ax.bar(names, weights, color="tab:blue")
@@ -48,13 +37,13 @@ def plot_layer_weights(weights: Sequence[float], gamma: float, path: Path, title
     ax.set_title(f"{title} (γ = {gamma:.2f})")
     for i, w in enumerate(weights):
         ax.text(i, w + 0.02, f"{w:.2f}", ha="center")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_accuracy(by_name: dict[str, list[float]], path: Path, title: str) -> Path:
     """Dev accuracy (%) of each named run as a horizontal bar: at the mean of
     its seeds, with a line from the lowest to the highest where there are several."""
-    plt = _pyplot()
+    plt = pyplot()
     names = sorted(by_name, key=lambda name: sum(by_name[name]) / len(by_name[name]))
     means = [sum(by_name[n]) / len(by_name[n]) for n in names]
     spread = [[m - min(by_name[n]) for n, m in zip(names, means)]]
@@ -70,37 +59,4 @@ def plot_accuracy(by_name: dict[str, list[float]], path: Path, title: str) -> Pa
         ax.text(m + 0.3, i, f"{m:.2f}{seeds}", va="center")
     ax.set_xlabel("dev accuracy (%)")
     ax.set_title(title)
-    return _save(fig, path)
-
-
-def plot_perplexity(log: dict[str, Any], path: Path) -> Path:
-    plt = _pyplot()
-    epochs = [e["epoch"] for e in log["epochs"]]
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    for key in ("forward", "backward", "mean"):
-        ax.plot(
-            epochs,
-            [e["dev_perplexity"][key] for e in log["epochs"]],
-            marker="o",
-            label=f"dev {key}",
-        )
-    ax.plot(epochs, [e["train_perplexity"] for e in log["epochs"]], "--", label="train (running)")
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("perplexity")
-    ax.set_yscale("log")
-    ax.set_xticks(epochs)
-    ax.legend()
-    ax.set_title("biLM pretraining")
-    return _save(fig, path)
-
-
-def _save(fig, path: Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    fig.clf()
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -7,15 +7,20 @@ from typing import Any
 
 from spacy.language import Language
 from spacy.tokens import DocBin
+from tqdm import tqdm
+
+from elmo_spacy.pretrain.texts import read_texts
 
 from .agnews import ReadReport, Row, clean_text, read_agnews_csv, stratified_split
-from .texts import read_texts
 
 
-def rows_to_docbin(nlp: Language, rows: Sequence[Row], labels: Sequence[str]) -> DocBin:
+def rows_to_docbin(
+    nlp: Language, rows: Sequence[Row], labels: Sequence[str], desc: str = "docs"
+) -> DocBin:
     """Tokenise each row and set exclusive `doc.cats` over `labels`."""
     docbin = DocBin()
-    for row, doc in zip(rows, nlp.tokenizer.pipe((r.text for r in rows), batch_size=1000)):
+    docs = nlp.tokenizer.pipe((r.text for r in rows), batch_size=1000)
+    for row, doc in zip(rows, tqdm(docs, desc=desc, total=len(rows), unit="doc")):
         doc.cats = {label: float(label == row.label) for label in labels}
         docbin.add(doc)
     return docbin
@@ -51,7 +56,9 @@ def build_corpus(
             read_agnews_csv(test_csv, class_names, skip_bad_rows, reports["test"])
         )
     for name, split_rows in splits.items():
-        rows_to_docbin(nlp, split_rows, class_names).to_disk(output_dir / f"{name}.spacy")
+        rows_to_docbin(nlp, split_rows, class_names, desc=name).to_disk(
+            output_dir / f"{name}.spacy"
+        )
     pretrain_texts = [r.text for r in train]
     if unlabeled is not None:
         pretrain_texts += [t for t in map(clean_text, read_texts(unlabeled)) if t]

@@ -1,4 +1,4 @@
-"""One markdown table of every evaluated run, and the README section that shows it."""
+"""One markdown table of every evaluated run, and the section of docs/results.md that shows it."""
 
 import json
 import re
@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-README_START = "<!-- comparison:start -->"
-README_END = "<!-- comparison:end -->"
+SECTION_START = "<!-- comparison:start -->"
+SECTION_END = "<!-- comparison:end -->"
 
 
 def load_runs(paths: Sequence[Path]) -> list[dict[str, Any]]:
@@ -83,12 +83,12 @@ def comparison_table(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def update_readme(readme: Path, section: str) -> None:
-    """Replace the text between the comparison markers of `readme`."""
-    text = readme.read_text(encoding="utf-8")
-    pattern = re.compile(re.escape(README_START) + ".*?" + re.escape(README_END), re.S)
+def update_section(document: Path, section: str) -> None:
+    """Replace the text between the comparison markers of `document`."""
+    text = document.read_text(encoding="utf-8")
+    pattern = re.compile(re.escape(SECTION_START) + ".*?" + re.escape(SECTION_END), re.S)
     if not pattern.search(text):
-        raise ValueError(f"{readme} has no {README_START} ... {README_END} markers")
-    readme.write_text(
-        pattern.sub(f"{README_START}\n{section}\n{README_END}", text), encoding="utf-8"
+        raise ValueError(f"{document} has no {SECTION_START} ... {SECTION_END} markers")
+    document.write_text(
+        pattern.sub(f"{SECTION_START}\n{section}\n{SECTION_END}", text), encoding="utf-8"
     )
