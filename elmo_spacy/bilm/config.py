@@ -5,6 +5,8 @@ from typing import Any
 
 ENCODERS = ("char_cnn", "word")
 SOFTMAXES = ("adaptive", "full")
+CHAR_IDS = ("masked", "bilm_tf")
+ACTIVATIONS = ("relu", "tanh")
 
 
 @dataclass
@@ -15,14 +17,29 @@ class BiLMConfig:
         (a word-embedding table over the vocabulary).
     max_chars: characters per token for the char CNN, begin/end-of-word marks
         included; longer tokens are cut.
+    char_ids: "masked" (byte ids, padding masked out of the char CNN's
+        max-pooling, so a token's encoding depends on its bytes only) or
+        "bilm_tf" (bilm-tf's ids: every token padded to max_chars with a
+        learned padding embedding, max-pooled over every position); see
+        `elmo_spacy.bilm.chars`.
     char_dim: width of a character embedding.
     filters: (width, count) pairs of the char CNN convolutions.
-    n_highway: highway layers after the char CNN.
+    char_activation: "relu" or "tanh", after the max-pooling.
+    n_highway: highway layers after the char CNN. With char_ids = "bilm_tf"
+        the projection to P follows only if the filters add up to another
+        width than P, as in bilm-tf.
     word_dim: width of a word embedding (encoder="word" only).
     projection_dim: width P of the token encoding and of each LSTM direction's
         output; the per-layer output width is 2 * P.
     lstm_dim: LSTM cell size.
     n_layers: LSTM layers per direction (L).
+    cell_clip, proj_clip: clip the LSTM cell, and its projected output, to
+        [-clip, clip] at every step (bilm-tf: 3 and 3); null for none. Clipping
+        runs the LSTM in this package's recurrence instead of torch's fused kernel.
+    skip_connections: add each LSTM layer's input to its output, from the
+        second layer on.
+    forget_bias: null trains two LSTM biases (torch's LSTM); a number trains one
+        and adds this constant to the forget gate (TensorFlow's LSTMCell: 1.0).
     dropout: dropout rate between layers, in training.
     softmax: "adaptive" (cheap on CPU, exact normalised probabilities) or
         "full" (a linear layer over the whole vocabulary).
@@ -33,15 +50,21 @@ class BiLMConfig:
 
     encoder: str = "char_cnn"
     max_chars: int = 50
+    char_ids: str = "masked"
     char_dim: int = 16
     filters: list[tuple[int, int]] = field(
         default_factory=lambda: [(1, 32), (2, 32), (3, 64), (4, 128), (5, 256)]
     )
+    char_activation: str = "relu"
     n_highway: int = 1
     word_dim: int = 256
     projection_dim: int = 128
     lstm_dim: int = 512
     n_layers: int = 2
+    cell_clip: float | None = None
+    proj_clip: float | None = None
+    skip_connections: bool = True
+    forget_bias: float | None = None
     dropout: float = 0.1
     softmax: str = "adaptive"
     cutoffs: list[int] = field(default_factory=lambda: [2000, 10000])
@@ -52,10 +75,24 @@ class BiLMConfig:
         self.filters = [(int(w), int(n)) for w, n in self.filters]
         self.cutoffs = [int(c) for c in self.cutoffs]
         problems = []
+        for name in ("cell_clip", "proj_clip", "forget_bias"):
+            value = getattr(self, name)
+            try:
+                setattr(self, name, None if value is None else float(value))
+            except (TypeError, ValueError):
+                problems.append(f"{name} = {value!r}: a number, or null")
         if self.encoder not in ENCODERS:
             problems.append(f"encoder = {self.encoder!r}; use one of {ENCODERS}")
         if self.softmax not in SOFTMAXES:
             problems.append(f"softmax = {self.softmax!r}; use one of {SOFTMAXES}")
+        if self.char_ids not in CHAR_IDS:
+            problems.append(f"char_ids = {self.char_ids!r}; use one of {CHAR_IDS}")
+        if self.char_activation not in ACTIVATIONS:
+            problems.append(f"char_activation = {self.char_activation!r}; use one of {ACTIVATIONS}")
+        for name in ("cell_clip", "proj_clip"):
+            value = getattr(self, name)
+            if isinstance(value, float) and not value > 0:
+                problems.append(f"{name} = {value}: a positive number, or null for no clipping")
         if self.max_chars < 3:
             problems.append("max_chars must be >= 3 (begin mark, one char, end mark)")
         if self.n_layers < 1:

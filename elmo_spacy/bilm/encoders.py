@@ -3,11 +3,15 @@
 import torch
 from torch import nn
 
-from .vocab import N_CHARS
+from .chars import CharIds
 
 
 class Highway(nn.Module):
-    """y = g * x + (1 - g) * relu(W x), g = sigmoid(V x), on (..., dim) inputs."""
+    """y = g * x + (1 - g) * relu(W x), g = sigmoid(V x), on (..., dim) inputs.
+
+    bilm-tf writes the same layer with the gate on the other side,
+    y = c * relu(W x) + (1 - c) * x with c = sigmoid(C x): g = 1 - c, so
+    V = -C (see `elmo_spacy.bilm.bilm_tf`)."""
 
     def __init__(self, dim: int, n_layers: int) -> None:
         super().__init__()
@@ -26,43 +30,73 @@ class Highway(nn.Module):
 
 class CharCNNEncoder(nn.Module):
     """ELMo's token encoder: character embeddings, convolutions of several widths
-    max-pooled over the characters, highway layers and a linear projection.
+    max-pooled over the characters, an activation, highway layers and a linear
+    projection.
 
-    Input (U, W) int64 character ids and (U,) ids per row; output (U, P).
-    Unlike ELMo, windows that start in the padding after the end-of-word mark
-    are masked out of the max-pooling, so a token's encoding does not depend
-    on how wide the other tokens in its batch are.
+    Input (U, W) int64 character ids and (U,) ids per row (see
+    `elmo_spacy.bilm.chars`); output (U, P).
+
+    The batch holds only the W <= max_chars columns its longest token needs.
+    With masked ids, windows that start after a token's end-of-word mark are
+    left out of the max-pooling, so a token's encoding does not depend on the
+    other tokens of its batch. With bilm-tf's ids, every token is padded to
+    max_chars with a learned padding embedding and pooled over every window, as
+    bilm-tf does: a window that lies wholly in the padding scores the same for
+    every token, so it is computed once and joins each token's max.
     """
 
     def __init__(
         self,
+        chars: CharIds,
         char_dim: int,
         filters: list[tuple[int, int]],
         n_highway: int,
         projection_dim: int,
-        max_chars: int,
+        activation: str = "relu",
     ) -> None:
         super().__init__()
+        max_chars = chars.max_chars
         if any(width > max_chars for width, _ in filters):
             raise ValueError(f"A char CNN filter is wider than max_chars={max_chars}")
-        self.embed = nn.Embedding(N_CHARS, char_dim, padding_idx=0)
+        self.max_chars = max_chars
+        self.padding = chars.padding
+        self.masked = chars.masked
+        self.embed = nn.Embedding(
+            chars.n_ids, char_dim, padding_idx=chars.padding if self.masked else None
+        )
         self.convs = nn.ModuleList(nn.Conv1d(char_dim, n, w) for w, n in filters)
+        self.activation = torch.relu if activation == "relu" else torch.tanh
         n_filters = sum(n for _, n in filters)
         self.highway = Highway(n_filters, n_highway)
-        self.projection = nn.Linear(n_filters, projection_dim)
+        # bilm-tf projects only when the widths differ; models trained here always do.
+        self.projection: nn.Module = (
+            nn.Linear(n_filters, projection_dim)
+            if self.masked or n_filters != projection_dim
+            else nn.Identity()
+        )
 
     @property
     def widest_filter(self) -> int:
         return max(conv.kernel_size[0] for conv in self.convs)
 
     def forward(self, char_ids: torch.Tensor, n_chars: torch.Tensor) -> torch.Tensor:
-        chars = self.embed(char_ids).transpose(1, 2)
+        chars = self.embed(char_ids).transpose(1, 2)  # (U, char_dim, W)
+        width = chars.shape[2]
+        if not self.masked and width < self.max_chars:
+            padding = self.embed.weight[self.padding][None, :, None]
         pooled = []
         for conv in self.convs:
-            windows = conv(chars)
-            starts = torch.arange(windows.shape[2], device=windows.device)
-            outside = starts[None, None, :] >= n_chars[:, None, None]
-            pooled.append(torch.relu(windows.masked_fill(outside, float("-inf")).amax(-1)))
+            windows = conv(chars)  # (U, n, W - w + 1)
+            if self.masked:
+                starts = torch.arange(windows.shape[2], device=windows.device)
+                outside = starts[None, None, :] >= n_chars[:, None, None]
+                best = windows.masked_fill(outside, float("-inf")).amax(-1)
+            else:
+                best = windows.amax(-1)
+                if width < self.max_chars:  # windows in the padding beyond W
+                    all_padding = conv(padding.expand(-1, -1, conv.kernel_size[0]))[:, :, 0]
+                    best = torch.maximum(best, all_padding)
+            pooled.append(self.activation(best))
         return self.projection(self.highway(torch.cat(pooled, dim=-1)))
 
 

@@ -5,6 +5,7 @@ anything. Pretraining writes this layout and the `elmo` pipe reads it.
 """
 
 import json
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -12,38 +13,64 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load, load_file, save, save_file
 
+from .bilm_tf import find_bilm_tf, read_bilm_tf
 from .config import BiLMConfig
+from .files import write_directory
 from .model import BiLM
 from .vocab import WordVocab
 
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.json"
 WEIGHTS_FILE = "weights.safetensors"
+BILM_FILES = (CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE)
 
 
 class BiLMLoadError(ValueError):
     """A biLM directory or payload that cannot be loaded, with the reason."""
 
 
-def save_bilm(bilm: BiLM, path: str | Path) -> Path:
-    """Write `bilm` to the directory `path` (created if needed)."""
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    (path / CONFIG_FILE).write_text(json.dumps(bilm.config.to_dict(), indent=2) + "\n")
-    (path / VOCAB_FILE).write_text(json.dumps(bilm.vocab.words, ensure_ascii=False) + "\n")
-    save_file(_state(bilm), str(path / WEIGHTS_FILE))
-    return path
+def save_bilm(bilm: BiLM, path: str | Path, extra_files: Collection[str] = ()) -> Path:
+    """Write `bilm` to the directory `path`, all at once (see `write_directory`:
+    an existing biLM directory there is replaced, anything else is refused).
+    `extra_files`: names of other files the caller writes into the directory
+    afterwards, which an existing directory may also hold."""
+    state = state_tensors(bilm)
+
+    def write(folder: Path) -> None:
+        write_bilm_files(bilm, state, folder)
+
+    return write_directory(path, write, owned=(*BILM_FILES, *extra_files))
 
 
-def load_bilm(path: str | Path, with_softmax: bool = True) -> BiLM:
-    """Read a biLM directory written by `save_bilm`. With `with_softmax=False`
-    the softmax head is left out (the `elmo` pipe does not need it)."""
+def write_bilm_files(bilm: BiLM, state: dict[str, torch.Tensor], folder: Path) -> None:
+    """The three files of a biLM directory, into an existing `folder`."""
+    (folder / CONFIG_FILE).write_text(json.dumps(bilm.config.to_dict(), indent=2) + "\n")
+    # ASCII with \u escapes: a word may hold a lone surrogate, which UTF-8 cannot.
+    (folder / VOCAB_FILE).write_text(json.dumps(bilm.vocab.words) + "\n", encoding="utf-8")
+    save_file(state, str(folder / WEIGHTS_FILE))
+
+
+def load_bilm(path: str | Path, with_softmax: bool | None = None) -> BiLM:
+    """Read a biLM directory written by `save_bilm`, or a folder that holds a
+    bilm-tf model (`options.json` + `weights.hdf5`, or `*_options.json` +
+    `*_weights.hdf5`; see `elmo_spacy.bilm.bilm_tf`).
+
+    with_softmax: None loads the softmax head where the directory has one;
+        False leaves it out (the `elmo` pipe does not need it); True requires it.
+    """
     path = Path(path)
-    for name in (CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE):
+    if path.is_dir() and not (path / CONFIG_FILE).exists():
+        pair = find_bilm_tf(path)
+        if pair is not None:
+            if with_softmax:
+                raise BiLMLoadError(f"{path} holds a bilm-tf model, which has no softmax head")
+            return read_bilm_tf(*pair)
+    for name in BILM_FILES:
         if not (path / name).is_file():
             raise BiLMLoadError(
-                f"{path} is not a biLM directory: {name} is missing. Point to the "
-                "output of `elmo-spacy pretrain` (e.g. training/bilm/model-best)."
+                f"{path} is not a biLM directory: {name} is missing. Point to the output of "
+                "`elmo-spacy pretrain` (e.g. training/bilm/model-best) or `elmo-spacy "
+                "convert-elmo`, or to a folder with a bilm-tf options.json and weights.hdf5."
             )
     config = _read_json(path / CONFIG_FILE)
     words = _read_json(path / VOCAB_FILE)
@@ -62,11 +89,11 @@ def bilm_to_bytes(bilm: BiLM) -> dict[str, Any]:
     return {
         "config": bilm.config.to_dict(),
         "vocab": bilm.vocab.words,
-        "weights": save(_state(bilm)),
+        "weights": save(state_tensors(bilm)),
     }
 
 
-def bilm_from_bytes(payload: dict[str, Any], with_softmax: bool = True) -> BiLM:
+def bilm_from_bytes(payload: dict[str, Any], with_softmax: bool | None = None) -> BiLM:
     try:
         weights = load(payload["weights"])
     except (SafetensorError, ValueError) as err:
@@ -74,7 +101,8 @@ def bilm_from_bytes(payload: dict[str, Any], with_softmax: bool = True) -> BiLM:
     return _build(payload["config"], payload["vocab"], weights, with_softmax, where="bytes")
 
 
-def _state(bilm: BiLM) -> dict[str, torch.Tensor]:
+def state_tensors(bilm: BiLM) -> dict[str, torch.Tensor]:
+    """The biLM's weights as contiguous CPU tensors, ready for safetensors."""
     return {k: v.detach().cpu().contiguous() for k, v in bilm.state_dict().items()}
 
 
@@ -82,9 +110,11 @@ def _build(
     config: dict[str, Any],
     words: Any,
     weights: dict[str, torch.Tensor],
-    with_softmax: bool,
+    with_softmax: bool | None,
     where: str,
 ) -> BiLM:
+    if with_softmax is None:
+        with_softmax = any(k.startswith("softmax.") for k in weights)
     try:
         bilm = BiLM(BiLMConfig.from_dict(config), WordVocab(words), with_softmax=with_softmax)
     except (TypeError, ValueError) as err:

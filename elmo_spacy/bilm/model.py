@@ -8,11 +8,12 @@ import numpy
 import torch
 from torch import nn
 
+from .chars import char_ids_for
 from .config import BiLMConfig
 from .encoders import CharCNNEncoder, WordEncoder
-from .lstm import LstmStack
+from .lstm import LstmStack, LstmState, PackedWeights, onednn_packing
 from .softmax import SoftmaxHead
-from .vocab import CharacterMapper, WordVocab
+from .vocab import WordVocab
 
 BOS_TYPE, EOS_TYPE = 0, 1  # rows of TokenBatch.type_inputs
 
@@ -72,10 +73,23 @@ class BiLM(nn.Module):
     repeated as [x; x], layers 1..L are [forward; backward] LSTM outputs, and
     the boundary positions are stripped again.
 
-    With the character CNN, outside training and without gradients, the
-    encodings of token strings are kept across batches (at most
-    `type_cache_size`, least recently used dropped first), since they do not
-    depend on context; any change to the encoder's weights empties the cache.
+    Outside training and without gradients, what the biLM derives from its
+    weights is kept across batches (`InferenceCache`): with the character CNN,
+    the encodings of token strings (at most `type_cache_size`, least recently
+    used dropped first), since they do not depend on context; and the LSTM
+    weights packed for oneDNN. Any change to the weights that torch can see
+    (new storage, an in-place update, `train()`) empties it; after writing
+    weights where torch cannot see it (through numpy, as thinc's optimiser
+    does), call `weights_changed()`.
+
+    `stateful` (default False: every batch starts from zero states) replays
+    the reference ELMo's carried state: batch row b starts each LSTM layer
+    from the state that the previous batch left in row b, the forward
+    direction's after the row's last token (</S>), the backward direction's
+    after its first (<S>). Rows beyond the previous batch start from zero;
+    stored rows beyond the current batch keep their state. Every doc row, even
+    an empty doc's, holds its two boundary positions, so no row is all
+    padding. `reset_state()` forgets the carried states.
     """
 
     def __init__(
@@ -89,20 +103,34 @@ class BiLM(nn.Module):
         self.config = config
         self.vocab = vocab
         self.type_cache_size = type_cache_size
-        self._type_cache: OrderedDict[str, torch.Tensor] = OrderedDict()
-        self._boundary_encodings: torch.Tensor | None = None  # (2, P): <S>, </S>
-        self._type_cache_weights: tuple[tuple[int, int], ...] = ()
+        self._cache: InferenceCache | None = None
+        self._weights_generation = 0
+        self.stateful = False
+        self._states: dict[str, list[LstmState]] | None = None
         dim = config.projection_dim
         if config.encoder == "char_cnn":
-            encoder = CharCNNEncoder(
-                config.char_dim, config.filters, config.n_highway, dim, config.max_chars
+            widest = max(width for width, _ in config.filters)
+            self.chars = char_ids_for(config.char_ids, config.max_chars, widest)
+            self.encoder: nn.Module = CharCNNEncoder(
+                self.chars,
+                config.char_dim,
+                config.filters,
+                config.n_highway,
+                dim,
+                config.char_activation,
             )
-            self.chars = CharacterMapper(config.max_chars, encoder.widest_filter)
-            self.encoder: nn.Module = encoder
         else:
             self.encoder = WordEncoder(len(vocab), config.word_dim, dim)
-        self.forward_lstm = LstmStack(config.n_layers, dim, config.lstm_dim, config.dropout)
-        self.backward_lstm = LstmStack(config.n_layers, dim, config.lstm_dim, config.dropout)
+        lstm = {
+            "cell_clip": config.cell_clip,
+            "proj_clip": config.proj_clip,
+            "skip_connections": config.skip_connections,
+            "forget_bias": config.forget_bias,
+        }
+        self.forward_lstm = LstmStack(config.n_layers, dim, config.lstm_dim, config.dropout, **lstm)
+        self.backward_lstm = LstmStack(
+            config.n_layers, dim, config.lstm_dim, config.dropout, **lstm
+        )
         self.dropout = nn.Dropout(config.dropout)
         self.softmax = (
             SoftmaxHead(dim, len(vocab), config.softmax, config.cutoffs) if with_softmax else None
@@ -191,50 +219,151 @@ class BiLM(nn.Module):
         """Encode the types and run both stacks. Returns the token encoding
         (B, T + 2, P) and L forward and L backward outputs (B, T + 2, P), all in
         left-to-right order."""
-        types = self._encode_types(batch)
+        cache = self.inference_cache()
+        packed = cache.packed if cache is not None and onednn_packing() else None
+        types = self._encode_types(batch, cache)
         encoded = types[batch.index]
-        forward_layers = self.forward_lstm(encoded)
-        reverse = _reverse_index(batch.lengths + 2, batch.index.shape[1])
-        backward_layers = self.backward_lstm(types[batch.index.gather(1, reverse)])
+        lengths = batch.lengths + 2
+        reverse = _reverse_index(lengths, batch.index.shape[1])
+        backward_inputs = types[batch.index.gather(1, reverse)]
+        if self.stateful:
+            initial = self._initial_states(len(lengths))
+            forward_layers, forward_final = self.forward_lstm(
+                encoded, lengths, initial["forward"], final=True, packed=packed
+            )
+            backward_layers, backward_final = self.backward_lstm(
+                backward_inputs, lengths, initial["backward"], final=True, packed=packed
+            )
+            self._keep_states({"forward": forward_final, "backward": backward_final})
+        else:
+            forward_layers, _ = self.forward_lstm(encoded, lengths, packed=packed)
+            backward_layers, _ = self.backward_lstm(backward_inputs, lengths, packed=packed)
         backward_layers = [_gather_time(y, reverse) for y in backward_layers]
         return encoded, forward_layers, backward_layers
 
+    def reset_state(self) -> None:
+        """Forget the states carried across batches (stateful mode)."""
+        self._states = None
+
+    def _initial_states(self, n_rows: int) -> dict[str, list[LstmState] | None]:
+        """Each direction's per-layer (h, c) for the first n_rows rows: the
+        carried ones, zeros for rows never seen."""
+        if self._states is None:
+            return {"forward": None, "backward": None}
+        initial = {}
+        for direction, layers in self._states.items():
+            initial[direction] = [tuple(_rows(part, n_rows) for part in state) for state in layers]
+        return initial
+
+    def _keep_states(self, finals: dict[str, list[LstmState]]) -> None:
+        """Carry each row's final states to the next batch (without gradients)."""
+        previous = self._states
+        kept: dict[str, list[LstmState]] = {}
+        for direction, layers in finals.items():
+            kept[direction] = []
+            for i, state in enumerate(layers):
+                parts = []
+                for j, part in enumerate(state):
+                    part = part.detach()
+                    if previous is not None:
+                        old = previous[direction][i][j]
+                        if len(old) > len(part):  # rows beyond this batch keep theirs
+                            part = torch.cat([part, old[len(part) :]])
+                    parts.append(part)
+                kept[direction].append(tuple(parts))
+        self._states = kept
+
     def train(self, mode: bool = True) -> "BiLM":
         if mode:  # a training step is coming, which may change the weights
-            self.clear_type_cache()
+            self.weights_changed()
         return super().train(mode)
 
-    def clear_type_cache(self) -> None:
-        self._type_cache.clear()
-        self._boundary_encodings = None
+    def weights_changed(self) -> None:
+        """Forget what was derived from the weights (see `InferenceCache`)."""
+        self._weights_generation += 1
+        self._cache = None
 
-    def _encode_types(self, batch: TokenBatch) -> torch.Tensor:
+    def inference_cache(self) -> "InferenceCache | None":
+        """The cache for the current weights; None in training mode or with
+        gradients enabled, where nothing is kept."""
+        if self.training or torch.is_grad_enabled():
+            return None
+        stamp = (
+            self._weights_generation,
+            tuple((p.data_ptr(), p._version) for p in self.parameters()),
+        )
+        if self._cache is None or self._cache.stamp != stamp:
+            self._cache = InferenceCache(stamp)
+        return self._cache
+
+    def _encode_types(self, batch: TokenBatch, cache: "InferenceCache | None") -> torch.Tensor:
         """(U, P) encodings of the batch's types, from the cache where possible."""
         cacheable = self.config.encoder == "char_cnn" and self.type_cache_size > 0
-        if not cacheable or self.training or torch.is_grad_enabled() or not batch.types:
+        if cache is None or not cacheable or not batch.types:
             return self.encoder(batch.type_inputs, batch.type_chars)
-        # In-place updates bump _version; thinc's optimiser swaps in new storage instead.
-        weights = tuple((p.data_ptr(), p._version) for p in self.encoder.parameters())
-        if weights != self._type_cache_weights:
-            self.clear_type_cache()
-            self._type_cache_weights = weights
-        cache = self._type_cache
-        encoded = [cache.get(t) for t in batch.types]
+        types = cache.types
+        encoded = [types.get(t) for t in batch.types]
         missing = [i for i, e in enumerate(encoded) if e is None]
-        rows = [0, 1] if self._boundary_encodings is None else []
+        rows = [0, 1] if cache.boundaries is None else []
         rows += [i + 2 for i in missing]
         if rows:
             rows = torch.tensor(rows, device=batch.type_inputs.device)
-            fresh = self.encoder(batch.type_inputs[rows], batch.type_chars[rows])
-            if self._boundary_encodings is None:
-                self._boundary_encodings, fresh = fresh[:2].clone(), fresh[2:]
+            fresh = self._encode_alike(batch.type_inputs[rows], batch.type_chars[rows])
+            if cache.boundaries is None:
+                cache.boundaries, fresh = fresh[:2].clone(), fresh[2:]
             for i, row in zip(missing, fresh):
-                encoded[i] = cache[batch.types[i]] = row.clone()
+                encoded[i] = types[batch.types[i]] = row.clone()
         for t in batch.types:
-            cache.move_to_end(t)
-        while len(cache) > self.type_cache_size:
-            cache.popitem(last=False)
-        return torch.cat([self._boundary_encodings, torch.stack(encoded)])
+            types.move_to_end(t)
+        while len(types) > self.type_cache_size:
+            types.popitem(last=False)
+        return torch.cat([cache.boundaries, torch.stack(encoded)])
+
+    def _encode_alike(self, char_ids: torch.Tensor, n_chars: torch.Tensor) -> torch.Tensor:
+        """Encode types in blocks of one fixed shape (ENCODE_BLOCK rows of
+        max_chars columns), so that a type's encoding is the same to the bit
+        whatever else is in its batch: kept encodings then never make a
+        pipeline's output depend on what it ran before. (U, W) -> (U, P)."""
+        n_rows, width = char_ids.shape
+        blocks = -(-n_rows // ENCODE_BLOCK)
+        padded = char_ids.new_full(
+            (blocks * ENCODE_BLOCK, self.config.max_chars), self.chars.padding
+        )
+        padded[:n_rows, :width] = char_ids
+        lengths = n_chars.new_full((blocks * ENCODE_BLOCK,), 1)
+        lengths[:n_rows] = n_chars
+        encoded = [
+            self.encoder(padded[i : i + ENCODE_BLOCK], lengths[i : i + ENCODE_BLOCK])
+            for i in range(0, len(padded), ENCODE_BLOCK)
+        ]
+        return torch.cat(encoded)[:n_rows]
+
+
+ENCODE_BLOCK = 32  # rows of the char CNN's fixed-shape blocks at inference
+
+
+@dataclass
+class InferenceCache:
+    """What a biLM derives from one version of its weights to run faster at
+    inference.
+
+    stamp: the weights it belongs to.
+    types: (P,) encodings of token strings (char CNN), least recently used first.
+    boundaries: (2, P) encodings of <S> and </S>.
+    packed: LSTM weights packed for oneDNN, per layer (see `run_lstm_layer`).
+    """
+
+    stamp: tuple
+    types: OrderedDict[str, torch.Tensor] = field(default_factory=OrderedDict)
+    boundaries: torch.Tensor | None = None
+    packed: PackedWeights = field(default_factory=dict)
+
+
+def _rows(state: torch.Tensor, n_rows: int) -> torch.Tensor:
+    """The first n_rows rows of a (R, D) state, zero rows appended past R."""
+    if n_rows <= len(state):
+        return state[:n_rows]
+    return torch.cat([state, state.new_zeros(n_rows - len(state), state.shape[1])])
 
 
 def _reverse_index(lengths: torch.Tensor, length: int) -> torch.Tensor:

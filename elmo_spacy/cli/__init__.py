@@ -15,4 +15,4 @@ def main() -> None:
     """ELMo for spaCy: pretrain a biLM, convert and export bilm-tf models."""
 
 
-from . import pretrain  # noqa: E402,F401  (registers the commands)
+from . import elmo_format, pretrain  # noqa: E402,F401  (registers the commands)

@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 from spacy.tokens import Doc
-from thinc.api import ArgsKwargs, Model, PyTorchShim, torch2xp, xp2torch
+from thinc.api import ArgsKwargs, Model, Optimizer, PyTorchShim, torch2xp, xp2torch
 from thinc.types import Floats3d
 
 from ..bilm import BiLM, BiLMConfig, WordVocab
@@ -51,10 +51,25 @@ def build_bilm_model(
     )
 
 
+class BiLMShim(PyTorchShim):
+    """thinc's PyTorchShim for the biLM, with two changes to its optimiser step:
+    the biLM hears that its weights changed (thinc writes them through numpy,
+    which torch cannot see), and gradients are dropped (None), not zeroed, so
+    that a parameter that gets no gradient next time (a listener switched to
+    grad_factor = 0) is not moved by the optimiser's momentum."""
+
+    def finish_update(self, optimizer: Optimizer) -> None:
+        super().finish_update(optimizer)
+        for parameter in self._model.parameters():
+            parameter.grad = None
+        self._model.weights_changed()
+
+
 def set_bilm(model: Model, bilm: BiLM) -> None:
     """Attach (or replace) the torch biLM that `model` runs."""
     bilm.softmax = None  # only the pretraining loss needs it
-    shim = PyTorchShim(bilm)
+    bilm.eval()
+    shim = BiLMShim(bilm)
     if model.shims:
         model.shims[0] = shim
     else:
@@ -108,7 +123,10 @@ def _predict(
     model: Model, bilm: BiLM, docs: Sequence[Doc], n_layers: int, width: int
 ) -> ElmoOutput:
     """Run the docs' windows in length-sorted chunks of at most max_batch_tokens
-    padded tokens, and copy each window's kept part into its doc's output."""
+    padded tokens, and copy each window's kept part into its doc's output. The
+    biLM is left in eval mode (not switched back to training, as thinc's
+    shim.predict does), so that what it keeps between batches stays valid."""
+    bilm.eval()
     outputs = _empty_outputs(model, docs, n_layers, width)
     pieces = [
         (i, *span)
@@ -117,7 +135,6 @@ def _predict(
     ]
     pieces.sort(key=lambda piece: piece[2] - piece[1])
     budget = model.attrs["max_batch_tokens"]
-    shim = model.shims[0]
     start = 0
     while start < len(pieces):
         end = start + 1
@@ -126,7 +143,7 @@ def _predict(
         chunk = pieces[start:end]
         tokens = [[t.text for t in docs[i][first:last]] for i, first, last, _, _ in chunk]
         with torch.inference_mode():
-            layers = shim.predict(ArgsKwargs(args=(bilm.batch(tokens),), kwargs={}))
+            layers = bilm(bilm.batch(tokens))
         for (i, first, _, keep_first, keep_last), output in zip(chunk, _split(layers, tokens)):
             outputs[i][:, keep_first:keep_last] = output[:, keep_first - first : keep_last - first]
         start = end

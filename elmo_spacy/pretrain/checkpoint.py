@@ -21,8 +21,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from ..bilm import BiLM, BiLMConfig, load_bilm, save_bilm
-from ..bilm.io import BiLMLoadError
+from ..bilm import BiLM, BiLMConfig, load_bilm
+from ..bilm.files import write_directory
+from ..bilm.io import BILM_FILES, BiLMLoadError, state_tensors, write_bilm_files
 from .config import PretrainConfig
 
 LATEST = "latest-checkpoint"
@@ -53,29 +54,21 @@ class Progress:
         self.epoch_tokens, self.epoch_nll, self.epoch_seconds = 0, 0.0, 0.0
 
 
-def save_bilm_atomic(bilm: BiLM, path: Path) -> None:
-    """save_bilm into a temporary directory, then swap it in for `path`."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    shutil.rmtree(temporary, ignore_errors=True)
-    save_bilm(bilm, temporary)
-    _swap_in(temporary, path)
-
-
 def save_checkpoint(
     output_dir: Path, bilm: BiLM, optimizer: torch.optim.Optimizer, state: Progress
 ) -> Path:
     final = output_dir / f"checkpoint-{state.step}"
-    temporary = output_dir / f".checkpoint-{state.step}.tmp"
-    shutil.rmtree(temporary, ignore_errors=True)
-    save_bilm(bilm, temporary)
+    bilm_state = state_tensors(bilm)
     tensors, groups = _optimizer_tensors(optimizer)
     tensors["torch_rng_state"] = torch.get_rng_state()
-    save_file(tensors, str(temporary / STATE_FILE))
-    progress = asdict(state)
-    (temporary / PROGRESS_FILE).write_text(
-        json.dumps({"progress": progress, "param_groups": groups}) + "\n"
-    )
-    _swap_in(temporary, final)
+
+    def write(folder: Path) -> None:
+        write_bilm_files(bilm, bilm_state, folder)
+        save_file(tensors, str(folder / STATE_FILE))
+        progress = {"progress": asdict(state), "param_groups": groups}
+        (folder / PROGRESS_FILE).write_text(json.dumps(progress) + "\n")
+
+    write_directory(final, write, owned=(*BILM_FILES, STATE_FILE, PROGRESS_FILE))
     _write_atomic(output_dir / LATEST, final.name + "\n")
     for old in output_dir.glob("checkpoint-*"):
         if old != final:
@@ -145,16 +138,6 @@ def _optimizer_state(tensors: dict[str, torch.Tensor], groups: Any) -> dict[str,
     for group in groups:
         group["betas"] = tuple(group["betas"])
     return {"state": state, "param_groups": groups}
-
-
-def _swap_in(temporary: Path, path: Path) -> None:
-    """Rename `temporary` to `path`, replacing it (a directory) if it exists."""
-    old = path.with_name(f".{path.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if path.exists():
-        os.replace(path, old)
-    os.replace(temporary, path)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _write_atomic(path: Path, text: str) -> None:

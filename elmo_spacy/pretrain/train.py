@@ -16,13 +16,12 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from ..bilm import BiLM, BiLMConfig, WordVocab
+from ..bilm import BiLM, BiLMConfig, WordVocab, save_bilm
 from .batching import Tokens, bucketed_batches, split_long
 from .checkpoint import (
     Progress,
     latest_checkpoint,
     load_checkpoint,
-    save_bilm_atomic,
     save_checkpoint,
 )
 from .config import PretrainConfig
@@ -117,11 +116,11 @@ class Pretraining:
             }
         )
         if self.workers.is_main:
-            save_bilm_atomic(bilm, self.output_dir / "model-last")
+            save_bilm(bilm, self.output_dir / "model-last")
         if dev["mean"] < state.best:
             state.best, state.bad_epochs = dev["mean"], 0
             if self.workers.is_main:
-                save_bilm_atomic(bilm, self.output_dir / "model-best")
+                save_bilm(bilm, self.output_dir / "model-best")
         else:
             state.bad_epochs += 1
         if self.show_progress:

@@ -1,0 +1,354 @@
+"""bilm-tf's format, `options.json` + `weights.hdf5`: the published ELMo models.
+
+`read_bilm_tf` builds a `BiLM` that computes what bilm-tf computes from such
+a pair of files; `write_bilm_tf` writes a char-CNN biLM in that format. The
+mapping, dataset by dataset (TensorFlow stores `x @ W`, torch `x @ W.T`):
+
+| bilm-tf dataset | shape | BiLM parameter |
+| --- | --- | --- |
+| `char_embed` | (261, c) | `encoder.embed.weight` |
+| `CNN/W_cnn_i`, `CNN/b_cnn_i` | (1, w, c, n), (n,) | `encoder.convs.i` (n, c, w) |
+| `CNN_high_k/W_transform`, `b_transform` | (F, F), (F,) | first half of `encoder.highway.layers.k` |
+| `CNN_high_k/W_carry`, `b_carry` | (F, F), (F,) | second half, negated: our gate carries the input, bilm-tf's the transform |
+| `CNN_proj/W_proj`, `b_proj` | (F, P), (P,) | `encoder.projection` (absent when F == P) |
+| `RNN_d/RNN/MultiRNNCell/Cell{l}/LSTMCell/W_0` | (P + P, 4H) | `weight_ih` and `weight_hh` of layer l, direction d (0 forward, 1 backward); gates (i, j, f, o) reordered to torch's (i, f, j, o) |
+| `.../B` | (4H,) | `bias_ih`, reordered; `bias_hh` holds TensorFlow's constant forget bias of 1 |
+| `.../W_P_0` | (H, P) | `weight_hr` |
+
+Reading never unpickles: HDF5 datasets are plain arrays, read with h5py.
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy
+import torch
+
+from .config import BiLMConfig
+from .files import write_directory
+from .model import BiLM
+from .vocab import WordVocab
+
+OPTIONS_FILE, WEIGHTS_FILE = "options.json", "weights.hdf5"
+FORGET_BIAS = 1.0  # what TensorFlow's LSTMCell adds to the forget gate
+N_CHARACTERS = 262  # bilm-tf's options: 261 ids and the padding-token row of its runtime
+KNOWN_OPTIONS = {
+    "lstm": {"dim", "projection_dim", "n_layers", "cell_clip", "proj_clip", "use_skip_connections"},
+    "char_cnn": {
+        "activation",
+        "filters",
+        "n_highway",
+        "embedding",
+        "n_characters",
+        "max_characters_per_token",
+    },
+}
+# Training settings that bilm-tf writes into options.json; they do not change the forward pass.
+TRAINING_OPTIONS = {
+    "bidirectional",
+    "dropout",
+    "all_clip_norm_val",
+    "n_epochs",
+    "n_train_tokens",
+    "batch_size",
+    "n_tokens_vocab",
+    "unroll_steps",
+    "n_negative_samples_batch",
+}
+
+
+class BilmTfFormatError(ValueError):
+    """An options.json / weights.hdf5 pair that cannot be read, with what and where."""
+
+
+def find_bilm_tf(folder: str | Path) -> tuple[Path, Path] | None:
+    """The (options, weights) files of a folder holding a bilm-tf model:
+    `options.json` + `weights.hdf5`, or one `*_options.json` + `*_weights.hdf5`
+    pair, as the published files are named. None if there is no such pair."""
+    folder = Path(folder)
+    pairs = [(folder / OPTIONS_FILE, folder / WEIGHTS_FILE)]
+    for options in sorted(folder.glob("*options.json")):
+        prefix = options.name[: -len("options.json")]
+        pairs.append((options, folder / f"{prefix}weights.hdf5"))
+    found = [(o, w) for o, w in pairs if o.is_file() and w.is_file()]
+    if len({o for o, _ in found}) > 1:
+        names = ", ".join(o.name for o, _ in found)
+        raise BilmTfFormatError(
+            f"{folder} holds more than one bilm-tf model ({names}): name the files, e.g. "
+            "elmo-spacy convert-elmo OPTIONS_JSON WEIGHTS_HDF5 OUTPUT_DIR"
+        )
+    return found[0] if found else None
+
+
+def config_from_options(options: dict[str, Any], where: str) -> BiLMConfig:
+    """The BiLMConfig of a bilm-tf options dict (refusing keys it does not know)."""
+    unknown = sorted(set(options) - set(KNOWN_OPTIONS) - TRAINING_OPTIONS)
+    for section, keys in KNOWN_OPTIONS.items():
+        unknown += [f"{section}.{k}" for k in sorted(set(options.get(section, {})) - keys)]
+    if unknown:
+        raise BilmTfFormatError(
+            f"{where}: options this converter does not know: {unknown}. They may change what "
+            "the model computes, so it stops rather than guess."
+        )
+    if "char_cnn" not in options:
+        raise BilmTfFormatError(
+            f"{where} has no char_cnn section: a bilm-tf model on word ids. Only character "
+            "models (all the published ELMo models) can be converted."
+        )
+    if not options.get("bidirectional", True):
+        raise BilmTfFormatError(f"{where}: bidirectional is false; a biLM needs both directions")
+    lstm, cnn = options.get("lstm", {}), options["char_cnn"]
+    try:
+        if cnn.get("n_characters", N_CHARACTERS) not in (261, 262):
+            raise BilmTfFormatError(
+                f"{where}: char_cnn.n_characters = {cnn['n_characters']}; bilm-tf models have "
+                "261 (training) or 262 (inference)"
+            )
+        if lstm["dim"] <= lstm["projection_dim"]:
+            raise BilmTfFormatError(
+                f"{where}: lstm.dim = {lstm['dim']} is not above lstm.projection_dim = "
+                f"{lstm['projection_dim']}; only LSTMs that project down are supported"
+            )
+        return BiLMConfig(
+            encoder="char_cnn",
+            char_ids="bilm_tf",
+            max_chars=cnn["max_characters_per_token"],
+            char_dim=cnn["embedding"]["dim"],
+            filters=cnn["filters"],
+            n_highway=cnn["n_highway"],
+            char_activation=cnn["activation"],
+            projection_dim=lstm["projection_dim"],
+            lstm_dim=lstm["dim"],
+            n_layers=lstm["n_layers"],
+            cell_clip=lstm.get("cell_clip") or None,
+            proj_clip=lstm.get("proj_clip") or None,
+            skip_connections=bool(lstm.get("use_skip_connections", False)),
+            forget_bias=FORGET_BIAS,
+            dropout=0.0,
+            min_count=1,
+        )
+    except KeyError as err:
+        raise BilmTfFormatError(f"{where}: option {err} is missing") from err
+    except (TypeError, ValueError) as err:
+        if isinstance(err, BilmTfFormatError):
+            raise
+        raise BilmTfFormatError(f"{where}: {err}") from err
+
+
+def options_from_config(config: BiLMConfig) -> dict[str, Any]:
+    """The bilm-tf options of a char-CNN biLM in the format's architecture."""
+    problems = []
+    if config.encoder != "char_cnn":
+        problems.append(
+            f"its encoder is {config.encoder!r}; runtimes of the format read characters, so "
+            "only char-CNN biLMs can be exported (pretrain with configs/bilm_elmo.cfg)"
+        )
+    elif config.char_ids != "bilm_tf":
+        problems.append(
+            f"its char CNN uses char_ids = {config.char_ids!r}; the format's runtimes use "
+            "bilm-tf's ids (char_ids = 'bilm_tf', as in configs/bilm_elmo.cfg)"
+        )
+    if config.lstm_dim <= config.projection_dim:
+        problems.append("its LSTM does not project down (lstm_dim <= projection_dim)")
+    if problems:
+        raise BilmTfFormatError(
+            "This biLM cannot be exported to bilm-tf's format: " + "; ".join(problems)
+        )
+    lstm: dict[str, Any] = {
+        "dim": config.lstm_dim,
+        "projection_dim": config.projection_dim,
+        "n_layers": config.n_layers,
+        "use_skip_connections": config.skip_connections,
+    }
+    if config.cell_clip:
+        lstm["cell_clip"] = config.cell_clip
+    if config.proj_clip:
+        lstm["proj_clip"] = config.proj_clip
+    return {
+        "lstm": lstm,
+        "char_cnn": {
+            "activation": config.char_activation,
+            "filters": [list(f) for f in config.filters],
+            "n_highway": config.n_highway,
+            "embedding": {"dim": config.char_dim},
+            "n_characters": N_CHARACTERS,
+            "max_characters_per_token": config.max_chars,
+        },
+    }
+
+
+def expected_shapes(config: BiLMConfig) -> dict[str, tuple[int, ...]]:
+    """Every dataset of weights.hdf5 for this architecture, with its shape."""
+    n_filters = sum(n for _, n in config.filters)
+    dim, cell = config.projection_dim, config.lstm_dim
+    shapes: dict[str, tuple[int, ...]] = {"char_embed": (261, config.char_dim)}
+    for i, (width, n) in enumerate(config.filters):
+        shapes[f"CNN/W_cnn_{i}"] = (1, width, config.char_dim, n)
+        shapes[f"CNN/b_cnn_{i}"] = (n,)
+    for k in range(config.n_highway):
+        for part in ("carry", "transform"):
+            shapes[f"CNN_high_{k}/W_{part}"] = (n_filters, n_filters)
+            shapes[f"CNN_high_{k}/b_{part}"] = (n_filters,)
+    if n_filters != dim:
+        shapes["CNN_proj/W_proj"] = (n_filters, dim)
+        shapes["CNN_proj/b_proj"] = (dim,)
+    for direction in range(2):
+        for layer in range(config.n_layers):
+            cell_path = _cell(direction, layer)
+            shapes[f"{cell_path}/W_0"] = (2 * dim, 4 * cell)
+            shapes[f"{cell_path}/B"] = (4 * cell,)
+            shapes[f"{cell_path}/W_P_0"] = (cell, dim)
+    return shapes
+
+
+def read_bilm_tf(options_path: str | Path, weights_path: str | Path) -> BiLM:
+    """A BiLM (without softmax) that computes what bilm-tf computes from these files."""
+    options_path, weights_path = Path(options_path), Path(weights_path)
+    try:
+        options = json.loads(options_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise BilmTfFormatError(f"{options_path} is not a readable JSON file: {err}") from err
+    if not isinstance(options, dict):
+        raise BilmTfFormatError(f"{options_path} is not a JSON object of bilm-tf options")
+    config = config_from_options(options, str(options_path))
+    arrays = _read_datasets(weights_path, expected_shapes(config), options_path)
+    bilm = BiLM(config, WordVocab.specials_only(), with_softmax=False)
+    state = bilm.state_dict()
+    state.update(_to_state(config, arrays))
+    bilm.load_state_dict(state)
+    bilm.eval()
+    return bilm
+
+
+def write_bilm_tf(bilm: BiLM, output_dir: str | Path) -> tuple[Path, Path]:
+    """Write `options.json` and `weights.hdf5` of `bilm` into the folder
+    output_dir, all at once (see `write_directory`). Returns both paths."""
+    import h5py
+
+    options = options_from_config(bilm.config)
+    arrays = _from_state(bilm.config, bilm.state_dict())
+
+    def write(folder: Path) -> None:
+        (folder / OPTIONS_FILE).write_text(json.dumps(options, indent=2) + "\n", encoding="utf-8")
+        with h5py.File(folder / WEIGHTS_FILE, "w") as file:
+            for name, array in arrays.items():
+                file.create_dataset(name, data=array)
+
+    output_dir = write_directory(output_dir, write, owned=(OPTIONS_FILE, WEIGHTS_FILE))
+    return output_dir / OPTIONS_FILE, output_dir / WEIGHTS_FILE
+
+
+def _cell(direction: int, layer: int) -> str:
+    return f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+
+
+def _read_datasets(
+    weights_path: Path, shapes: dict[str, tuple[int, ...]], options_path: Path
+) -> dict[str, numpy.ndarray]:
+    import h5py
+
+    try:
+        file = h5py.File(weights_path, "r")
+    except OSError as err:
+        raise BilmTfFormatError(f"{weights_path} is not a readable HDF5 file ({err})") from err
+    with file:
+        found: dict[str, Any] = {}
+        file.visititems(
+            lambda name, item: (
+                found.update({name: item[...]}) if isinstance(item, h5py.Dataset) else None
+            )
+        )
+    missing = [name for name in shapes if name not in found]
+    if missing:
+        raise BilmTfFormatError(
+            f"{weights_path} lacks the dataset {missing[0]}"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+            + f" that {options_path} calls for: were the options and weights of different models?"
+        )
+    for name, shape in shapes.items():
+        if tuple(found[name].shape) != shape:
+            raise BilmTfFormatError(
+                f"{weights_path}: dataset {name} has shape {tuple(found[name].shape)}, but "
+                f"{options_path} calls for {shape}: were the options and weights of different models?"
+            )
+    return {name: numpy.asarray(found[name], dtype="float32") for name in shapes}
+
+
+def _gates_to_torch(tf: numpy.ndarray, cell: int) -> numpy.ndarray:
+    """TensorFlow's gate blocks (i, j, f, o) along axis 0 -> torch's (i, f, j, o)."""
+    i, j, f, o = (tf[k * cell : (k + 1) * cell] for k in range(4))
+    return numpy.concatenate([i, f, j, o])
+
+
+def _gates_to_tf(torch_order: numpy.ndarray, cell: int) -> numpy.ndarray:
+    i, f, j, o = (torch_order[k * cell : (k + 1) * cell] for k in range(4))
+    return numpy.concatenate([i, j, f, o])
+
+
+def _to_state(config: BiLMConfig, arrays: dict[str, numpy.ndarray]) -> dict[str, torch.Tensor]:
+    """bilm-tf datasets -> BiLM state dict entries."""
+    state: dict[str, numpy.ndarray] = {"encoder.embed.weight": arrays["char_embed"]}
+    for i in range(len(config.filters)):
+        state[f"encoder.convs.{i}.weight"] = arrays[f"CNN/W_cnn_{i}"][0].transpose(2, 1, 0)
+        state[f"encoder.convs.{i}.bias"] = arrays[f"CNN/b_cnn_{i}"]
+    for k in range(config.n_highway):
+        high = f"CNN_high_{k}"
+        state[f"encoder.highway.layers.{k}.weight"] = numpy.concatenate(
+            [arrays[f"{high}/W_transform"].T, -arrays[f"{high}/W_carry"].T]
+        )
+        state[f"encoder.highway.layers.{k}.bias"] = numpy.concatenate(
+            [arrays[f"{high}/b_transform"], -arrays[f"{high}/b_carry"]]
+        )
+    if "CNN_proj/W_proj" in arrays:
+        state["encoder.projection.weight"] = arrays["CNN_proj/W_proj"].T
+        state["encoder.projection.bias"] = arrays["CNN_proj/b_proj"]
+    dim, cell = config.projection_dim, config.lstm_dim
+    forget_bias = numpy.zeros(4 * cell, dtype="float32")
+    forget_bias[cell : 2 * cell] = FORGET_BIAS
+    for direction, stack in enumerate(("forward_lstm", "backward_lstm")):
+        for layer in range(config.n_layers):
+            path, prefix = _cell(direction, layer), f"{stack}.layers.{layer}"
+            kernel = arrays[f"{path}/W_0"]
+            state[f"{prefix}.weight_ih_l0"] = _gates_to_torch(kernel[:dim].T, cell)
+            state[f"{prefix}.weight_hh_l0"] = _gates_to_torch(kernel[dim:].T, cell)
+            state[f"{prefix}.bias_ih_l0"] = _gates_to_torch(arrays[f"{path}/B"], cell)
+            state[f"{prefix}.bias_hh_l0"] = forget_bias
+            state[f"{prefix}.weight_hr_l0"] = arrays[f"{path}/W_P_0"].T
+    return {k: torch.from_numpy(numpy.ascontiguousarray(v)) for k, v in state.items()}
+
+
+def _from_state(config: BiLMConfig, tensors: dict[str, torch.Tensor]) -> dict[str, numpy.ndarray]:
+    """BiLM state dict -> bilm-tf datasets (the inverse of `_to_state`)."""
+    state = {k: v.detach().cpu().numpy() for k, v in tensors.items()}
+    arrays = {"char_embed": state["encoder.embed.weight"]}
+    for i in range(len(config.filters)):
+        arrays[f"CNN/W_cnn_{i}"] = state[f"encoder.convs.{i}.weight"].transpose(2, 1, 0)[None]
+        arrays[f"CNN/b_cnn_{i}"] = state[f"encoder.convs.{i}.bias"]
+    n_filters = sum(n for _, n in config.filters)
+    for k in range(config.n_highway):
+        weight, bias = (
+            state[f"encoder.highway.layers.{k}.weight"],
+            state[f"encoder.highway.layers.{k}.bias"],
+        )
+        arrays[f"CNN_high_{k}/W_transform"] = weight[:n_filters].T
+        arrays[f"CNN_high_{k}/b_transform"] = bias[:n_filters]
+        arrays[f"CNN_high_{k}/W_carry"] = -weight[n_filters:].T
+        arrays[f"CNN_high_{k}/b_carry"] = -bias[n_filters:]
+    if "encoder.projection.weight" in state:
+        arrays["CNN_proj/W_proj"] = state["encoder.projection.weight"].T
+        arrays["CNN_proj/b_proj"] = state["encoder.projection.bias"]
+    cell = config.lstm_dim
+    forget_bias = numpy.zeros(4 * cell, dtype="float32")
+    forget_bias[cell : 2 * cell] = FORGET_BIAS
+    for direction, stack in enumerate(("forward_lstm", "backward_lstm")):
+        for layer in range(config.n_layers):
+            path, prefix = _cell(direction, layer), f"{stack}.layers.{layer}"
+            weight_ih = _gates_to_tf(state[f"{prefix}.weight_ih_l0"], cell)
+            weight_hh = _gates_to_tf(state[f"{prefix}.weight_hh_l0"], cell)
+            arrays[f"{path}/W_0"] = numpy.concatenate([weight_ih.T, weight_hh.T])
+            # TensorFlow adds the constant forget bias itself: take it out of bias_hh.
+            bias = state[f"{prefix}.bias_ih_l0"] + (state[f"{prefix}.bias_hh_l0"] - forget_bias)
+            arrays[f"{path}/B"] = _gates_to_tf(bias, cell)
+            arrays[f"{path}/W_P_0"] = state[f"{prefix}.weight_hr_l0"].T
+    return {k: numpy.ascontiguousarray(v, dtype="float32") for k, v in arrays.items()}

@@ -1,0 +1,43 @@
+"""Output folders written all at once, so that a crash never leaves half of one."""
+
+import os
+import shutil
+from collections.abc import Callable, Collection
+from pathlib import Path
+
+
+def write_directory(
+    path: str | Path, write: Callable[[Path], None], owned: Collection[str]
+) -> Path:
+    """Fill a temporary sibling of `path` with `write(temporary)`, then put it in
+    place of `path`. A run stopped at any moment leaves `path` as it was, and a
+    failing `write` leaves nothing behind.
+
+    An existing `path` is replaced only if it holds nothing but files named in
+    `owned` (what an earlier write of the same kind left): anything else there
+    stops the write, so no other data is lost.
+    """
+    path = Path(path)
+    if path.exists():
+        others = sorted(p.name for p in path.iterdir()) if path.is_dir() else [path.name]
+        others = [name for name in others if name not in owned]
+        if others or not path.is_dir():
+            raise FileExistsError(
+                f"{path} exists and holds {others[:5]}, which this would overwrite: choose "
+                "another output folder, or delete it first."
+            )
+    temporary = path.with_name(f".{path.name}.tmp")
+    shutil.rmtree(temporary, ignore_errors=True)
+    temporary.mkdir(parents=True)
+    try:
+        write(temporary)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    old = path.with_name(f".{path.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if path.exists():
+        os.replace(path, old)
+    os.replace(temporary, path)
+    shutil.rmtree(old, ignore_errors=True)
+    return path

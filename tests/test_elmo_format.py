@@ -1,0 +1,353 @@
+"""bilm-tf's format (the published ELMo models): conversion in and out, conformance
+with the reference's own outputs, stateful replay, and errors on bad files."""
+
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy
+import pytest
+import spacy
+import torch
+
+from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm, save_bilm
+from elmo_spacy.bilm.bilm_tf import BilmTfFormatError, read_bilm_tf, write_bilm_tf
+from elmo_spacy.bilm.chars import BilmTfCharIds
+
+from .conftest import ROOT, run, tokenize
+
+FIXTURES = ROOT.parent / "shared" / "data" / "allennlp_elmo"
+needs_fixtures = pytest.mark.skipif(
+    not (FIXTURES / "lm_weights.hdf5").is_file(),
+    reason=f"the reference ELMo fixtures are not at {FIXTURES} (they are not shipped with the "
+    "repository; see the README of ../shared/data/allennlp_elmo)",
+)
+TOLERANCE = 1e-5
+
+# A tiny biLM in bilm-tf's architecture, for the tests that need no fixtures.
+TINY_ELMO = BiLMConfig(
+    encoder="char_cnn",
+    char_ids="bilm_tf",
+    max_chars=50,
+    char_dim=4,
+    filters=[(1, 4), (2, 8), (3, 8)],
+    n_highway=2,
+    projection_dim=8,
+    lstm_dim=16,
+    n_layers=2,
+    cell_clip=3.0,
+    proj_clip=3.0,
+    forget_bias=1.0,
+    dropout=0.0,
+    min_count=1,
+)
+SENTENCES = tokenize(
+    [
+        "The bank raised interest rates on Monday .",
+        "She sat on the bank of the river .",
+        "",
+        "Antidisestablishmentarianism" * 3 + " <S> and </S> are tokens here .",
+    ]
+) + [["a", "lone", "surrogate", "\ud800", "."]]
+
+
+def tiny_elmo(seed: int = 0, scale: float = 1.0) -> BiLM:
+    torch.manual_seed(seed)
+    bilm = BiLM(TINY_ELMO, WordVocab.specials_only(), with_softmax=False).eval()
+    with torch.no_grad():
+        for parameter in bilm.parameters():
+            if parameter.requires_grad:
+                parameter.mul_(scale)
+    return bilm
+
+
+def outputs(bilm: BiLM, docs) -> torch.Tensor:
+    with torch.inference_mode():
+        return bilm(bilm.batch(docs))
+
+
+def reference_batches():
+    sentences = json.loads((FIXTURES / "sentences.json").read_text())
+    return [[sentences[k][i].split() for k in range(3)] for i in range(10)]
+
+
+def reference_top_layer(k: int, i: int) -> numpy.ndarray:
+    """Sentence i of sentences[k]: the reference's top layer, [forward; backward]."""
+    with h5py.File(FIXTURES / f"lm_embeddings_{k}.hdf5") as file:
+        both = file[str(i)][...]
+    return numpy.concatenate([both[0], both[1]], axis=1)
+
+
+def max_difference(bilm: BiLM, batches, stateful: bool) -> float:
+    bilm.stateful = stateful
+    bilm.reset_state()
+    worst = 0.0
+    for i, batch in enumerate(batches):
+        top = outputs(bilm, batch)[-1]
+        for k in range(2):
+            mine = top[k, : len(batch[k])].numpy()
+            worst = max(worst, float(abs(mine - reference_top_layer(k, i)).max()))
+    return worst
+
+
+@pytest.fixture(scope="module")
+def reference_bilm() -> BiLM:
+    return read_bilm_tf(FIXTURES / "options.json", FIXTURES / "lm_weights.hdf5")
+
+
+@needs_fixtures
+def test_first_batch_from_zero_state_matches_the_reference(reference_bilm):
+    assert max_difference(reference_bilm, reference_batches()[:1], stateful=False) < TOLERANCE
+
+
+@needs_fixtures
+def test_stateful_replay_of_ten_batches_matches_the_reference(reference_bilm):
+    batches = reference_batches()
+    assert max_difference(reference_bilm, batches, stateful=True) < TOLERANCE
+    # Twice, after reset_state(): nothing of the first replay is left.
+    assert max_difference(reference_bilm, batches, stateful=True) < TOLERANCE
+    # Without the carried state, later batches are far off (the state matters).
+    assert max_difference(reference_bilm, batches, stateful=False) > 0.1
+    reference_bilm.stateful = False
+
+
+@needs_fixtures
+def test_clipping_binds_on_the_reference_inputs(reference_bilm):
+    unclipped = read_bilm_tf(FIXTURES / "options.json", FIXTURES / "lm_weights.hdf5")
+    for stack in (unclipped.forward_lstm, unclipped.backward_lstm):
+        stack.cell_clip = stack.proj_clip = 0.0
+    assert max_difference(unclipped, reference_batches()[:1], stateful=False) > 0.1
+
+
+@needs_fixtures
+def test_convert_then_export_gives_back_every_dataset(tmp_path):
+    result = run(
+        "elmo-spacy",
+        "convert-elmo",
+        str(FIXTURES / "options.json"),
+        str(FIXTURES / "lm_weights.hdf5"),
+        str(tmp_path / "bilm"),
+    )
+    assert result.returncode == 0, result.stderr
+    result = run("elmo-spacy", "export-elmo", str(tmp_path / "bilm"), str(tmp_path / "tf"))
+    assert result.returncode == 0, result.stderr
+    with (
+        h5py.File(FIXTURES / "lm_weights.hdf5") as original,
+        h5py.File(tmp_path / "tf" / "weights.hdf5") as exported,
+    ):
+        names = dataset_names(original)
+        assert names == dataset_names(exported)
+        for name in names:
+            assert numpy.array_equal(original[name][...], exported[name][...]), name
+    options = json.loads((tmp_path / "tf" / "options.json").read_text())
+    assert options == json.loads((FIXTURES / "options.json").read_text())
+
+
+@needs_fixtures
+def test_export_then_convert_gives_bit_identical_outputs(tmp_path, reference_bilm):
+    write_bilm_tf(reference_bilm, tmp_path / "tf")
+    again = read_bilm_tf(tmp_path / "tf" / "options.json", tmp_path / "tf" / "weights.hdf5")
+    batch = reference_batches()[0]
+    assert torch.equal(outputs(reference_bilm, batch), outputs(again, batch))
+
+
+@needs_fixtures
+@pytest.mark.parametrize("prefix", ["", "elmo_2x64_16_"])
+def test_the_pipe_loads_a_folder_of_published_files(tmp_path, prefix):
+    names = (
+        ("options.json", "weights.hdf5")
+        if not prefix
+        else (
+            f"{prefix}options.json",
+            f"{prefix}weights.hdf5",
+        )
+    )
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / names[0]).symlink_to(FIXTURES / "options.json")
+    (tmp_path / "model" / names[1]).symlink_to(FIXTURES / "lm_weights.hdf5")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo").initialize(lambda: [], bilm_path=tmp_path / "model")
+    doc = nlp("The U.S. Centers for Disease Control advised schools to close.")
+    assert doc._.elmo.shape == (3, len(doc), 32)
+    # Layer 0 is the token encoding, as [x; x].
+    assert numpy.array_equal(doc._.elmo[0, :, :16], doc._.elmo[0, :, 16:])
+    nlp.to_disk(tmp_path / "pipeline")
+    assert numpy.array_equal(spacy.load(tmp_path / "pipeline")(doc.text)._.elmo, doc._.elmo)
+
+
+def dataset_names(file: h5py.File) -> list[str]:
+    names: list[str] = []
+    file.visititems(
+        lambda name, item: names.append(name) if isinstance(item, h5py.Dataset) else None
+    )
+    return sorted(names)
+
+
+# -- without the fixtures ------------------------------------------------------
+
+
+def test_bilm_tf_character_ids():
+    chars = BilmTfCharIds(max_chars=50, min_width=3)
+    assert chars.token_ids("ab").tolist() == [258, 97, 98, 259]
+    assert chars.token_ids("<S>").tolist() == [258, 256, 259]
+    assert chars.token_ids("</S>").tolist() == [258, 257, 259]
+    assert chars.token_ids("é\ud800").tolist() == [258, 0xC3, 0xA9, 259]  # bad UTF-8 dropped
+    assert len(chars.token_ids("x" * 100)) == 50
+    ids, lengths = chars.char_ids(["ab"])
+    assert ids.tolist() == [
+        [258, 256, 259, 260, 260, 260],
+        [258, 257, 259, 260, 260, 260],
+        [258, 97, 98, 259, 260, 260],
+    ]
+    assert lengths.tolist() == [3, 3, 4]
+
+
+def test_few_columns_pool_as_the_full_fifty():
+    bilm = tiny_elmo()
+    types = ["a", "bank", "x" * 30, "<S>"]
+    ids, lengths = bilm.chars.char_ids(types)
+    assert ids.shape[1] < 50
+    full = torch.full((len(ids), 50), bilm.chars.padding, dtype=torch.int64)
+    full[:, : ids.shape[1]] = ids
+    with torch.no_grad():
+        torch.testing.assert_close(
+            bilm.encoder(ids, lengths), bilm.encoder(full, lengths), rtol=0, atol=1e-6
+        )
+
+
+def test_clipped_recurrence_is_the_fused_lstm_when_nothing_is_clipped():
+    bilm = tiny_elmo(scale=0.1)  # small weights: no cell or output reaches the clips
+    batch = bilm.batch(SENTENCES)
+    with torch.no_grad():
+        encoded = bilm.encoder(batch.type_inputs, batch.type_chars)[batch.index]
+        lengths = batch.lengths + 2
+        clipped, _ = bilm.forward_lstm(encoded, lengths, fused=False)
+        fused, _ = bilm.forward_lstm(encoded, lengths, fused=True)
+    for a, b in zip(clipped, fused):
+        assert float(a.abs().max()) < 3.0
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_stateful_rows_carry_keep_and_start_from_zero():
+    """Batches of 3, then 2, then 4 rows: row 2 of the third batch goes on from
+    the first batch (the second had no row 2), row 3 starts from zero."""
+    bilm = tiny_elmo(seed=1)
+    first, second, third = SENTENCES[:3], SENTENCES[1:3], [SENTENCES[i] for i in (0, 1, 3, 2)]
+    bilm.stateful = True
+    for batch in (first, second):
+        outputs(bilm, batch)
+    carried = outputs(bilm, third)
+    # Row 2 alone: the same stream, first[2] then third[2].
+    bilm.reset_state()
+    outputs(bilm, [first[2]])
+    row_2 = outputs(bilm, [third[2]])[:, 0]
+    n = len(third[2])
+    torch.testing.assert_close(carried[:, 2, :n], row_2, rtol=0, atol=1e-6)
+    # Row 3 was never seen: it starts from zero, as without state.
+    bilm.stateful = False
+    fresh = outputs(bilm, [third[3]])[:, 0]
+    torch.testing.assert_close(carried[:, 3, : len(third[3])], fresh, rtol=0, atol=1e-6)
+    # Without state, the carried rows differ.
+    assert not torch.allclose(carried[:, 2, :n], outputs(bilm, [third[2]])[:, 0], atol=1e-4)
+
+
+def test_export_then_convert_a_biLM_trained_here(tmp_path):
+    from elmo_spacy.pretrain import PretrainConfig, pretrain
+
+    docs = SENTENCES * 4
+    settings = PretrainConfig(max_epochs=1, batch_tokens=200, dev_fraction=0.0, patience=0)
+    bilm_config = BiLMConfig(**{**TINY_ELMO.to_dict(), "softmax": "full"})
+    pretrain(docs, bilm_config, settings, tmp_path / "run", progress=False)
+    trained = load_bilm(tmp_path / "run" / "model-best", with_softmax=False)
+    assert not torch.equal(
+        trained.forward_lstm.layers[0].bias_ih_l0, tiny_elmo().forward_lstm.layers[0].bias_ih_l0
+    )
+    write_bilm_tf(trained, tmp_path / "tf")
+    again = read_bilm_tf(tmp_path / "tf" / "options.json", tmp_path / "tf" / "weights.hdf5")
+    assert torch.equal(outputs(trained, SENTENCES), outputs(again, SENTENCES))
+
+
+def test_export_refuses_what_the_format_cannot_hold(tmp_path, bilm_dir):
+    result = run("elmo-spacy", "export-elmo", str(bilm_dir), str(tmp_path / "out"))
+    assert result.returncode == 1
+    assert "char_ids = 'masked'" in result.stderr and "configs/bilm_elmo.cfg" in result.stderr
+    word_config = BiLMConfig(encoder="word", word_dim=8, projection_dim=8, lstm_dim=16)
+    word = BiLM(word_config, WordVocab.specials_only(), with_softmax=False)
+    with pytest.raises(BilmTfFormatError, match="encoder is 'word'"):
+        write_bilm_tf(word, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture
+def exported(tmp_path) -> Path:
+    write_bilm_tf(tiny_elmo(), tmp_path / "tf")
+    return tmp_path / "tf"
+
+
+def convert(folder: Path, tmp_path: Path):
+    return run(
+        "elmo-spacy",
+        "convert-elmo",
+        str(folder / "options.json"),
+        str(folder / "weights.hdf5"),
+        str(tmp_path / "converted"),
+    )
+
+
+def test_a_missing_dataset_is_named(exported, tmp_path):
+    with h5py.File(exported / "weights.hdf5", "a") as file:
+        del file["CNN_high_1/W_carry"]
+    result = convert(exported, tmp_path)
+    assert result.returncode == 1
+    assert "lacks the dataset CNN_high_1/W_carry" in result.stderr
+    assert not (tmp_path / "converted").exists()
+
+
+def test_a_shape_that_disagrees_with_the_options_is_named(exported, tmp_path):
+    with h5py.File(exported / "weights.hdf5", "a") as file:
+        del file["CNN/W_cnn_1"]
+        file["CNN/W_cnn_1"] = numpy.zeros((1, 2, 4, 9), dtype="float32")
+    result = convert(exported, tmp_path)
+    assert result.returncode == 1
+    message = " ".join(result.stderr.split())
+    assert "dataset CNN/W_cnn_1 has shape (1, 2, 4, 9)" in message and "(1, 2, 4, 8)" in message
+    assert str(exported / "weights.hdf5") in message
+    assert not (tmp_path / "converted").exists()
+
+
+def test_an_unknown_option_is_refused(exported, tmp_path):
+    options = json.loads((exported / "options.json").read_text())
+    options["lstm"]["use_peepholes"] = True
+    (exported / "options.json").write_text(json.dumps(options))
+    result = convert(exported, tmp_path)
+    assert result.returncode == 1
+    assert "lstm.use_peepholes" in result.stderr and "options.json" in result.stderr
+    assert not (tmp_path / "converted").exists()
+
+
+def test_a_file_that_is_not_hdf5_is_refused(exported, tmp_path):
+    (exported / "weights.hdf5").write_bytes(pickle.dumps({"char_embed": [1, 2, 3]}))
+    result = convert(exported, tmp_path)
+    assert result.returncode == 1
+    assert "is not a readable HDF5 file" in result.stderr
+    assert not (tmp_path / "converted").exists()
+
+
+def test_nothing_is_unpickled_and_nothing_else_is_overwritten(exported, tmp_path, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("unpickling")
+
+    monkeypatch.setattr(pickle, "loads", refuse)
+    monkeypatch.setattr(pickle, "load", refuse)
+    monkeypatch.setattr(torch, "load", refuse)
+    bilm = read_bilm_tf(exported / "options.json", exported / "weights.hdf5")
+    save_bilm(bilm, tmp_path / "converted")
+    assert load_bilm(tmp_path / "converted").softmax is None
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(FileExistsError, match="notes.txt"):
+        save_bilm(bilm, tmp_path / "mine")
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+    shutil.rmtree(tmp_path / "mine")
