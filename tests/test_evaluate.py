@@ -85,6 +85,6 @@ def test_compare_reads_every_metrics_file_of_a_folder(tmp_path):
     ]:
         (tmp_path / path).write_text(json.dumps(run(name, accuracy)))
     assert [r["name"] for r in load_runs([tmp_path])] == ["a", "b"]
-    with pytest.raises(ValueError, match="No metrics files"):
+    with pytest.raises(ValueError, match="No text classification metrics"):
         (tmp_path / "empty").mkdir()
         load_runs([tmp_path / "empty"])

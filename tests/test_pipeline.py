@@ -6,6 +6,7 @@ import numpy
 import pytest
 import spacy
 import torch
+from spacy.training import Example
 
 from elmo_spacy.layers import get_bilm, layer_weights
 from scripts.evaluate import branch_accuracy
@@ -140,6 +141,58 @@ def test_learned_mix_outputs_its_width_and_trains(bilm_dir, corpus_dir, nO, drop
     assert vectors[0].shape == (5, nO or WIDTH)
 
 
+def test_learned_mix_takes_empty_docs(bilm_dir, corpus_dir):
+    nlp = make_nlp(bilm_dir, LEARNED, 0.0)
+    train = examples(nlp, corpus_dir / "train.spacy")
+    optimizer = nlp.initialize(lambda: train)
+    assert sum(nlp("").cats.values()) == pytest.approx(1.0, abs=1e-5)
+    docs = list(nlp.pipe(["Oil rose.", "", "  "]))
+    assert all(sum(doc.cats.values()) == pytest.approx(1.0, abs=1e-5) for doc in docs)
+    empty = Example(nlp.make_doc(""), nlp.make_doc(""))
+    empty.reference.cats = dict(train[0].reference.cats)
+    nlp.update([empty, train[0]], sgd=optimizer)
+    nlp.update([empty], sgd=optimizer)
+
+
+def test_type_cache_works_inside_the_pipe_and_never_goes_stale(bilm_dir, corpus_dir):
+    nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0)
+    train = examples(nlp, corpus_dir / "train.spacy")
+    optimizer = nlp.initialize(lambda: train)
+    bilm = get_bilm(nlp.get_pipe("elmo").model)
+    encoded = []
+    encode = bilm.encoder.forward
+    bilm.encoder.forward = lambda ids, n: (encoded.append(len(ids)), encode(ids, n))[1]
+    texts = [eg.reference.text for eg in train[:20]]
+    first = [doc._.elmo for doc in nlp.pipe(texts)]
+    assert encoded and not bilm.training  # the pipe leaves the biLM in eval mode
+    encoded.clear()
+    second = [doc._.elmo for doc in nlp.pipe(texts)]
+    assert encoded == []  # every token string came from the cache
+    assert all(numpy.array_equal(a, b) for a, b in zip(first, second))
+    # A fine-tuning step (thinc writes the weights through numpy) empties the cache:
+    nlp.update(train[:8], sgd=optimizer)
+    nlp.update(train[8:16], sgd=optimizer)
+    fresh = spacy.blank("en").from_config(nlp.config).from_bytes(nlp.to_bytes())
+    for doc, text in zip(nlp.pipe(texts), texts):
+        assert numpy.array_equal(doc._.elmo, fresh(text)._.elmo)
+
+
+def test_a_biLM_frozen_after_fine_tuning_stays_still(bilm_dir, corpus_dir):
+    nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0)
+    train = examples(nlp, corpus_dir / "train.spacy")
+    optimizer = nlp.initialize(lambda: train)
+    nlp.update(train[:16], sgd=optimizer)
+    nlp.update(train[16:32], sgd=optimizer)
+    listener = nlp.get_pipe("textcat").model.get_ref("tok2vec").get_ref("listener")
+    listener.attrs["grad_factor"] = 0.0
+    nlp.update(train[:16], sgd=optimizer)  # applies the last gradient (one update late)
+    before = bilm_weights(nlp)
+    for start in range(0, 48, 16):
+        nlp.update(train[start : start + 16], sgd=optimizer)
+    after = bilm_weights(nlp)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
 @pytest.mark.parametrize(
     "architecture",
     [
@@ -224,13 +277,6 @@ def test_multiprocessing_gives_the_same_results(trained):
     for a, b in zip(single, double):
         numpy.testing.assert_allclose(a._.elmo, b._.elmo, atol=1e-6)
         assert a.cats == pytest.approx(b.cats, abs=1e-6)
-
-
-def test_random_biLM_when_no_pretrained_path(corpus_dir):
-    nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"model": {"bilm": {"projection_dim": 8, "lstm_dim": 16}}})
-    nlp.initialize(lambda: examples(nlp, corpus_dir / "train.spacy"))
-    assert nlp("Hello there")._.elmo.shape == (3, 2, 16)
 
 
 def test_missing_upstream_gives_an_actionable_error(trained):

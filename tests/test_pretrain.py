@@ -69,6 +69,7 @@ def test_resume_refuses_another_bilm_config(tmp_path):
         pretrain(DOCS, other, PretrainConfig(max_epochs=2), tmp_path, progress=False, resume=True)
 
 
+@pytest.mark.slow  # over 30 s: make test-slow
 def test_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(tmp_path, corpus_dir):
     """`elmo-spacy pretrain` killed with SIGKILL after its first checkpoint, then
     `--resume`d, ends with the weights of a run that was never interrupted."""

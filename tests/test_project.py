@@ -50,6 +50,17 @@ def test_smoke_workflow_produces_every_output(tmp_path):
     assert dev["inference"]["words_per_second"] > 0
     table = (tmp_path / "metrics/smoke/comparison.md").read_text()
     assert "120-row subset" in table and "| smoke |" in table
+    # The textcat learned its training docs (chance is 25%).
+    import spacy
+    from spacy.tokens import DocBin
+
+    nlp = spacy.load(tmp_path / "training/smoke/textcat/model-best")
+    gold = list(DocBin().from_disk(tmp_path / "corpus/smoke/train.spacy").get_docs(nlp.vocab))
+    predicted = nlp.pipe(doc.text for doc in gold)
+    right = [
+        max(p.cats, key=p.cats.get) == max(g.cats, key=g.cats.get) for p, g in zip(predicted, gold)
+    ]
+    assert sum(right) / len(right) > 0.8
 
 
 def test_shipped_textcat_configs_build_and_differ_only_in_the_mix():

@@ -278,6 +278,11 @@ class BiLM(nn.Module):
             self.weights_changed()
         return super().train(mode)
 
+    def __getstate__(self) -> dict:
+        # Copies and pickles leave out what was derived from the weights: it is
+        # rebuilt on demand, and oneDNN's packed tensors cannot be copied.
+        return {**self.__dict__, "_cache": None}
+
     def weights_changed(self) -> None:
         """Forget what was derived from the weights (see `InferenceCache`)."""
         self._weights_generation += 1

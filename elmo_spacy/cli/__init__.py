@@ -15,4 +15,18 @@ def main() -> None:
     """ELMo for spaCy: pretrain a biLM, convert and export bilm-tf models."""
 
 
+class errors_to_exit:
+    """Turn the library's errors about inputs (ValueError, OSError: what was
+    wrong, where, and what to do) into a red message and exit code 1."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        if isinstance(error, (ValueError, OSError)):
+            typer.secho(str(error), fg="red", err=True)
+            raise typer.Exit(1) from error
+        return False
+
+
 from . import elmo_format, pretrain  # noqa: E402,F401  (registers the commands)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import typer
 
-from . import app
+from . import app, errors_to_exit
 
 
 @app.command("convert-elmo")
@@ -18,7 +18,7 @@ def convert_elmo_command(
     from ..bilm import save_bilm
     from ..bilm.bilm_tf import read_bilm_tf
 
-    with _errors_to_exit():
+    with errors_to_exit():
         bilm = read_bilm_tf(options_json, weights_hdf5)
         save_bilm(bilm, output_dir)
     config = bilm.config
@@ -38,19 +38,6 @@ def export_elmo_command(
     from ..bilm import load_bilm
     from ..bilm.bilm_tf import write_bilm_tf
 
-    with _errors_to_exit():
+    with errors_to_exit():
         options, weights = write_bilm_tf(load_bilm(bilm_dir, with_softmax=False), output_dir)
     typer.echo(f"{options}\n{weights}")
-
-
-class _errors_to_exit:
-    """Turn the library's errors about files into a red message and exit code 1."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, error, traceback) -> bool:
-        if isinstance(error, (ValueError, OSError)):
-            typer.secho(str(error), fg="red", err=True)
-            raise typer.Exit(1) from error
-        return False

@@ -5,7 +5,7 @@ from pathlib import Path
 import typer
 from spacy.cli._util import parse_config_overrides
 
-from . import app
+from . import app, errors_to_exit
 
 
 @app.command(
@@ -28,8 +28,8 @@ def pretrain_command(
         None,
         exists=True,
         file_okay=False,
-        help="Start the word embeddings from these vectors (a spaCy pipeline, e.g. from "
-        "`elmo-spacy vectors svd`); word encoder only",
+        help="Start the word embeddings from these vectors (a spaCy pipeline with vectors, "
+        "e.g. from `spacy init vectors`); word encoder only",
     ),
     gpu_id: int = typer.Option(
         -1, help="GPU to train on (-1: CPU). Under torchrun, >= 0 puts rank r on GPU LOCAL_RANK"
@@ -40,24 +40,25 @@ def pretrain_command(
     from ..pretrain import load_pretrain_config, pretrain, start_workers, stop_workers
     from ..pretrain.texts import read_tokenised_texts
 
-    bilm_config, training = load_pretrain_config(config_path, parse_config_overrides(ctx.args))
-    workers = start_workers(gpu_id)
-    docs = read_tokenised_texts(text_path, lang)
-    vectors = None
-    if init_vectors is not None:
-        import spacy
+    with errors_to_exit():
+        bilm_config, training = load_pretrain_config(config_path, parse_config_overrides(ctx.args))
+        workers = start_workers(gpu_id)
+        docs = read_tokenised_texts(text_path, lang)
+        vectors = None
+        if init_vectors is not None:
+            import spacy
 
-        table = spacy.load(init_vectors).vocab.vectors
-        vectors = {table.strings[key]: table.data[row] for key, row in table.key2row.items()}
-    log = pretrain(
-        docs,
-        bilm_config,
-        training,
-        output_dir,
-        resume=resume,
-        init_vectors=vectors,
-        workers=workers,
-    )
+            table = spacy.load(init_vectors).vocab.vectors
+            vectors = {table.strings[key]: table.data[row] for key, row in table.key2row.items()}
+        log = pretrain(
+            docs,
+            bilm_config,
+            training,
+            output_dir,
+            resume=resume,
+            init_vectors=vectors,
+            workers=workers,
+        )
     stop_workers(workers)
     if not workers.is_main:
         return

@@ -55,7 +55,10 @@ def _concatenate_forward(
 ) -> tuple[list[Floats2d], Callable]:
     xp = model.ops.xp
     shapes = [x.shape for x in X]
-    Y = [xp.ascontiguousarray(x.transpose(1, 0, 2)).reshape(x.shape[1], -1) for x in X]
+    Y = [
+        xp.ascontiguousarray(x.transpose(1, 0, 2)).reshape(x.shape[1], x.shape[0] * x.shape[2])
+        for x in X
+    ]
 
     def backprop(dY: list[Floats2d]) -> list[Floats3d]:
         return [

@@ -1,6 +1,6 @@
 """The pretraining config file: [bilm] sizes and [training] settings."""
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,20 @@ class PretrainConfig:
     eval_batch_tokens: int = 8000
     checkpoint_every: int = 500
 
+    def __post_init__(self) -> None:
+        problems = []
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            kind = int if spec.type in (int, "int") else float
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                problems.append(f"{spec.name} = {value!r}: a number")
+            elif kind is int and value != int(value):
+                problems.append(f"{spec.name} = {value!r}: a whole number")
+            else:
+                setattr(self, spec.name, kind(value))
+        if problems:
+            raise ValueError("[training] " + "; ".join(problems))
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -47,7 +61,10 @@ def load_pretrain_config(
 ) -> tuple[BiLMConfig, PretrainConfig]:
     """Read a config file with [bilm] and [training] sections; `overrides`
     maps dotted names ("training.max_epochs") to values."""
-    config = Config().from_disk(path, overrides=overrides or {})
+    try:
+        config = Config().from_disk(path, overrides=overrides or {})
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path} is not UTF-8 text ({err.reason}): save it as UTF-8") from err
     unknown = sorted(set(config) - {"bilm", "training"})
     if unknown:
         raise ValueError(f"{path}: unknown sections {unknown}; expected [bilm] and [training]")

@@ -58,6 +58,11 @@ def train_static_vectors(
     if method == "svd":
         counts = Counter(word for doc in docs for word in doc)
         words = [w for w, n in counts.most_common(max_vocab_size) if n >= min_count]
+        if len(words) < 2:
+            raise ValueError(
+                f"{len(words)} words are seen at least min_count = {min_count} times: too few "
+                "for vectors (a larger text, or a lower --min-count)"
+            )
         vocab = {word: i for i, word in enumerate(words)}
         cooccurrences = cooccurrence_counts(docs, vocab, window)
         return WordVectors(words, svd_vectors(ppmi_matrix(cooccurrences), dim, seed=seed))

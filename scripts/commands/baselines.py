@@ -35,9 +35,15 @@ def vectors_command(
 
     started = time.perf_counter()
     docs = read_tokenised_texts(text_path, lang)
-    vectors = train_static_vectors(
-        docs, method, dim, window, min_count, max_vocab_size, epochs, seed, workers
-    )
+    try:
+        if not any(docs):
+            raise ValueError(f"{text_path} has no words to train vectors on: is it the right file?")
+        vectors = train_static_vectors(
+            docs, method, dim, window, min_count, max_vocab_size, epochs, seed, workers
+        )
+    except ValueError as err:
+        typer.secho(str(err), fg="red", err=True)
+        raise typer.Exit(1) from err
     vectors.to_spacy(output_dir, lang)
     seconds = time.perf_counter() - started
     log = {"method": method, "words": len(vectors.words), "dim": dim, "window": window}

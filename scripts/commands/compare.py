@@ -27,7 +27,11 @@ def compare_command(
         update_section,
     )
 
-    runs = load_runs(metrics)
+    try:
+        runs = load_runs(metrics)
+    except ValueError as err:
+        typer.secho(str(err), fg="red", err=True)
+        raise typer.Exit(1) from err
     if chart is not None:
         from ..plots import plot_accuracy
 

@@ -93,6 +93,9 @@ def corpus_command(
             f"{err}\nFix the row, or pass --skip-bad-rows to skip such rows.", fg="red", err=True
         )
         raise typer.Exit(1) from err
+    except ValueError as err:
+        typer.secho(str(err), fg="red", err=True)
+        raise typer.Exit(1) from err
     for name, skipped in stats["skipped_rows"].items():
         if skipped:
             typer.secho(
