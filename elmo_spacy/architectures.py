@@ -4,7 +4,7 @@ from typing import Any
 
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Model, chain
+from thinc.api import Model, chain, concatenate
 from thinc.types import Floats2d, Floats3d
 
 from .layers import (
@@ -14,6 +14,7 @@ from .layers import (
     build_scalar_mix,
     build_textcat_bilstm,
 )
+from .layers.torch_bilstm import TorchBiLSTM
 
 
 @registry.architectures("elmo_spacy.ElmoBiLM.v1")
@@ -43,6 +44,27 @@ def ElmoListener_v1(
     model.set_ref("listener", listener)
     model.set_ref("mix", mix)
     return model
+
+
+@registry.architectures("elmo_spacy.ConcatenateTok2Vec.v1")
+def ConcatenateTok2Vec_v1(
+    first: Model[list[Doc], list[Floats2d]], second: Model[list[Doc], list[Floats2d]]
+) -> Model[list[Doc], list[Floats2d]]:
+    """Two token representations side by side, (n, d1) and (n, d2) -> (n, d1 + d2):
+    e.g. the elmo listener beside spaCy's own hashed features
+    (`spacy.MultiHashEmbed.v2`), as the ELMo paper adds ELMo to a task model's
+    own token representation."""
+    return concatenate(first, second)
+
+
+@registry.architectures("elmo_spacy.BiLSTMEncoder.v1")
+def BiLSTMEncoder_v1(
+    width: int, depth: int = 1, dropout: float = 0.0
+) -> Model[list[Floats2d], list[Floats2d]]:
+    """A bidirectional LSTM over token vectors of any width (inferred), as the
+    `encode` of `spacy.Tok2Vec.v2`: (n, nI) -> (n, width), width / 2 units per
+    direction, `depth` layers (torch's fused kernel)."""
+    return TorchBiLSTM(nO=width, depth=depth, dropout=dropout)
 
 
 ScalarMix_v1 = registry.architectures("elmo_spacy.ScalarMix.v1")(build_scalar_mix)

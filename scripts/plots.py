@@ -60,3 +60,35 @@ def plot_accuracy(by_name: dict[str, list[float]], path: Path, title: str) -> Pa
     ax.set_xlabel("dev accuracy (%)")
     ax.set_title(title)
     return save_figure(fig, path)
+
+
+def plot_pos_confusion(
+    confusion: dict[str, dict[str, int]], path: Path, title: str, k: int = 8
+) -> Path:
+    """The k UPOS tags most often in errors: the share of each gold tag's
+    tokens (row) predicted as each other tag (column); the diagonal is left blank."""
+    from .token_evaluate import most_confused
+
+    plt = pyplot()
+    tags = sorted(most_confused(confusion, k))
+    rows = []
+    for gold in tags:
+        total = sum(confusion.get(gold, {}).values()) or 1
+        row = confusion.get(gold, {})
+        rows.append([row.get(p, 0) / total if p != gold else 0.0 for p in tags])
+    fig, ax = plt.subplots(figsize=(6.0, 5.2))
+    image = ax.imshow(rows, cmap="Reds", vmin=0, vmax=max(max(r) for r in rows) or 1)
+    ax.set_xticks(range(len(tags)), tags, rotation=45, ha="right")
+    ax.set_yticks(range(len(tags)), tags)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("gold")
+    ax.set_title(
+        f"{title}\nthe {len(tags)} UPOS tags most often confused (errors, share of gold row)"
+    )
+    for i, row in enumerate(rows):
+        for j, share in enumerate(row):
+            ax.text(
+                j, i, f"{share:.2f}" if share >= 0.005 else "", ha="center", va="center", fontsize=7
+            )
+    fig.colorbar(image, ax=ax, fraction=0.046)
+    return save_figure(fig, path)

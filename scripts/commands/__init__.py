@@ -15,4 +15,4 @@ def main() -> None:
     """The elmo_spacy study: corpora, baselines, training, evaluation and comparison."""
 
 
-from . import baselines, compare, contexts, corpus, evaluate, train  # noqa: E402,F401  (registers the commands)
+from . import baselines, compare, contexts, corpus, evaluate, tokens, train  # noqa: E402,F401  (registers the commands)
