@@ -48,7 +48,9 @@ def main() -> None:
         if bilm_dir is None:
             config, _ = load_pretrain_config(ROOT / "configs" / "bilm_elmo.cfg")
             torch.manual_seed(0)
-            bilm_dir = save_bilm(BiLM(config, WordVocab.specials_only(), with_softmax=False), Path(scratch) / "bilm")
+            bilm_dir = save_bilm(
+                BiLM(config, WordVocab.specials_only(), with_softmax=False), Path(scratch) / "bilm"
+            )
         words = sum(len(doc) for doc in spacy.blank("en").tokenizer.pipe(texts))
         speed = {}
         for cache_size in (0, 100_000):

@@ -63,7 +63,8 @@ def BiLSTMEncoder_v1(
 ) -> Model[list[Floats2d], list[Floats2d]]:
     """A bidirectional LSTM over token vectors of any width (inferred), as the
     `encode` of `spacy.Tok2Vec.v2`: (n, nI) -> (n, width), width / 2 units per
-    direction, `depth` layers (torch's fused kernel)."""
+    direction, `depth` layers (torch's fused kernel); `dropout` between layers,
+    so none with depth 1."""
     return TorchBiLSTM(nO=width, depth=depth, dropout=dropout)
 
 

@@ -8,8 +8,10 @@ token ever reads another token's vectors:
 - `doc.retokenize()`: the layers follow the tokens on the next read (a merged
   token gets the mean of its parts' layers, the pieces of a split token its
   layers), and `doc.tensor` with them;
-- `Span.as_doc()`, `Doc.from_docs()`: spaCy copies no doc-level user data, so
-  the new doc has no layers, and its vectors are spaCy's own (its tensor);
+- `Span.as_doc()`, `Doc.from_docs()`: spaCy copies no doc-level user data
+  (unless `as_doc(copy_user_data=True)`: then the layers are another doc's,
+  below), so the new doc has no layers, and its vectors are spaCy's own (its
+  tensor);
 - DocBin (`store_user_data=True`), `to_bytes`, pickle: the layers travel with
   the doc. A DocBin keeps neither `doc.tensor` nor user hooks, so
   `install_extensions` has `DocBin.get_docs` attach them again;
@@ -81,6 +83,7 @@ def set_layers(doc: Doc, layers: numpy.ndarray | None) -> None:
         "ends": (tokens[:, 0] + tokens[:, 1]).astype("int64").view(JsonArray),
         "orths": tokens[:, 2].astype("uint64").view(JsonArray),
         "text": _checksum(doc.text),
+        "text_length": _text_length(doc),
     }
     attach_views(doc)
 
@@ -129,18 +132,17 @@ def default_mix(layers: numpy.ndarray) -> numpy.ndarray:
 
 def _realign(doc: Doc, record: dict) -> numpy.ndarray:
     """The layers of the same text's earlier tokens, carried to its current
-    tokens by character offsets: a token that spans several earlier ones gets
-    their mean, a piece of an earlier token gets that token's layers."""
+    tokens by character offsets: each token gets the mean of the earlier
+    tokens it overlaps (a merged token the mean of its parts, a piece of a
+    split token that token's layers)."""
     layers, starts, ends = record["layers"], record["starts"], record["ends"]
     aligned = numpy.empty((layers.shape[0], len(doc), layers.shape[2]), dtype=layers.dtype)
     for token in doc:
         start, end = token.idx, token.idx + len(token.text)
-        inside = numpy.flatnonzero((starts >= start) & (ends <= end) & (ends > starts))
-        if not len(inside):  # a piece of an earlier token, or white space within one
-            inside = numpy.flatnonzero((starts <= start) & (ends >= max(end, start + 1)))
-        if not len(inside):
+        overlapping = numpy.flatnonzero((starts < end) & (ends > start))
+        if not len(overlapping):
             raise StaleLayersError(_stale(doc, f"have no token at {token.text!r}"))
-        aligned[:, token.i] = layers[:, inside].mean(axis=1)
+        aligned[:, token.i] = layers[:, overlapping].mean(axis=1)
     return aligned
 
 
@@ -150,6 +152,10 @@ def _stale(doc: Doc, why: str) -> str:
         "another doc. Run the elmo pipe on this doc again (nlp.get_pipe('elmo')(doc)), or "
         "set doc._.elmo = None."
     )
+
+
+def _text_length(doc: Doc) -> int:
+    return doc[-1].idx + len(doc[-1].text_with_ws) if len(doc) else 0
 
 
 def _checksum(text: str) -> int:
@@ -179,14 +185,15 @@ def _token_layers(token: Token) -> ElmoLayers | None:
     record = token.doc.user_data.get(KEY)
     if record is None:
         return None
-    i = token.i
+    i, doc = token.i, token.doc
     if (
         isinstance(record, dict)
         and record["starts"] is not None
-        and i < len(record["starts"])
+        and len(record["starts"]) == len(doc)
+        and record.get("text_length") == _text_length(doc)
         and record["starts"][i] == token.idx
         and record["orths"][i] == token.orth
-    ):  # the token it was computed for: no need to check the whole doc
+    ):  # the token it was computed for, in a doc of the same shape: no need to check every token
         return record["layers"][:, i].view(ElmoLayers)
     layers = token.doc._.elmo
     return layers[:, i]

@@ -294,11 +294,18 @@ class Elmo(TrainablePipe):
 
     def _bilm_changed(self) -> None:
         n_layers = self.model.get_dim("n_layers")
-        if self.layers is not None and not all(-n_layers <= i < n_layers for i in self.layers):
-            raise ValueError(
-                f"[components.{self.name}] layers = {self.layers}, but the biLM has "
-                f"{n_layers} layers (0 = token encoding, 1..{n_layers - 1} = LSTM layers)"
-            )
+        if self.layers is not None:
+            if not all(-n_layers <= i < n_layers for i in self.layers):
+                raise ValueError(
+                    f"[components.{self.name}] layers = {self.layers}, but the biLM has "
+                    f"{n_layers} layers (0 = token encoding, 1..{n_layers - 1} = LSTM layers)"
+                )
+            layers = [i % n_layers for i in self.layers]
+            if len(set(layers)) < len(layers):
+                raise ValueError(
+                    f"[components.{self.name}] layers = {self.layers} names a layer twice"
+                )
+            self.layers = layers
         self.frozen_cache.clear()
         for listener in self.listeners:
             self._link(listener)

@@ -65,7 +65,7 @@ def read_conll2003(path: Path, vocab: Vocab) -> Iterator[Doc]:
                     sentences.append(sentence)
                     sentence = []
                 if sentences:
-                    yield _document(vocab, sentences, path)
+                    yield _document(vocab, sentences)
                     sentences = []
                 continue
             tag = fields[-1]
@@ -78,10 +78,10 @@ def read_conll2003(path: Path, vocab: Vocab) -> Iterator[Doc]:
     if sentence:
         sentences.append(sentence)
     if sentences:
-        yield _document(vocab, sentences, path)
+        yield _document(vocab, sentences)
 
 
-def _document(vocab: Vocab, sentences: list[list[tuple[str, str]]], path: Path) -> Doc:
+def _document(vocab: Vocab, sentences: list[list[tuple[str, str]]]) -> Doc:
     words = [word for sentence in sentences for word, _ in sentence]
     starts = [i == 0 for sentence in sentences for i in range(len(sentence))]
     doc = Doc(vocab, words=words, sent_starts=starts)

@@ -79,7 +79,7 @@ def ner_table(runs: Sequence[dict[str, Any]]) -> str:
     header += ["test F1"] if has_test else []
     header += ["train time", "words/s"]
     lines = _header(header)
-    for run in sorted(runs, key=lambda r: -r["dev"]["ents_f"]):
+    for run in sorted(runs, key=lambda r: -(r["dev"]["ents_f"] or 0)):
         dev = run["dev"]
         cells = [run["name"]] + [_pct(dev[k]) for k in ("ents_f", "ents_p", "ents_r")]
         cells += [_pct((dev["ents_per_type"] or {}).get(t, {}).get("f")) for t in types]

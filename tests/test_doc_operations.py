@@ -117,8 +117,19 @@ def test_from_docs_falls_back_to_the_joined_tensors(nlp):
     assert numpy.array_equal(numpy.stack([t.vector for t in joined]), rows)
 
 
+def test_split_then_merge_before_a_read_averages_what_it_covers(nlp):
+    doc = nlp("New York is big.")
+    new, york = doc[0]._.elmo.copy(), doc[1]._.elmo.copy()
+    with doc.retokenize() as retokenizer:
+        retokenizer.split(doc[0], ["Ne", "w"], heads=[(doc[0], 1), (doc[0], 1)])
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[1:3])  # "w York"
+    numpy.testing.assert_allclose(doc[0]._.elmo, new, rtol=1e-6)
+    numpy.testing.assert_allclose(doc[1]._.elmo, (new + york) / 2, rtol=1e-5, atol=1e-6)
+
+
 def test_layers_copied_to_another_doc_fail_loudly(nlp):
-    source, other = nlp(TEXTS[0]), nlp.make_doc(TEXTS[1])
+    source, other = nlp("The bank raised rates."), nlp.make_doc("The river rose again today.")
     other.user_data.update(source.user_data)
     with pytest.raises(StaleLayersError, match="belong to another text"):
         _ = other._.elmo

@@ -235,7 +235,7 @@ def test_stateful_rows_carry_keep_and_start_from_zero():
     """Batches of 3, then 2, then 4 rows: row 2 of the third batch goes on from
     the first batch (the second had no row 2), row 3 starts from zero."""
     bilm = tiny_elmo(seed=1)
-    first, second, third = SENTENCES[:3], SENTENCES[1:3], [SENTENCES[i] for i in (0, 1, 3, 2)]
+    first, second, third = SENTENCES[:3], SENTENCES[1:3], [SENTENCES[i] for i in (0, 1, 3, 4)]
     bilm.stateful = True
     for batch in (first, second):
         outputs(bilm, batch)

@@ -8,10 +8,11 @@ import warnings
 import numpy
 import pytest
 import spacy
+import torch
 from spacy.training.initialize import init_nlp
 from spacy.training.loop import train as spacy_train_loop
 
-from elmo_spacy.layers import ElmoListener
+from elmo_spacy.layers import ElmoListener, get_bilm
 
 from .conftest import CONFIGS, SCALAR_MIX, TINY_BILM, examples, make_nlp
 
@@ -38,10 +39,33 @@ def test_keep_some_layers_in_float16(bilm_dir, corpus_dir):
     assert sum(nlp(text).cats.values()) == pytest.approx(1.0, abs=1e-5)
 
 
+def test_fine_tuning_through_some_layers(bilm_dir, corpus_dir):
+    nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0)
+    nlp.get_pipe("elmo").layers = [2, 0]
+    train = examples(nlp, corpus_dir / "train.spacy")
+    optimizer = nlp.initialize(lambda: train)
+    bilm = get_bilm(nlp.get_pipe("elmo").model)
+    before = {k: v.clone() for k, v in bilm.state_dict().items()}
+    # nlp.update applies the biLM's gradient one call late, and the first is zero (the
+    # textcat's output layer starts at zero): the third call moves the biLM.
+    for start in range(0, 24, 8):
+        nlp.update(train[start : start + 8], sgd=optimizer)
+    after = bilm.state_dict()
+    # The gradient of both kept layers reaches the biLM: the LSTMs and the token encoder move.
+    assert not torch.equal(
+        before["backward_lstm.layers.1.weight_hh_l0"], after["backward_lstm.layers.1.weight_hh_l0"]
+    )
+    assert not torch.equal(before["encoder.projection.weight"], after["encoder.projection.weight"])
+
+
 def test_layers_the_biLM_does_not_have_are_refused(bilm_dir):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"layers": [0, 3]})
     with pytest.raises(ValueError, match=r"layers = \[0, 3\], but the biLM has 3 layers"):
+        nlp.get_pipe("elmo").initialize(lambda: [], bilm_path=bilm_dir)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"layers": [2, -1]})
+    with pytest.raises(ValueError, match="names a layer twice"):
         nlp.get_pipe("elmo").initialize(lambda: [], bilm_path=bilm_dir)
     with pytest.raises(ValueError, match="dtype = 'float64'"):
         spacy.blank("en").add_pipe("elmo", config={"dtype": "float64"})
@@ -141,6 +165,8 @@ def test_no_onednn_projection_warning(bilm_dir):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo")
     nlp.get_pipe("elmo").initialize(lambda: [], bilm_path=bilm_dir)
+    bilm = get_bilm(nlp.get_pipe("elmo").model)
+    bilm.forward_lstm.kernel = bilm.backward_lstm.kernel = "fused"  # torch's nn.LSTM
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         nlp("No warning from the LSTM with projections, please.")

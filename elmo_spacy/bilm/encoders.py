@@ -75,10 +75,6 @@ class CharCNNEncoder(nn.Module):
             else nn.Identity()
         )
 
-    @property
-    def widest_filter(self) -> int:
-        return max(conv.kernel_size[0] for conv in self.convs)
-
     def forward(self, char_ids: torch.Tensor, n_chars: torch.Tensor) -> torch.Tensor:
         chars = self.embed(char_ids).transpose(1, 2)  # (U, char_dim, W)
         width = chars.shape[2]

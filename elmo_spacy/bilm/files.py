@@ -10,8 +10,9 @@ def write_directory(
     path: str | Path, write: Callable[[Path], None], owned: Collection[str]
 ) -> Path:
     """Fill a temporary sibling of `path` with `write(temporary)`, then put it in
-    place of `path`. A run stopped at any moment leaves `path` as it was, and a
-    failing `write` leaves nothing behind.
+    place of `path`. A failing `write` leaves nothing behind, and `path` is
+    never half written: a run stopped between the two renames leaves the old
+    folder complete at `.<name>.old`.
 
     An existing `path` is replaced only if it holds nothing but files named in
     `owned` (what an earlier write of the same kind left): anything else there

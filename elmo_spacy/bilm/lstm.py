@@ -22,8 +22,9 @@ class LstmStack(nn.Module):
     gates in the order input, forget, cell, output), so one set of weights
     runs on either of two kernels:
 
-    - torch's fused kernel (`run_fused_layer`), when it gives all that is
-      needed: no clipping, no state coming in or going out;
+    - torch's fused kernel (`run_fused_layer`), in training when it gives all
+      that is needed (no clipping, no state coming in or going out), and at
+      inference where oneDNN is missing;
     - `run_lstm_layer`: the input projections of all time steps in one GEMM,
       then a tight recurrence that clips the cell to [-cell_clip, cell_clip]
       and the projected output to [-proj_clip, proj_clip] (TensorFlow's
@@ -99,6 +100,10 @@ class LstmStack(nn.Module):
             fused = self.kernel == "fused"
         if fused is None:
             fused = not (self.clipped or initial is not None or final or packed is not None)
+        if fused and (initial is not None or final):
+            raise ValueError(
+                "States in or out need the loop kernel: kernel = 'fused' cannot carry them"
+            )
         outputs, states = [], []
         for i, layer in enumerate(self.layers):
             inputs = self.dropout(x)

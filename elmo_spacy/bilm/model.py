@@ -24,7 +24,7 @@ class TokenBatch:
 
     type_inputs: (U, W) character ids (char CNN) or (U,) word ids (word
         encoder) of the U distinct types; rows 0 and 1 are <S> and </S>.
-    type_chars: (U,) character ids per row, marks included.
+    type_chars: (U,) number of character ids in each row, marks included.
     type_word_ids: (U,) vocabulary id of each type: the softmax targets.
     index: (B, T + 2) type of each position of the framed docs
         (<S> tokens </S>, then padding).
@@ -210,6 +210,10 @@ class BiLM(nn.Module):
         )
 
     @property
+    def _weights_like(self) -> torch.Tensor:
+        return self.forward_lstm.layers[0].weight_ih_l0
+
+    @property
     def _device(self) -> torch.device:
         return next(self.parameters()).device
 
@@ -220,7 +224,11 @@ class BiLM(nn.Module):
         (B, T + 2, P) and L forward and L backward outputs (B, T + 2, P), all in
         left-to-right order."""
         cache = self.inference_cache()
-        packed = cache.packed if cache is not None and onednn_packing() else None
+        weight = self.forward_lstm.layers[0].weight_ih_l0
+        can_pack = (
+            weight.device.type == "cpu" and weight.dtype == torch.float32 and onednn_packing()
+        )
+        packed = cache.packed if cache is not None and can_pack else None
         types = self._encode_types(batch, cache)
         encoded = types[batch.index]
         lengths = batch.lengths + 2

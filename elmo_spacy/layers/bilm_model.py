@@ -126,6 +126,11 @@ def _predict(
     padded tokens, and copy each window's kept part into its doc's output. The
     biLM is left in eval mode (not switched back to training, as thinc's
     shim.predict does), so that what it keeps between batches stays valid."""
+    if bilm.stateful:
+        raise ValueError(
+            "The elmo pipe runs its biLM stateless (docs are batched by length, so a carried "
+            "state would join unrelated docs): set bilm.stateful = False"
+        )
     bilm.eval()
     outputs = _empty_outputs(model, docs, n_layers, width)
     pieces = [
