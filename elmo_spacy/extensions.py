@@ -5,16 +5,21 @@ they were computed for, so that whatever spaCy lets a user do to a Doc, no
 token ever reads another token's vectors:
 
 - slicing: `span._.elmo` and `token._.elmo` are views of the doc's layers;
-- `doc.retokenize()`: the layers follow the tokens on the next read (a merged
-  token gets the mean of its parts' layers, the pieces of a split token its
-  layers), and `doc.tensor` with them;
+- `doc.retokenize()`: the layers follow the tokens as the retokenizer exits
+  (a merged token gets the mean of its parts' layers, the pieces of a split
+  token its layers), and `doc.tensor` with them. spaCy's own handling of
+  `doc.tensor` would keep the last row of a merged span and, on a split, leave
+  the tensor a row longer than the doc, which `Doc.from_docs` then joins out
+  of step; `install_extensions` has spaCy's retokenizer realign instead;
 - `Span.as_doc()`, `Doc.from_docs()`: spaCy copies no doc-level user data
   (unless `as_doc(copy_user_data=True)`: then the layers are another doc's,
   below), so the new doc has no layers, and its vectors are spaCy's own (its
-  tensor);
-- DocBin (`store_user_data=True`), `to_bytes`, pickle: the layers travel with
-  the doc. A DocBin keeps neither `doc.tensor` nor user hooks, so
-  `install_extensions` has `DocBin.get_docs` attach them again;
+  tensor, the joined default mixes);
+- DocBin (`store_user_data=True`), `nlp.pipe(n_process=...)`, `to_bytes`,
+  pickle: the layers travel with the doc. Serialised docs lose their user
+  hooks (spaCy's W109), so `install_extensions` has `DocBin.get_docs` and
+  spaCy's multiprocessing pipe attach them again; after `Doc.from_bytes`
+  call `restore_views(doc)`;
 - layers that belong to other tokens (copied by hand between docs) raise a
   `StaleLayersError` when read.
 
@@ -26,9 +31,12 @@ import functools
 import zlib
 
 import numpy
+import spacy.tokens.doc
 import srsly
 from spacy.attrs import IDX, LENGTH, ORTH
+from spacy.language import Language
 from spacy.tokens import Doc, DocBin, Span, Token
+from spacy.tokens._retokenize import Retokenizer
 
 KEY = ("._.", "elmo", None, None)  # spaCy's key of a doc-level extension in user_data
 
@@ -50,16 +58,51 @@ class ElmoLayers(JsonArray):
 
 
 def install_extensions() -> None:
-    """Register `doc._.elmo`, `span._.elmo` and `token._.elmo`, and have
-    DocBin.get_docs restore the vector views of docs with layers (once)."""
+    """Register `doc._.elmo`, `span._.elmo` and `token._.elmo`; have spaCy's
+    retokenizer realign the layers of the docs it changes, and DocBin.get_docs
+    and the multiprocessing `nlp.pipe` restore the vector views of the docs
+    they deserialise (each patch once)."""
     if not Doc.has_extension("elmo"):
         Doc.set_extension("elmo", getter=get_layers, setter=set_layers)
     if not Span.has_extension("elmo"):
         Span.set_extension("elmo", getter=_span_layers)
     if not Token.has_extension("elmo"):
         Token.set_extension("elmo", getter=_token_layers)
+    if not issubclass(spacy.tokens.doc.Retokenizer, RealigningRetokenizer):
+        spacy.tokens.doc.Retokenizer = RealigningRetokenizer
     if not getattr(DocBin.get_docs, "restores_elmo_views", False):
         DocBin.get_docs = _restoring_views(DocBin.get_docs)
+    pipe = getattr(Language, "_multiprocessing_pipe", None)
+    if pipe is not None and not getattr(pipe, "restores_elmo_views", False):
+        Language._multiprocessing_pipe = _restoring_views(pipe)
+
+
+class RealigningRetokenizer(Retokenizer):
+    """spaCy's Retokenizer (what `doc.retokenize()` returns), which realigns
+    the doc's layers and `doc.tensor` with the new tokens once it has run."""
+
+    def __init__(self, doc: Doc) -> None:
+        super().__init__(doc)
+        self.elmo_doc = doc
+
+    def __exit__(self, *args) -> None:
+        super().__exit__(*args)
+        if self.elmo_doc.user_data.get(KEY) is not None:
+            restore_views(self.elmo_doc)
+
+
+def restore_views(doc: Doc) -> None:
+    """Realign the layers of a doc whose tokens changed, and set `doc.tensor`
+    and the vector hooks from them again (e.g. after `Doc.from_bytes`, which
+    keeps `doc._.elmo` but not the hooks). Layers that belong to another text
+    are left as they are: reading them raises `StaleLayersError`."""
+    if doc.user_data.get(KEY) is None:
+        return
+    try:
+        get_layers(doc)
+    except StaleLayersError:
+        return
+    attach_views(doc)
 
 
 def set_layers(doc: Doc, layers: numpy.ndarray | None) -> None:
@@ -162,18 +205,18 @@ def _checksum(text: str) -> int:
     return zlib.crc32(text.encode("utf-8", errors="surrogatepass"))
 
 
-def _restoring_views(get_docs):
-    """DocBin.get_docs, attaching the vector views of every doc with layers."""
+def _restoring_views(make_docs):
+    """A method that yields docs (DocBin.get_docs, Language._multiprocessing_pipe),
+    restoring the vector views of every doc with layers."""
 
-    @functools.wraps(get_docs)
-    def get_docs_with_views(self, vocab):
-        for doc in get_docs(self, vocab):
-            if KEY in doc.user_data:
-                attach_views(doc)
+    @functools.wraps(make_docs)
+    def make_docs_with_views(*args, **kwargs):
+        for doc in make_docs(*args, **kwargs):
+            restore_views(doc)
             yield doc
 
-    get_docs_with_views.restores_elmo_views = True
-    return get_docs_with_views
+    make_docs_with_views.restores_elmo_views = True
+    return make_docs_with_views
 
 
 def _span_layers(span: Span) -> ElmoLayers | None:

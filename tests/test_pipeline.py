@@ -169,9 +169,14 @@ def test_type_cache_works_inside_the_pipe_and_never_goes_stale(bilm_dir, corpus_
     second = [doc._.elmo for doc in nlp.pipe(texts)]
     assert encoded == []  # every token string came from the cache
     assert all(numpy.array_equal(a, b) for a, b in zip(first, second))
-    # A fine-tuning step (thinc writes the weights through numpy) empties the cache:
+    # A fine-tuning step (thinc writes the weights through numpy, which torch
+    # does not see) empties the cache, also when the cache was filled between
+    # the backward pass and the step (the first update moves only the head,
+    # whose output layer starts at zero):
     nlp.update(train[:8], sgd=optimizer)
-    nlp.update(train[8:16], sgd=optimizer)
+    nlp.update(train[8:16], sgd=None)
+    list(nlp.pipe(texts))
+    nlp.get_pipe("elmo").finish_update(optimizer)
     fresh = spacy.blank("en").from_config(nlp.config).from_bytes(nlp.to_bytes())
     for doc, text in zip(nlp.pipe(texts), texts):
         assert numpy.array_equal(doc._.elmo, fresh(text)._.elmo)
@@ -277,6 +282,18 @@ def test_multiprocessing_gives_the_same_results(trained):
     for a, b in zip(single, double):
         numpy.testing.assert_allclose(a._.elmo, b._.elmo, atol=1e-6)
         assert a.cats == pytest.approx(b.cats, abs=1e-6)
+
+
+def test_multiprocessing_keeps_the_vector_views_over_static_vectors(bilm_dir):
+    """Docs come back from the workers as bytes, which carry no user hooks: the
+    pipe's vectors must still win over the vocab's static vectors."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo").initialize(lambda: [], bilm_path=bilm_dir)
+    nlp.vocab.set_vector("markets", numpy.ones(4, dtype="float32"))
+    texts = [f"Story number {i} about markets." for i in range(4)]
+    for doc in nlp.pipe(texts, n_process=2, batch_size=2):
+        numpy.testing.assert_allclose(doc[4].vector, doc._.elmo[:, 4].mean(axis=0), atol=1e-6)
+        assert doc.similarity(doc) == pytest.approx(1.0)
 
 
 def test_missing_upstream_gives_an_actionable_error(trained):
