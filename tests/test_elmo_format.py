@@ -381,3 +381,172 @@ def test_pretrain_with_the_exportable_config_then_export(tmp_path, corpus_dir):
     assert trained.config.cell_clip == 3.0 and trained.config.char_ids == "bilm_tf"
     converted = read_bilm_tf(tmp_path / "tf" / "options.json", tmp_path / "tf" / "weights.hdf5")
     assert torch.equal(outputs(trained, SENTENCES), outputs(converted, SENTENCES))
+
+
+# -- variants of the format, against bilm-tf's equations written out in numpy --
+
+
+def reference_forward(options: dict, weights: dict, tokens: list[str]) -> numpy.ndarray:
+    """bilm-tf's forward pass for one sentence, from its equations (TensorFlow's
+    layouts: x @ W, gates i, j, f, o, forget bias 1), stateless: (L + 1, n, 2P)."""
+    cnn, lstm = options["char_cnn"], options["lstm"]
+    width = cnn["max_characters_per_token"]
+
+    def char_ids(token: str) -> list[int]:
+        marks = {"<S>": [256], "</S>": [257]}
+        inner = marks.get(token) or list(token.encode("utf-8", "ignore")[: width - 2])
+        return ([258, *inner, 259] + [260] * width)[:width]
+
+    sigmoid = lambda z: 1 / (1 + numpy.exp(-z))  # noqa: E731
+    activation = numpy.tanh if cnn["activation"] == "tanh" else (lambda z: numpy.maximum(z, 0))
+    chars = weights["char_embed"][[char_ids(t) for t in ["<S>", *tokens, "</S>"]]]  # (T, W, c)
+    pooled = []
+    for i, (w, _) in enumerate(cnn["filters"]):
+        kernel, bias = weights[f"CNN/W_cnn_{i}"][0], weights[f"CNN/b_cnn_{i}"]
+        windows = sum(chars[:, k : width - w + 1 + k] @ kernel[k] for k in range(w)) + bias
+        pooled.append(activation(windows.max(axis=1)))
+    x = numpy.concatenate(pooled, axis=-1)
+    for k in range(cnn.get("n_highway") or 0):
+        high = {
+            n: weights[f"CNN_high_{k}/{n}"]
+            for n in ("W_carry", "b_carry", "W_transform", "b_transform")
+        }
+        carry = sigmoid(x @ high["W_carry"] + high["b_carry"])
+        x = (
+            carry * numpy.maximum(x @ high["W_transform"] + high["b_transform"], 0)
+            + (1 - carry) * x
+        )
+    if "CNN_proj/W_proj" in weights:
+        x = x @ weights["CNN_proj/W_proj"] + weights["CNN_proj/b_proj"]
+
+    def direction(inputs: numpy.ndarray, d: int) -> list[numpy.ndarray]:
+        outputs = []
+        for layer in range(lstm["n_layers"]):
+            path = f"RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+            kernel, bias = weights[f"{path}/W_0"], weights[f"{path}/B"]
+            cell_dim = bias.shape[0] // 4
+            h = numpy.zeros(lstm["projection_dim"], dtype="float32")
+            c = numpy.zeros(cell_dim, dtype="float32")
+            ys = []
+            for x_t in inputs:
+                i, j, f, o = numpy.split(numpy.concatenate([x_t, h]) @ kernel + bias, 4)
+                c = sigmoid(f + 1.0) * c + sigmoid(i) * numpy.tanh(j)
+                if lstm.get("cell_clip"):
+                    c = numpy.clip(c, -lstm["cell_clip"], lstm["cell_clip"])
+                h = sigmoid(o) * numpy.tanh(c)
+                if f"{path}/W_P_0" in weights:
+                    h = h @ weights[f"{path}/W_P_0"]
+                    if lstm.get("proj_clip"):
+                        h = numpy.clip(h, -lstm["proj_clip"], lstm["proj_clip"])
+                ys.append(h)
+            y = numpy.stack(ys)
+            inputs = y + inputs if layer > 0 and lstm.get("use_skip_connections") else y
+            outputs.append(inputs)
+        return outputs
+
+    forward, backward = direction(x, 0), [y[::-1] for y in direction(x[::-1], 1)]
+    layers = [numpy.concatenate([x, x], -1)]
+    layers += [numpy.concatenate(fb, -1) for fb in zip(forward, backward)]
+    return numpy.stack(layers)[:, 1:-1]
+
+
+def write_random_bilm_tf(folder: Path, options: dict, seed: int = 0) -> dict:
+    """options.json and a weights.hdf5 of random weights for `options`, as
+    bilm-tf names and shapes them (scaled so that the clips bind)."""
+    from elmo_spacy.bilm.bilm_tf import config_from_options, expected_shapes
+
+    rng = numpy.random.default_rng(seed)
+    shapes = expected_shapes(config_from_options(options, "test"))
+    weights = {name: rng.normal(0, 0.6, shape).astype("float32") for name, shape in shapes.items()}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "options.json").write_text(json.dumps(options))
+    with h5py.File(folder / "weights.hdf5", "w") as file:
+        for name, array in weights.items():
+            file.create_dataset(name, data=array)
+    return weights
+
+
+VARIANTS = {
+    "as the published models": {
+        "lstm": {
+            "dim": 24,
+            "projection_dim": 8,
+            "n_layers": 2,
+            "cell_clip": 3,
+            "proj_clip": 3,
+            "use_skip_connections": True,
+        },
+        "char_cnn": {
+            "activation": "relu",
+            "filters": [[1, 4], [2, 8], [3, 8]],
+            "n_highway": 2,
+            "embedding": {"dim": 4},
+            "n_characters": 262,
+            "max_characters_per_token": 50,
+        },
+    },
+    "no highway key, tanh, no char projection, one layer": {
+        "lstm": {"dim": 24, "projection_dim": 12, "n_layers": 1, "cell_clip": 3, "proj_clip": 3},
+        "char_cnn": {
+            "activation": "tanh",
+            "filters": [[1, 4], [2, 8]],
+            "embedding": {"dim": 4},
+            "n_characters": 261,
+            "max_characters_per_token": 20,
+        },
+        "n_tokens_vocab": 1000,
+        "sample_softmax": True,
+    },
+    "no LSTM projection, no skip connection": {
+        "lstm": {
+            "dim": 8,
+            "projection_dim": 8,
+            "n_layers": 2,
+            "cell_clip": 1,
+            "proj_clip": 0.5,
+            "use_skip_connections": False,
+        },
+        "char_cnn": {
+            "activation": "relu",
+            "filters": [[1, 4], [2, 8]],
+            "n_highway": 1,
+            "embedding": {"dim": 4},
+            "n_characters": 262,
+            "max_characters_per_token": 50,
+        },
+    },
+}
+
+
+@needs_fixtures
+def test_the_numpy_reference_reproduces_the_fixtures():
+    """The equations of `reference_forward` are bilm-tf's: on the fixture model,
+    the first batch's top layer is the reference's own."""
+    options = json.loads((FIXTURES / "options.json").read_text())
+    with h5py.File(FIXTURES / "lm_weights.hdf5") as file:
+        weights = {name: file[name][...] for name in dataset_names(file)}
+    for k, sentence in enumerate(reference_batches()[0][:2]):
+        top = reference_forward(options, weights, sentence)[-1]
+        assert abs(top - reference_top_layer(k, 0)).max() < TOLERANCE
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_each_variant_of_the_format_computes_what_bilm_tf_computes(tmp_path, variant):
+    options = VARIANTS[variant]
+    weights = write_random_bilm_tf(tmp_path / "tf", options)
+    bilm = load_bilm(tmp_path / "tf")
+    docs = SENTENCES[:2] + [["A", "x" * 60, "<S>"]]
+    mine = outputs(bilm, docs)
+    clipped = False
+    for b, doc in enumerate(docs):
+        expected = reference_forward(options, weights, doc)
+        numpy.testing.assert_allclose(mine[:, b, : len(doc)].numpy(), expected, rtol=0, atol=1e-5)
+        clipped |= bool(options["lstm"].get("cell_clip")) and abs(expected[1:]).max() > 0
+    assert clipped
+    # And back out: export gives the same datasets and the same outputs again.
+    write_bilm_tf(bilm, tmp_path / "again")
+    with h5py.File(tmp_path / "again" / "weights.hdf5") as file:
+        assert dataset_names(file) == sorted(weights)
+        for name, array in weights.items():
+            assert numpy.array_equal(file[name][...], array), name
+    assert torch.equal(outputs(load_bilm(tmp_path / "again"), docs), mine)

@@ -13,12 +13,13 @@ mapping, dataset by dataset (TensorFlow stores `x @ W`, torch `x @ W.T`):
 | `CNN_proj/W_proj`, `b_proj` | (F, P), (P,) | `encoder.projection` (absent when F == P) |
 | `RNN_d/RNN/MultiRNNCell/Cell{l}/LSTMCell/W_0` | (P + P, 4H) | `weight_ih` and `weight_hh` of layer l, direction d (0 forward, 1 backward); gates (i, j, f, o) reordered to torch's (i, f, j, o) |
 | `.../B` | (4H,) | `bias_ih`, reordered; `bias_hh` holds TensorFlow's constant forget bias of 1 |
-| `.../W_P_0` | (H, P) | `weight_hr` |
+| `.../W_P_0` | (H, P) | `weight_hr` (absent when H == P: no projection) |
 
 Reading never unpickles: HDF5 datasets are plain arrays, read with h5py.
 """
 
 import json
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,8 @@ TRAINING_OPTIONS = {
     "n_tokens_vocab",
     "unroll_steps",
     "n_negative_samples_batch",
+    "sample_softmax",
+    "share_embedding_softmax",
 }
 
 
@@ -105,24 +108,26 @@ def config_from_options(options: dict[str, Any], where: str) -> BiLMConfig:
                 f"{where}: char_cnn.n_characters = {cnn['n_characters']}; bilm-tf models have "
                 "261 (training) or 262 (inference)"
             )
-        if lstm["dim"] <= lstm["projection_dim"]:
+        if lstm["dim"] < lstm["projection_dim"]:
             raise BilmTfFormatError(
-                f"{where}: lstm.dim = {lstm['dim']} is not above lstm.projection_dim = "
-                f"{lstm['projection_dim']}; only LSTMs that project down are supported"
+                f"{where}: lstm.dim = {lstm['dim']} is below lstm.projection_dim = "
+                f"{lstm['projection_dim']}; bilm-tf projects the LSTM down, or not at all"
             )
+        projects = lstm["dim"] != lstm["projection_dim"]
         return BiLMConfig(
             encoder="char_cnn",
             char_ids="bilm_tf",
             max_chars=cnn["max_characters_per_token"],
             char_dim=cnn["embedding"]["dim"],
             filters=cnn["filters"],
-            n_highway=cnn["n_highway"],
+            n_highway=cnn.get("n_highway") or 0,
             char_activation=cnn["activation"],
             projection_dim=lstm["projection_dim"],
             lstm_dim=lstm["dim"],
             n_layers=lstm["n_layers"],
             cell_clip=lstm.get("cell_clip") or None,
-            proj_clip=lstm.get("proj_clip") or None,
+            # TensorFlow's LSTMCell clips the projection only, if there is one.
+            proj_clip=(lstm.get("proj_clip") or None) if projects else None,
             skip_connections=bool(lstm.get("use_skip_connections", False)),
             forget_bias=FORGET_BIAS,
             dropout=0.0,
@@ -149,8 +154,8 @@ def options_from_config(config: BiLMConfig) -> dict[str, Any]:
             f"its char CNN uses char_ids = {config.char_ids!r}; the format's runtimes use "
             "bilm-tf's ids (char_ids = 'bilm_tf', as in configs/bilm_elmo.cfg)"
         )
-    if config.lstm_dim <= config.projection_dim:
-        problems.append("its LSTM does not project down (lstm_dim <= projection_dim)")
+    if config.lstm_dim < config.projection_dim:
+        problems.append("its LSTM projects up (lstm_dim < projection_dim)")
     if problems:
         raise BilmTfFormatError(
             "This biLM cannot be exported to bilm-tf's format: " + "; ".join(problems)
@@ -198,12 +203,19 @@ def expected_shapes(config: BiLMConfig) -> dict[str, tuple[int, ...]]:
             cell_path = _cell(direction, layer)
             shapes[f"{cell_path}/W_0"] = (2 * dim, 4 * cell)
             shapes[f"{cell_path}/B"] = (4 * cell,)
-            shapes[f"{cell_path}/W_P_0"] = (cell, dim)
+            if cell != dim:
+                shapes[f"{cell_path}/W_P_0"] = (cell, dim)
     return shapes
 
 
-def read_bilm_tf(options_path: str | Path, weights_path: str | Path) -> BiLM:
-    """A BiLM (without softmax) that computes what bilm-tf computes from these files."""
+Progress = Callable[[Iterable[str]], Iterable[str]]  # e.g. tqdm, around dataset names
+
+
+def read_bilm_tf(
+    options_path: str | Path, weights_path: str | Path, progress: Progress = iter
+) -> BiLM:
+    """A BiLM (without softmax) that computes what bilm-tf computes from these
+    files. `progress` wraps the names of the datasets as they are read."""
     options_path, weights_path = Path(options_path), Path(weights_path)
     try:
         options = json.loads(options_path.read_text(encoding="utf-8"))
@@ -212,7 +224,7 @@ def read_bilm_tf(options_path: str | Path, weights_path: str | Path) -> BiLM:
     if not isinstance(options, dict):
         raise BilmTfFormatError(f"{options_path} is not a JSON object of bilm-tf options")
     config = config_from_options(options, str(options_path))
-    arrays = _read_datasets(weights_path, expected_shapes(config), options_path)
+    arrays = _read_datasets(weights_path, expected_shapes(config), options_path, progress)
     bilm = BiLM(config, WordVocab.specials_only(), with_softmax=False)
     state = bilm.state_dict()
     state.update(_to_state(config, arrays))
@@ -244,8 +256,13 @@ def _cell(direction: int, layer: int) -> str:
 
 
 def _read_datasets(
-    weights_path: Path, shapes: dict[str, tuple[int, ...]], options_path: Path
+    weights_path: Path,
+    shapes: dict[str, tuple[int, ...]],
+    options_path: Path,
+    progress: Progress = iter,
 ) -> dict[str, numpy.ndarray]:
+    """The datasets named in `shapes`, as float32 arrays, once every one of
+    them is found with its shape."""
     import h5py
 
     try:
@@ -253,26 +270,28 @@ def _read_datasets(
     except OSError as err:
         raise BilmTfFormatError(f"{weights_path} is not a readable HDF5 file ({err})") from err
     with file:
-        found: dict[str, Any] = {}
+        found: dict[str, tuple[int, ...]] = {}
         file.visititems(
             lambda name, item: (
-                found.update({name: item[...]}) if isinstance(item, h5py.Dataset) else None
+                found.update({name: tuple(item.shape)}) if isinstance(item, h5py.Dataset) else None
             )
         )
-    missing = [name for name in shapes if name not in found]
-    if missing:
-        raise BilmTfFormatError(
-            f"{weights_path} lacks the dataset {missing[0]}"
-            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
-            + f" that {options_path} calls for: were the options and weights of different models?"
-        )
-    for name, shape in shapes.items():
-        if tuple(found[name].shape) != shape:
+        missing = [name for name in shapes if name not in found]
+        if missing:
             raise BilmTfFormatError(
-                f"{weights_path}: dataset {name} has shape {tuple(found[name].shape)}, but "
-                f"{options_path} calls for {shape}: were the options and weights of different models?"
+                f"{weights_path} lacks the dataset {missing[0]}"
+                + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+                + f" that {options_path} calls for: were the options and weights of different "
+                "models?"
             )
-    return {name: numpy.asarray(found[name], dtype="float32") for name in shapes}
+        for name, shape in shapes.items():
+            if found[name] != shape:
+                raise BilmTfFormatError(
+                    f"{weights_path}: dataset {name} has shape {found[name]}, but "
+                    f"{options_path} calls for {shape}: were the options and weights of "
+                    "different models?"
+                )
+        return {name: numpy.asarray(file[name][...], dtype="float32") for name in progress(shapes)}
 
 
 def _gates_to_torch(tf: numpy.ndarray, cell: int) -> numpy.ndarray:
@@ -314,7 +333,8 @@ def _to_state(config: BiLMConfig, arrays: dict[str, numpy.ndarray]) -> dict[str,
             state[f"{prefix}.weight_hh_l0"] = _gates_to_torch(kernel[dim:].T, cell)
             state[f"{prefix}.bias_ih_l0"] = _gates_to_torch(arrays[f"{path}/B"], cell)
             state[f"{prefix}.bias_hh_l0"] = forget_bias
-            state[f"{prefix}.weight_hr_l0"] = arrays[f"{path}/W_P_0"].T
+            if cell != dim:
+                state[f"{prefix}.weight_hr_l0"] = arrays[f"{path}/W_P_0"].T
     return {k: torch.from_numpy(numpy.ascontiguousarray(v)) for k, v in state.items()}
 
 
@@ -350,5 +370,6 @@ def _from_state(config: BiLMConfig, tensors: dict[str, torch.Tensor]) -> dict[st
             # TensorFlow adds the constant forget bias itself: take it out of bias_hh.
             bias = state[f"{prefix}.bias_ih_l0"] + (state[f"{prefix}.bias_hh_l0"] - forget_bias)
             arrays[f"{path}/B"] = _gates_to_tf(bias, cell)
-            arrays[f"{path}/W_P_0"] = state[f"{prefix}.weight_hr_l0"].T
+            if f"{prefix}.weight_hr_l0" in state:
+                arrays[f"{path}/W_P_0"] = state[f"{prefix}.weight_hr_l0"].T
     return {k: numpy.ascontiguousarray(v, dtype="float32") for k, v in arrays.items()}

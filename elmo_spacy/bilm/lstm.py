@@ -152,7 +152,8 @@ def run_lstm_layer(
     final: bool = True,
     packed: dict[str, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, LstmState | None]:
-    """One LSTM layer over x (B, T, I) with clipping (0: none); returns the
+    """One LSTM layer over x (B, T, I) with clipping (0: none; the output is
+    clipped only where the layer projects it, as in TensorFlow); returns the
     outputs (B, T, P), zero past each row's length, and, with `final`, the
     state (h, c) after step lengths[b] - 1 of each row (the initial state for
     a row of length 0). `packed` (inference only): a dict in which to keep
@@ -191,8 +192,8 @@ def run_lstm_layer(
         state = torch.sigmoid(o) * torch.tanh(cell)
         if project is not None:
             state = project(state, None)
-        if proj_clip:
-            state = state.clamp(-proj_clip, proj_clip)
+            if proj_clip:
+                state = state.clamp(-proj_clip, proj_clip)
         outputs.append(state)
         if n < batch:
             cell, state = torch.cat([cell, c[n:]]), torch.cat([state, h[n:]])

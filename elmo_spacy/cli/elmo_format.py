@@ -15,11 +15,16 @@ def convert_elmo_command(
 ) -> None:
     """Convert a bilm-tf ELMo model (the published ELMo models' format) into a
     biLM directory for the `elmo` pipe (bilm_path) and `load_bilm`."""
+    from tqdm import tqdm
+
     from ..bilm import save_bilm
     from ..bilm.bilm_tf import read_bilm_tf
 
+    def progress(names):
+        return tqdm(list(names), desc=f"reading {weights_hdf5.name}", unit="dataset", leave=False)
+
     with errors_to_exit():
-        bilm = read_bilm_tf(options_json, weights_hdf5)
+        bilm = read_bilm_tf(options_json, weights_hdf5, progress)
         save_bilm(bilm, output_dir)
     config = bilm.config
     typer.echo(
