@@ -31,7 +31,9 @@ def test_a_misspelt_override_is_refused(tmp_path, corpus_dir, bilm_dir):
         str(bilm_dir),
     )
     assert result.returncode != 0
-    assert "paths.bilmm" in result.stderr and "paths.bilm" in result.stderr
+    message = " ".join(result.stderr.split())
+    assert "--paths.bilmm is not a setting of" in message
+    assert "did you mean --paths.bilm?" in message
     assert not (tmp_path / "out" / "model-last").exists()
 
 
@@ -63,18 +65,26 @@ def test_compare_names_a_broken_metrics_file(tmp_path, content):
     assert "Traceback" not in result.stderr
 
 
-def test_a_pretraining_value_of_the_wrong_type_stops_before_work(tmp_path, corpus_dir):
+@pytest.mark.parametrize(
+    "setting, value, message",
+    [
+        ("--training.max_epochs", "two", "max_epochs = 'two': a number"),
+        ("--training.max_epochs", "0", "max_epochs = 0: at least 1"),
+        ("--bilm.lstm_dim", "-3", "lstm_dim = -3: at least 1"),
+    ],
+)
+def test_a_bad_pretraining_value_stops_before_work(tmp_path, corpus_dir, setting, value, message):
     result = run(
         "elmo-spacy",
         "pretrain",
         str(CONFIGS / "bilm_tiny.cfg"),
         str(corpus_dir / "pretrain.txt"),
         str(tmp_path / "out"),
-        "--training.max_epochs",
-        "two",
+        setting,
+        value,
     )
     assert result.returncode == 1
-    assert "max_epochs" in result.stderr and "'two'" in result.stderr
+    assert message in " ".join(result.stderr.split())
     assert "bilm_tiny.cfg" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
 

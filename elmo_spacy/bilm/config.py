@@ -34,8 +34,10 @@ class BiLMConfig:
     lstm_dim: LSTM cell size.
     n_layers: LSTM layers per direction (L).
     cell_clip, proj_clip: clip the LSTM cell, and its projected output, to
-        [-clip, clip] at every step (bilm-tf: 3 and 3); null for none. Clipping
-        runs the LSTM in this package's recurrence instead of torch's fused kernel.
+        [-clip, clip] at every step (bilm-tf: 3 and 3); null for none. As in
+        TensorFlow's LSTMCell, proj_clip applies only where the LSTM projects
+        (lstm_dim != projection_dim). Clipping runs the LSTM in this package's
+        recurrence instead of torch's fused kernel.
     skip_connections: add each LSTM layer's input to its output, from the
         second layer on.
     forget_bias: null trains two LSTM biases (torch's LSTM); a number trains one
@@ -93,6 +95,23 @@ class BiLMConfig:
             value = getattr(self, name)
             if isinstance(value, float) and not value > 0:
                 problems.append(f"{name} = {value}: a positive number, or null for no clipping")
+        sizes = [
+            "char_dim",
+            "word_dim",
+            "projection_dim",
+            "lstm_dim",
+            "max_vocab_size",
+            "min_count",
+        ]
+        problems += [
+            f"{name} = {getattr(self, name)}: at least 1"
+            for name in sizes
+            if getattr(self, name) < 1
+        ]
+        if self.n_highway < 0:
+            problems.append(f"n_highway = {self.n_highway}: at least 0")
+        if any(width < 1 or count < 1 for width, count in self.filters):
+            problems.append(f"filters = {self.filters}: widths and counts of at least 1")
         if self.max_chars < 3:
             problems.append("max_chars must be >= 3 (begin mark, one char, end mark)")
         if self.n_layers < 1:

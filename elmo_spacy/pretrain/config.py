@@ -51,6 +51,26 @@ class PretrainConfig:
                 setattr(self, spec.name, kind(value))
         if problems:
             raise ValueError("[training] " + "; ".join(problems))
+        at_least = {
+            "max_epochs": 1,
+            "max_length": 1,
+            "batch_tokens": 1,
+            "eval_batch_tokens": 1,
+            "max_steps": 0,
+            "patience": 0,
+            "checkpoint_every": 0,
+        }
+        problems = [
+            f"{name} = {getattr(self, name)}: at least {low}"
+            for name, low in at_least.items()
+            if getattr(self, name) < low
+        ]
+        if not self.learning_rate > 0:
+            problems.append(f"learning_rate = {self.learning_rate}: above 0")
+        if not 0.0 <= self.dev_fraction < 1.0:
+            problems.append(f"dev_fraction = {self.dev_fraction}: in [0, 1)")
+        if problems:
+            raise ValueError("[training] " + "; ".join(problems))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
