@@ -8,6 +8,7 @@ from typing import Any
 from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.training import Example
+from tqdm import tqdm
 
 SCORES = {
     "ner": ("ents_p", "ents_r", "ents_f", "ents_per_type"),
@@ -30,7 +31,8 @@ def evaluate_tokens(nlp: Language, gold: Sequence[Doc], batch_size: int = 64) ->
     task = task_of(nlp)
     examples = [Example(nlp.make_doc(doc.text), doc) for doc in gold]
     started = time.perf_counter()
-    predicted = list(nlp.pipe((eg.predicted for eg in examples), batch_size=batch_size))
+    docs = nlp.pipe((eg.predicted for eg in examples), batch_size=batch_size)
+    predicted = list(tqdm(docs, total=len(examples), desc="evaluate", unit="doc", leave=False))
     seconds = time.perf_counter() - started
     for example, doc in zip(examples, predicted):
         example.predicted = doc

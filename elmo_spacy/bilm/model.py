@@ -155,7 +155,7 @@ class BiLM(nn.Module):
         if given.shape[1] != table.shape[1]:
             raise ValueError(
                 f"Initial word vectors have width {given.shape[1]}, the biLM's word_dim is "
-                f"{table.shape[1]}: make them the same (e.g. elmo-spacy vectors --dim {table.shape[1]})"
+                f"{table.shape[1]}: make the two widths the same"
             )
         with torch.no_grad():
             scale = table[ids].norm(dim=1).mean() / given.norm(dim=1).mean().clamp_min(1e-12)

@@ -1,4 +1,4 @@
-"""The seeds' downstream classifier: mixed ELMo vectors -> BiLSTM -> pooling -> MLP -> softmax."""
+"""A text classifier over token vectors: mixed ELMo vectors -> BiLSTM -> pooling -> MLP -> softmax."""
 
 from collections.abc import Callable
 

@@ -27,8 +27,8 @@ def vectors_command(
     seed: int = typer.Option(0),
     lang: str = typer.Option("en", help="Language of the spaCy tokenizer"),
 ) -> None:
-    """Static word vectors on the same tokens as the biLM, written for
-    `[initialize] vectors` (like `spacy init vectors`)."""
+    """Static word vectors on the same tokens as the biLM, written as a spaCy
+    pipeline with vectors (like `spacy init vectors`), for a config's initialize.vectors."""
     from elmo_spacy.pretrain.texts import read_tokenised_texts
 
     from ..baselines import train_static_vectors
