@@ -1,7 +1,7 @@
 """ELMo for spaCy: a from-scratch biLM, the `elmo` pipe, listeners and layer mixes."""
 
 from . import architectures, loggers  # noqa: F401  (registers elmo_spacy.*.v1)
-from .extensions import install_extensions
+from .extensions import StaleLayersError, install_extensions, restore_views
 from .pipeline import Elmo, make_elmo
 from .textcat import ElmoTextCategorizer, make_elmo_textcat
 from .tokenizer import SurrogateSafeTokenizer
@@ -10,9 +10,11 @@ __version__ = "0.1.0"
 __all__ = [
     "Elmo",
     "ElmoTextCategorizer",
+    "StaleLayersError",
     "SurrogateSafeTokenizer",
     "make_elmo",
     "make_elmo_textcat",
+    "restore_views",
     "__version__",
 ]
 

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spacy.tokens import Doc, DocBin
 
+import elmo_spacy
 from elmo_spacy.extensions import StaleLayersError, default_mix
 
 TEXTS = [
@@ -189,3 +190,13 @@ def test_docbin_in_a_fresh_process_restores_layers_and_vectors(nlp, tmp_path):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok" and "W008" not in result.stderr
+
+
+def test_restore_views_after_from_bytes(nlp):
+    doc = nlp("Oil rose.")
+    copy = Doc(doc.vocab).from_bytes(doc.to_bytes())
+    assert copy.user_token_hooks == {}  # spaCy cannot serialise the hooks (W109)
+    elmo_spacy.restore_views(copy)
+    assert set(copy.user_token_hooks) == {"vector", "has_vector", "similarity"}
+    numpy.testing.assert_allclose(copy[0].vector, doc[0].vector, rtol=1e-6)
+    assert copy[0].similarity(copy[0]) == pytest.approx(1.0)
