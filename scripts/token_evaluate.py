@@ -28,8 +28,12 @@ def evaluate_tokens(nlp: Language, gold: Sequence[Doc], batch_size: int = 64) ->
     """spaCy's scores of `nlp` on `gold` docs (the names of its scorer: ents_*,
     pos_acc, tag_acc), words/s of the pipeline, and for tagging the UPOS
     confusion counts. Predictions run on the gold tokens, as CoNLL-2003 and UD
-    scores are given (spaCy's tokenizer splits e.g. CoNLL's "1996-08-30")."""
+    scores are given (spaCy's tokenizer splits e.g. CoNLL's "1996-08-30"), and
+    as the pipelines train: NER on whole documents, tagging on sentences
+    (the tag configs' gold_preproc)."""
     task = task_of(nlp)
+    if task == "tag":
+        gold = [sentence.as_doc() for doc in gold for sentence in doc.sents]
     examples = [Example(gold_tokens(nlp, doc), doc) for doc in gold]
     started = time.perf_counter()
     docs = nlp.pipe((eg.predicted for eg in examples), batch_size=batch_size)
