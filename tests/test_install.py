@@ -8,6 +8,7 @@
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -34,15 +35,15 @@ def fresh_venv(tmp_path_factory) -> Path:
     return venv
 
 
+def copy_of_the_repository(folder: Path) -> Path:
+    """The repository without its outputs, so that builds leave the checkout alone."""
+    ignore = (".venv", ".git", "corpus", "training", "metrics", "packages", "build")
+    shutil.copytree(ROOT, folder, ignore=shutil.ignore_patterns(*ignore, "__pycache__"))
+    return folder
+
+
 def test_the_project_extra_runs_the_smoke_workflow(fresh_venv, tmp_path):
-    source = tmp_path / "source"
-    shutil.copytree(
-        ROOT,
-        source,
-        ignore=shutil.ignore_patterns(
-            ".venv", ".git", "corpus", "training", "metrics", "packages", "__pycache__"
-        ),
-    )
+    source = copy_of_the_repository(tmp_path / "source")
     sh(str(fresh_venv / "bin" / "pip"), "install", "--quiet", f"{source}[project]")
     env = {"PATH": f"{fresh_venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
     sh(
@@ -77,7 +78,15 @@ def test_a_packaged_pipeline_installs_from_its_two_wheels(
         str(bilm_dir),
     )
     packages = tmp_path / "packages"
-    sh(*python, "pip", "wheel", str(ROOT), "--no-deps", "--quiet", "--wheel-dir", str(packages))
+    source = copy_of_the_repository(tmp_path / "source")
+    sh(*python, "pip", "wheel", str(source), "--no-deps", "--quiet", "--wheel-dir", str(packages))
+    (plugin,) = packages.glob("elmo_spacy-*.whl")
+    with zipfile.ZipFile(plugin) as wheel:  # the plugin alone: no study, tests or configs
+        tops = {name.split("/")[0] for name in wheel.namelist()}
+    assert tops == {
+        "elmo_spacy",
+        f"{plugin.name.split('-')[0]}-{plugin.name.split('-')[1]}.dist-info",
+    }
     sh(
         *python,
         "spacy",
