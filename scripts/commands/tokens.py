@@ -74,7 +74,7 @@ def evaluate_tokens_command(
     from spacy.tokens import DocBin
 
     from ..plots import plot_pos_confusion
-    from ..token_evaluate import evaluate_tokens
+    from ..token_evaluate import evaluate_tokens, most_confused
 
     nlp = spacy.load(model_dir)
     result: dict = {"name": name, "model": str(model_dir)}
@@ -90,7 +90,9 @@ def evaluate_tokens_command(
         result[split] = metrics
         shown = {k: v for k, v in metrics.items() if not isinstance(v, dict)}
         typer.echo(f"== {name} on {split} ==\n{json.dumps(shown, indent=2)}")
-        if "pos_confusion" in metrics:
+        if "pos_confusion" in metrics and not most_confused(metrics["pos_confusion"]):
+            typer.echo(f"No UPOS errors on {split}: no confusion picture.")
+        elif "pos_confusion" in metrics:
             picture = output.with_name(f"{output.stem}_{split}_pos_confusion.png")
             plot_pos_confusion(metrics["pos_confusion"], picture, f"{name} ({split})")
     output.parent.mkdir(parents=True, exist_ok=True)
