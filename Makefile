@@ -11,7 +11,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # downloading the assets; the shared folder beside this repo if there is one.
 AG_NEWS_DIR ?= $(firstword $(wildcard ../shared/data/ag_news))
 
-.PHONY: all baselines smoke test test-slow lint clean
+.PHONY: all baselines ner tag smoke test test-slow lint clean
 
 $(BIN)/elmo-spacy: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,16 @@ endif
 baselines: $(BIN)/elmo-spacy
 	$(BIN)/python -m spacy project run baselines .
 	$(BIN)/python -m spacy project run transformer .
+
+# Opt-in: named entities (CoNLL-2003) and tags (UD English EWT), each against
+# spaCy's own pipelines; the data folders are the project's conll_dir and ewt_dir.
+ner tag: $(BIN)/elmo-spacy
+ifeq ($(AG_NEWS_DIR),)
+	$(BIN)/python -m spacy project assets .
+	$(BIN)/python -m spacy project run $@ .
+else
+	$(BIN)/python -m spacy project run $@ . --vars.data_dir $(AG_NEWS_DIR)
+endif
 
 smoke: $(BIN)/elmo-spacy
 	$(BIN)/python -m spacy project run smoke .
