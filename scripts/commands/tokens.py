@@ -90,11 +90,12 @@ def evaluate_tokens_command(
         result[split] = metrics
         shown = {k: v for k, v in metrics.items() if not isinstance(v, dict)}
         typer.echo(f"== {name} on {split} ==\n{json.dumps(shown, indent=2)}")
-        if "pos_confusion" in metrics and not most_confused(metrics["pos_confusion"]):
-            typer.echo(f"No UPOS errors on {split}: no confusion picture.")
-        elif "pos_confusion" in metrics:
+        confusion = metrics.get("pos_confusion")
+        if confusion is not None and most_confused(confusion):
             picture = output.with_name(f"{output.stem}_{split}_pos_confusion.png")
-            plot_pos_confusion(metrics["pos_confusion"], picture, f"{name} ({split})")
+            plot_pos_confusion(confusion, picture, f"{name} ({split})")
+        elif confusion is not None:
+            typer.echo(f"No UPOS errors on {split}: no confusion picture.")
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(result, indent=2) + "\n")
     typer.echo(f"Metrics -> {output}")
