@@ -4,7 +4,7 @@ from typing import Any
 
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Model, chain, concatenate
+from thinc.api import Linear, Model, chain, concatenate, with_array
 from thinc.types import Floats2d, Floats3d
 
 from .layers import (
@@ -35,12 +35,25 @@ def ElmoListener_v1(
     mix: Model[list[Floats3d], list[Floats2d]],
     upstream: str = "*",
     grad_factor: float = 1.0,
+    width: int | None = None,
 ) -> Model[list[Doc], list[Floats2d]]:
     """A tok2vec for any downstream pipe: the `elmo` pipe's layers, mixed by `mix`
     into one vector per token. grad_factor scales the gradient sent to the biLM
-    (0 keeps the biLM frozen)."""
+    (0 keeps the biLM frozen).
+
+    width: if set, a learned linear projection (with bias) of the mix to this
+    many dimensions, as AllenNLP's `Elmo(projection_dim=...)`: the output is
+    then (n, width) whatever the biLM's width, so a config that sets it works
+    unchanged with any biLM. If None, the output is the mix's own width."""
     listener = ElmoListener(upstream, grad_factor)
-    model = chain(listener, mix)
+    if width is None:
+        model = chain(listener, mix)
+    else:
+        if width < 1:
+            raise ValueError(f"elmo listener: width = {width}, must be a positive number")
+        projection = Linear(nO=width)
+        model = chain(listener, mix, with_array(projection))
+        model.set_ref("projection", projection)
     model.set_ref("listener", listener)
     model.set_ref("mix", mix)
     return model
