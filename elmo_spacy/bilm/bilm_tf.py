@@ -65,25 +65,6 @@ class BilmTfFormatError(ValueError):
     """An options.json / weights.hdf5 pair that cannot be read, with what and where."""
 
 
-def find_bilm_tf(folder: str | Path) -> tuple[Path, Path] | None:
-    """The (options, weights) files of a folder holding a bilm-tf model:
-    `options.json` + `weights.hdf5`, or one `*_options.json` + `*_weights.hdf5`
-    pair, as the published files are named. None if there is no such pair."""
-    folder = Path(folder)
-    pairs = [(folder / OPTIONS_FILE, folder / WEIGHTS_FILE)]
-    for options in sorted(folder.glob("*options.json")):
-        prefix = options.name[: -len("options.json")]
-        pairs.append((options, folder / f"{prefix}weights.hdf5"))
-    found = [(o, w) for o, w in pairs if o.is_file() and w.is_file()]
-    if len({o for o, _ in found}) > 1:
-        names = ", ".join(o.name for o, _ in found)
-        raise BilmTfFormatError(
-            f"{folder} holds more than one bilm-tf model ({names}): name the files, e.g. "
-            "elmo-spacy convert-elmo OPTIONS_JSON WEIGHTS_HDF5 OUTPUT_DIR"
-        )
-    return found[0] if found else None
-
-
 def config_from_options(options: dict[str, Any], where: str) -> BiLMConfig:
     """The BiLMConfig of a bilm-tf options dict (refusing keys it does not know)."""
     unknown = sorted(set(options) - set(KNOWN_OPTIONS) - TRAINING_OPTIONS)
@@ -212,19 +193,27 @@ Progress = Callable[[Iterable[str]], Iterable[str]]  # e.g. tqdm, around dataset
 
 
 def read_bilm_tf(
-    options_path: str | Path, weights_path: str | Path, progress: Progress = iter
+    options_path: str | Path,
+    weights_path: str | Path,
+    progress: Progress = iter,
+    names: tuple[str, str] | None = None,
 ) -> BiLM:
     """A BiLM (without softmax) that computes what bilm-tf computes from these
-    files. `progress` wraps the names of the datasets as they are read."""
+    files. `progress` wraps the names of the datasets as they are read;
+    `names` are what error messages call the two files (e.g. the members of a
+    zip archive whose temporary copies are read), by default their paths."""
     options_path, weights_path = Path(options_path), Path(weights_path)
+    options_name, weights_name = names or (str(options_path), str(weights_path))
     try:
         options = json.loads(options_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
-        raise BilmTfFormatError(f"{options_path} is not a readable JSON file: {err}") from err
+        raise BilmTfFormatError(f"{options_name} is not a readable JSON file: {err}") from err
     if not isinstance(options, dict):
-        raise BilmTfFormatError(f"{options_path} is not a JSON object of bilm-tf options")
-    config = config_from_options(options, str(options_path))
-    arrays = _read_datasets(weights_path, expected_shapes(config), options_path, progress)
+        raise BilmTfFormatError(f"{options_name} is not a JSON object of bilm-tf options")
+    config = config_from_options(options, options_name)
+    arrays = _read_datasets(
+        weights_path, expected_shapes(config), (options_name, weights_name), progress
+    )
     bilm = BiLM(config, WordVocab.specials_only(), with_softmax=False)
     state = bilm.state_dict()
     state.update(_to_state(config, arrays))
@@ -258,17 +247,19 @@ def _cell(direction: int, layer: int) -> str:
 def _read_datasets(
     weights_path: Path,
     shapes: dict[str, tuple[int, ...]],
-    options_path: Path,
+    names: tuple[str, str],
     progress: Progress = iter,
 ) -> dict[str, numpy.ndarray]:
     """The datasets named in `shapes`, as float32 arrays, once every one of
-    them is found with its shape."""
+    them is found with its shape. `names`: the options and weights files, as
+    error messages call them."""
     import h5py
 
+    options_name, weights_name = names
     try:
         file = h5py.File(weights_path, "r")
     except OSError as err:
-        raise BilmTfFormatError(f"{weights_path} is not a readable HDF5 file ({err})") from err
+        raise BilmTfFormatError(f"{weights_name} is not a readable HDF5 file ({err})") from err
     with file:
         found: dict[str, tuple[int, ...]] = {}
         file.visititems(
@@ -279,16 +270,16 @@ def _read_datasets(
         missing = [name for name in shapes if name not in found]
         if missing:
             raise BilmTfFormatError(
-                f"{weights_path} lacks the dataset {missing[0]}"
+                f"{weights_name} lacks the dataset {missing[0]}"
                 + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
-                + f" that {options_path} calls for: were the options and weights of different "
+                + f" that {options_name} calls for: were the options and weights of different "
                 "models?"
             )
         for name, shape in shapes.items():
             if found[name] != shape:
                 raise BilmTfFormatError(
-                    f"{weights_path}: dataset {name} has shape {found[name]}, but "
-                    f"{options_path} calls for {shape}: were the options and weights of "
+                    f"{weights_name}: dataset {name} has shape {found[name]}, but "
+                    f"{options_name} calls for {shape}: were the options and weights of "
                     "different models?"
                 )
         return {name: numpy.asarray(file[name][...], dtype="float32") for name in progress(shapes)}

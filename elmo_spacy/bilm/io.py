@@ -1,7 +1,9 @@
 """A biLM on disk: `config.json`, `vocab.json` and `weights.safetensors`.
 
 safetensors holds raw tensors only, so loading a biLM never unpickles
-anything. Pretraining writes this layout and the `elmo` pipe reads it.
+anything. Pretraining writes this layout and the `elmo` pipe reads it;
+`load_bilm` also reads the bilm-tf layouts that `locate` finds (published,
+AllenNLP and NLPL ELMo models, folders or .zip archives).
 """
 
 import json
@@ -13,20 +15,22 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load, load_file, save, save_file
 
-from .bilm_tf import find_bilm_tf, read_bilm_tf
+from .bilm_tf import Progress, read_bilm_tf
 from .config import BiLMConfig
 from .files import write_directory
+from .locate import (
+    BILM_DIR,
+    BILM_FILES,
+    CONFIG_FILE,
+    VOCAB_FILE,
+    BiLMLoadError,
+    BiLMLocation,
+    bilm_tf_files,
+    resolve_bilm_path,
+)
+from .locate import SAFETENSORS_FILE as WEIGHTS_FILE
 from .model import BiLM
 from .vocab import WordVocab
-
-CONFIG_FILE = "config.json"
-VOCAB_FILE = "vocab.json"
-WEIGHTS_FILE = "weights.safetensors"
-BILM_FILES = (CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE)
-
-
-class BiLMLoadError(ValueError):
-    """A biLM directory or payload that cannot be loaded, with the reason."""
 
 
 def save_bilm(bilm: BiLM, path: str | Path, extra_files: Collection[str] = ()) -> Path:
@@ -51,27 +55,40 @@ def write_bilm_files(bilm: BiLM, state: dict[str, torch.Tensor], folder: Path) -
 
 
 def load_bilm(path: str | Path, with_softmax: bool | None = None) -> BiLM:
-    """Read a biLM directory written by `save_bilm`, or a folder that holds a
-    bilm-tf model (`options.json` + `weights.hdf5`, or `*_options.json` +
-    `*_weights.hdf5`; see `elmo_spacy.bilm.bilm_tf`).
+    """Read the biLM at `path`, which may be:
+
+    - a biLM directory written by `save_bilm` (`elmo-spacy pretrain`'s
+      model-best/, `elmo-spacy convert-elmo`'s output);
+    - a folder with a bilm-tf model: options.json + weights.hdf5, or
+      <name>_options.json + <name>_weights.hdf5 (the published ELMo files),
+      or one bilm-tf options .json and one weights .hdf5 of any names
+      (AllenNLP's options.json + lm_weights.hdf5);
+    - an NLPL repository ELMo model: a folder with options.json + model.hdf5,
+      or its .zip archive as downloaded.
+
+    Any other path is refused with a `BiLMLoadError` that says what is there
+    and what to point to (see `elmo_spacy.bilm.locate`).
 
     with_softmax: None loads the softmax head where the directory has one;
         False leaves it out (the `elmo` pipe does not need it); True requires it.
     """
-    path = Path(path)
-    if path.is_dir() and not (path / CONFIG_FILE).exists():
-        pair = find_bilm_tf(path)
-        if pair is not None:
-            if with_softmax:
-                raise BiLMLoadError(f"{path} holds a bilm-tf model, which has no softmax head")
-            return read_bilm_tf(*pair)
-    for name in BILM_FILES:
-        if not (path / name).is_file():
-            raise BiLMLoadError(
-                f"{path} is not a biLM directory: {name} is missing. Point to the output of "
-                "`elmo-spacy pretrain` (e.g. training/bilm/model-best) or `elmo-spacy "
-                "convert-elmo`, or to a folder with a bilm-tf options.json and weights.hdf5."
-            )
+    return load_bilm_at(resolve_bilm_path(path), with_softmax)
+
+
+def load_bilm_at(
+    location: BiLMLocation, with_softmax: bool | None = None, progress: Progress = iter
+) -> BiLM:
+    """Read the biLM that `resolve_bilm_path` (or `bilm_tf_pair`) found.
+    `progress` wraps the names of a bilm-tf model's datasets as they are read."""
+    if location.kind == BILM_DIR:
+        return _load_directory(location.path, with_softmax)
+    if with_softmax:
+        raise BiLMLoadError(f"{location.describe()} has no softmax head (bilm-tf models have none)")
+    with bilm_tf_files(location) as files:
+        return read_bilm_tf(*files, progress, names=location.file_names())
+
+
+def _load_directory(path: Path, with_softmax: bool | None) -> BiLM:
     config = _read_json(path / CONFIG_FILE)
     words = _read_json(path / VOCAB_FILE)
     try:

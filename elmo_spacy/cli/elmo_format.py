@@ -9,27 +9,55 @@ from . import app, errors_to_exit
 
 @app.command("convert-elmo")
 def convert_elmo_command(
-    options_json: Path = typer.Argument(..., exists=True, dir_okay=False, help="bilm-tf options"),
-    weights_hdf5: Path = typer.Argument(..., exists=True, dir_okay=False, help="bilm-tf weights"),
-    output_dir: Path = typer.Argument(..., help="The biLM directory to write"),
+    inputs: list[Path] = typer.Argument(
+        ...,
+        metavar="MODEL_PATH|OPTIONS_JSON WEIGHTS_HDF5",
+        help="A bilm-tf model: its folder (published, AllenNLP or NLPL layout) or NLPL .zip "
+        "archive, or its two files, options and weights",
+        show_default=False,
+    ),
+    output_dir: Path = typer.Argument(
+        ..., metavar="OUTPUT_DIR", help="The biLM directory to write", show_default=False
+    ),
 ) -> None:
     """Convert a bilm-tf ELMo model (the published ELMo models' format) into a
-    biLM directory for the `elmo` pipe (bilm_path) and `load_bilm`."""
+    biLM directory for the `elmo` pipe (bilm_path) and `load_bilm`.
+
+    MODEL_PATH is a folder with options.json + weights.hdf5, <name>_options.json
+    + <name>_weights.hdf5, options.json + model.hdf5 (NLPL), or one bilm-tf
+    options .json and one .hdf5 of any names (AllenNLP), or an NLPL .zip archive
+    as downloaded. Or name the two files: OPTIONS_JSON WEIGHTS_HDF5."""
     from tqdm import tqdm
 
     from ..bilm import save_bilm
-    from ..bilm.bilm_tf import read_bilm_tf
+    from ..bilm.io import load_bilm_at
+    from ..bilm.locate import BILM_DIR, BiLMLoadError, bilm_tf_pair, resolve_bilm_path
 
-    def progress(names):
-        return tqdm(list(names), desc=f"reading {weights_hdf5.name}", unit="dataset", leave=False)
-
+    if len(inputs) > 2:
+        raise typer.BadParameter(
+            f"got {len(inputs) + 1} paths; give MODEL_PATH OUTPUT_DIR, or OPTIONS_JSON "
+            "WEIGHTS_HDF5 OUTPUT_DIR",
+            param_hint="MODEL_PATH",
+        )
     with errors_to_exit():
-        bilm = read_bilm_tf(options_json, weights_hdf5, progress)
+        location = resolve_bilm_path(inputs[0]) if len(inputs) == 1 else bilm_tf_pair(*inputs)
+        if location.kind == BILM_DIR:
+            raise BiLMLoadError(
+                f"{location.path} is already a biLM directory: the elmo pipe (bilm_path) and "
+                "load_bilm read it as it is, with nothing to convert."
+            )
+
+        def progress(names):
+            weights = Path(location.weights).name
+            return tqdm(list(names), desc=f"reading {weights}", unit="dataset", leave=False)
+
+        bilm = load_bilm_at(location, with_softmax=False, progress=progress)
         save_bilm(bilm, output_dir)
     config = bilm.config
     typer.echo(
-        f"{config.n_layers} x {config.lstm_dim} LSTM layers projected to "
-        f"{config.projection_dim}, {sum(n for _, n in config.filters)} char filters -> {output_dir}"
+        f"{location.describe()}: {config.n_layers} x {config.lstm_dim} LSTM layers projected "
+        f"to {config.projection_dim}, {sum(n for _, n in config.filters)} char filters "
+        f"-> {output_dir}"
     )
 
 

@@ -1,0 +1,333 @@
+"""What `load_bilm`, the `elmo` pipe's bilm_path and `elmo-spacy convert-elmo`
+accept: the layouts people download (published bilm-tf files, AllenNLP's
+folder, NLPL's folders and .zip archives), and what each wrong path says."""
+
+import json
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+
+import h5py
+import numpy
+import pytest
+import spacy
+import torch
+from typer.testing import CliRunner
+
+from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm, save_bilm
+from elmo_spacy.bilm.bilm_tf import read_bilm_tf, write_bilm_tf
+from elmo_spacy.bilm.io import BiLMLoadError
+from elmo_spacy.bilm.locate import BILM_DIR, BILM_TF, BILM_TF_ZIP, resolve_bilm_path
+from elmo_spacy.cli import app
+
+from .conftest import ROOT, tokenize
+
+FIXTURES = ROOT.parent / "shared" / "data" / "allennlp_elmo"
+TINY = BiLMConfig(
+    encoder="char_cnn",
+    char_ids="bilm_tf",
+    max_chars=50,
+    char_dim=4,
+    filters=[(1, 4), (2, 8)],
+    n_highway=1,
+    projection_dim=8,
+    lstm_dim=16,
+    n_layers=2,
+    cell_clip=3.0,
+    proj_clip=3.0,
+    forget_bias=1.0,
+    dropout=0.0,
+    min_count=1,
+)
+SENTENCES = tokenize(["The bank raised rates on Monday .", "She sat by the river bank ."])
+# What else the archives and folders people download hold, besides the two files.
+NLPL_EXTRAS = {"README": "An ELMo model.\n", "meta.json": '{"id": 209}', "vocab.txt": "the\nbank\n"}
+
+
+@pytest.fixture(params=["tiny", "allennlp"])
+def source(request, tmp_path_factory) -> tuple[Path, Path]:
+    """The (options, weights) files of a bilm-tf model: a tiny random biLM
+    exported here, or AllenNLP's test fixture where ../shared/data holds it."""
+    if request.param == "allennlp":
+        if not (FIXTURES / "lm_weights.hdf5").is_file():
+            pytest.skip(f"the AllenNLP ELMo fixtures are not at {FIXTURES} (not shipped)")
+        return FIXTURES / "options.json", FIXTURES / "lm_weights.hdf5"
+    torch.manual_seed(0)
+    bilm = BiLM(TINY, WordVocab.specials_only(), with_softmax=False)
+    return write_bilm_tf(bilm, tmp_path_factory.mktemp("tiny") / "tf")
+
+
+def outputs(bilm: BiLM) -> torch.Tensor:
+    with torch.inference_mode():
+        return bilm(bilm.batch(SENTENCES))
+
+
+def folder_of(path: Path, files: dict[str, Path | str]) -> Path:
+    """A folder holding copies of files (Path) and small text files (str)."""
+    path.mkdir(parents=True)
+    for name, content in files.items():
+        if isinstance(content, Path):
+            shutil.copyfile(content, path / name)
+        else:
+            (path / name).write_text(content)
+    return path
+
+
+def zip_of(path: Path, members: dict[str, Path | str]) -> Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, content in members.items():
+            if isinstance(content, Path):
+                archive.write(content, name)
+            else:
+                archive.writestr(name, content)
+    return path
+
+
+def embeddings_file(path: Path) -> Path:
+    """An HDF5 file of activations, as AllenNLP's fixture folder holds beside the weights."""
+    with h5py.File(path, "w") as file:
+        file["0"] = numpy.zeros((2, 3, 16), dtype="float32")
+    return path
+
+
+def assert_loads_as(path: Path, source: tuple[Path, Path], kind: str) -> None:
+    assert resolve_bilm_path(path).kind == kind
+    assert torch.equal(outputs(load_bilm(path)), outputs(read_bilm_tf(*source)))
+
+
+# -- accepted ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options, weights",
+    [
+        ("options.json", "weights.hdf5"),
+        (
+            "elmo_2x1024_128_2048cnn_1xhighway_options.json",
+            "elmo_2x1024_128_2048cnn_1xhighway_weights.hdf5",
+        ),
+        ("options.json", "model.hdf5"),  # NLPL, unpacked
+        ("elmo_options.json", "my-elmo.h5"),  # any names
+    ],
+)
+def test_each_folder_layout_loads_as_the_converted_model(tmp_path, source, options, weights):
+    folder = folder_of(tmp_path / "model", {options: source[0], weights: source[1], **NLPL_EXTRAS})
+    assert_loads_as(folder, source, BILM_TF)
+
+
+def test_an_allennlp_folder_with_other_json_and_hdf5_files_loads(tmp_path, source):
+    folder = folder_of(
+        tmp_path / "allennlp",
+        {"options.json": source[0], "lm_weights.hdf5": source[1], "sentences.json": "[[]]"},
+    )
+    embeddings_file(folder / "lm_embeddings_0.hdf5")
+    embeddings_file(folder / "lm_embeddings_1.hdf5")
+    location = resolve_bilm_path(folder)
+    assert (location.options, location.weights) == (
+        str(folder / "options.json"),
+        str(folder / "lm_weights.hdf5"),
+    )
+    assert_loads_as(folder, source, BILM_TF)
+
+
+def test_the_fixture_folder_itself_loads():
+    if not (FIXTURES / "lm_weights.hdf5").is_file():
+        pytest.skip(f"the AllenNLP ELMo fixtures are not at {FIXTURES} (not shipped)")
+    source = FIXTURES / "options.json", FIXTURES / "lm_weights.hdf5"
+    assert_loads_as(FIXTURES, source, BILM_TF)
+
+
+@pytest.mark.parametrize("prefix", ["", "209/"])
+def test_an_nlpl_zip_loads_from_its_top_level_or_one_subfolder(
+    tmp_path, source, prefix, monkeypatch
+):
+    members = {"options.json": source[0], "model.hdf5": source[1], **NLPL_EXTRAS}
+    archive = zip_of(tmp_path / "209.zip", {prefix + k: v for k, v in members.items()})
+    temporary = tmp_path / "temporary"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    location = resolve_bilm_path(archive)
+    assert (location.options, location.weights) == (prefix + "options.json", prefix + "model.hdf5")
+    assert_loads_as(archive, source, BILM_TF_ZIP)
+    assert list(temporary.iterdir()) == []  # the extracted members are removed
+
+
+def test_a_zip_with_an_allennlp_pair_of_any_names_loads(tmp_path, source):
+    archive = zip_of(
+        tmp_path / "elmo.zip",
+        {"elmo/elmo_options.json": source[0], "elmo/lm_weights.hdf5": source[1], "README": "x"},
+    )
+    assert_loads_as(archive, source, BILM_TF_ZIP)
+
+
+def test_a_biLM_directory_is_still_a_biLM_directory(tmp_path, source):
+    save_bilm(read_bilm_tf(*source), tmp_path / "bilm")
+    assert_loads_as(tmp_path / "bilm", source, BILM_DIR)
+
+
+def test_the_pipe_initialises_from_an_allennlp_folder(tmp_path, source):
+    folder = folder_of(tmp_path / "elmo", {"options.json": source[0], "lm_weights.hdf5": source[1]})
+    embeddings_file(folder / "lm_embeddings_0.hdf5")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    nlp.config["initialize"]["components"]["elmo"] = {"bilm_path": str(folder)}
+    nlp.initialize()
+    doc = nlp(" ".join(SENTENCES[0]))
+    assert [t.text for t in doc] == SENTENCES[0]
+    expected = outputs(read_bilm_tf(*source))[:, 0, : len(doc)].numpy()
+    assert doc._.elmo.shape == expected.shape
+    assert numpy.allclose(doc._.elmo, expected, atol=1e-6)
+
+
+# -- convert-elmo --------------------------------------------------------------
+
+
+def convert(*args: Path):
+    return CliRunner().invoke(app, ["convert-elmo", *map(str, args)])
+
+
+def test_convert_elmo_takes_a_folder_a_zip_or_the_two_files(tmp_path, source):
+    folder = folder_of(
+        tmp_path / "allennlp", {"options.json": source[0], "lm_weights.hdf5": source[1]}
+    )
+    archive = zip_of(
+        tmp_path / "nlpl.zip",
+        {"sub/options.json": source[0], "sub/model.hdf5": source[1], **NLPL_EXTRAS},
+    )
+    expected = outputs(read_bilm_tf(*source))
+    for name, inputs in [("folder", [folder]), ("zip", [archive]), ("pair", list(source))]:
+        result = convert(*inputs, tmp_path / name)
+        assert result.exit_code == 0, result.output
+        assert str(inputs[0]) in result.output
+        assert torch.equal(outputs(load_bilm(tmp_path / name)), expected), name
+
+
+def test_convert_elmo_says_what_is_wrong(tmp_path, source):
+    result = convert(tmp_path / "nowhere", tmp_path / "out")
+    assert result.exit_code == 1 and "does not exist" in result.output
+    result = convert(source[0], tmp_path / "out")
+    assert result.exit_code == 1 and "is a file, not a biLM" in result.output
+    result = convert(source[0], source[1].parent, tmp_path / "out")
+    assert result.exit_code == 1 and "is a folder" in result.output
+    result = convert(source[0], source[1], tmp_path / "a", tmp_path / "out")
+    assert result.exit_code == 2 and "got 4 paths" in result.output
+    save_bilm(read_bilm_tf(*source), tmp_path / "bilm")
+    result = convert(tmp_path / "bilm", tmp_path / "out")
+    assert result.exit_code == 1 and "already a biLM directory" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+# -- refused, saying why -------------------------------------------------------
+
+
+def refusal(path: Path, **kwargs) -> str:
+    with pytest.raises(BiLMLoadError) as error:
+        load_bilm(path, **kwargs)
+    return " ".join(str(error.value).split())
+
+
+def test_a_path_that_does_not_exist_names_the_closest(tmp_path):
+    (tmp_path / "elmo_model").mkdir()
+    message = refusal(tmp_path / "elmo_modle")
+    assert f"{tmp_path / 'elmo_modle'} does not exist" in message
+    assert f"Did you mean {tmp_path / 'elmo_model'}?" in message
+    message = refusal(tmp_path / "elmo_modle" / "model-best")
+    assert f"{tmp_path} has no elmo_modle" in message and "Did you mean" in message
+
+
+def test_a_pretraining_output_folder_points_to_model_best(tmp_path, source):
+    bilm = read_bilm_tf(*source)
+    for name in ("model-best", "model-last", "checkpoint-40"):
+        save_bilm(bilm, tmp_path / "pretrained" / name)
+    (tmp_path / "pretrained" / "latest-checkpoint").write_text("checkpoint-40\n")
+    message = refusal(tmp_path / "pretrained")
+    assert "output folder of `elmo-spacy pretrain`" in message
+    assert f"point to its model-best, {tmp_path / 'pretrained' / 'model-best'}" in message
+    assert load_bilm(tmp_path / "pretrained" / "model-best").config == bilm.config
+    shutil.rmtree(tmp_path / "pretrained" / "model-best")
+    assert "point to its model-last" in refusal(tmp_path / "pretrained")
+    shutil.rmtree(tmp_path / "pretrained" / "model-last")
+    assert "latest checkpoint (checkpoint-40)" in refusal(tmp_path / "pretrained")
+
+
+def test_a_folder_of_nothing_known_lists_the_layouts_and_what_it_holds(tmp_path, source):
+    folder = folder_of(
+        tmp_path / "downloads",
+        {"notes.txt": "hello", "data.json": "[1, 2]", "other.json": '{"lstm_size": 3}'},
+    )
+    embeddings_file(folder / "activations.hdf5")
+    message = refusal(folder)
+    assert f"{folder} holds no biLM" in message
+    for layout in (
+        "config.json + vocab.json + weights.safetensors",
+        "options.json + weights.hdf5",
+        "<name>_options.json",
+        "lm_weights.hdf5",
+        "options.json + model.hdf5",
+        ".zip",
+    ):
+        assert layout in message
+    assert "It holds: activations.hdf5, data.json, notes.txt, other.json." in message
+    # A model one level down is named.
+    folder_of(folder / "elmo", {"options.json": source[0], "weights.hdf5": source[1]})
+    assert f"Point to {folder / 'elmo'}, which holds one" in refusal(folder)
+
+
+def test_an_incomplete_biLM_directory_names_the_missing_file(tmp_path, source):
+    path = save_bilm(read_bilm_tf(*source), tmp_path / "bilm")
+    (path / "vocab.json").unlink()
+    message = refusal(path)
+    assert "incomplete biLM directory: vocab.json is missing" in message
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ("a_options.json", "a_weights.hdf5", "b_options.json", "b_weights.hdf5"),
+        ("options.json", "weights.hdf5", "options.json", "model.hdf5"),
+        ("small.json", "elmo.hdf5", "medium.json", "elmo.hdf5"),  # by content: two options files
+    ],
+)
+def test_two_candidate_models_are_named(tmp_path, source, names):
+    files = {name: source[i % 2] for i, name in enumerate(names)}
+    message = refusal(folder_of(tmp_path / "two", files))
+    assert "more than one candidate bilm-tf model" in message
+    assert f"{names[0]} + {names[1]}" in message and f"{names[2]} + {names[3]}" in message
+
+
+def test_a_zip_with_two_models_or_none_says_so(tmp_path, source):
+    two = zip_of(
+        tmp_path / "two.zip",
+        {f"{d}/{n}": f for d in ("x", "y") for n, f in zip(("options.json", "model.hdf5"), source)},
+    )
+    message = refusal(two)
+    assert "more than one folder (x/, y/)" in message
+    message = refusal(zip_of(tmp_path / "none.zip", {"README": "x", "meta.json": "{}"}))
+    assert "holds no bilm-tf model" in message and "It holds: README, meta.json." in message
+    (tmp_path / "broken.zip").write_bytes(b"PK\x03\x04 not really")
+    assert "not a readable zip archive" in refusal(tmp_path / "broken.zip")
+
+
+def test_a_file_that_is_not_a_zip_says_a_biLM_is_a_folder(tmp_path, source):
+    (tmp_path / "model.tar.gz").write_bytes(b"\x1f\x8b not a zip")
+    message = refusal(tmp_path / "model.tar.gz")
+    assert "is a file, not a biLM: a biLM path is a folder, or an NLPL ELMo .zip" in message
+    folder = folder_of(tmp_path / "pair", {"options.json": source[0], "weights.hdf5": source[1]})
+    assert f"Point to the folder that holds it, {folder}." in refusal(folder / "weights.hdf5")
+
+
+def test_a_bilm_tf_model_has_no_softmax_to_load(tmp_path, source):
+    folder = folder_of(tmp_path / "pair", {"options.json": source[0], "weights.hdf5": source[1]})
+    assert "has no softmax head" in refusal(folder, with_softmax=True)
+
+
+def test_errors_in_a_zipped_model_name_the_member(tmp_path, source):
+    options = json.loads(source[0].read_text())
+    options["lstm"]["use_peepholes"] = True
+    archive = zip_of(
+        tmp_path / "bad.zip", {"m/options.json": json.dumps(options), "m/model.hdf5": source[1]}
+    )
+    with pytest.raises(ValueError, match="use_peepholes") as error:
+        load_bilm(archive)
+    assert f"{archive}:m/options.json" in str(error.value)
