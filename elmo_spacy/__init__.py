@@ -1,6 +1,7 @@
 """ELMo for spaCy: a from-scratch biLM, the `elmo` pipe, listeners and layer mixes."""
 
 from . import architectures, loggers  # noqa: F401  (registers elmo_spacy.*.v1)
+from .embedder import Embedder
 from .extensions import StaleLayersError, install_extensions, restore_views
 from .pipeline import Elmo, make_elmo
 from .textcat import ElmoTextCategorizer, make_elmo_textcat
@@ -10,6 +11,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Elmo",
     "ElmoTextCategorizer",
+    "Embedder",
     "StaleLayersError",
     "SurrogateSafeTokenizer",
     "make_elmo",

@@ -16,11 +16,12 @@ from spacy.training import Example, validate_examples
 from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
+from .bilm.inference import check_state, resolve_layers
 from .bilm.io import bilm_from_bytes, bilm_to_bytes, load_bilm, save_bilm
 from .cache import FrozenOutputCache
 from .extensions import install_extensions, set_layers
 from .layers import ElmoListener, get_bilm, set_bilm
-from .layers.bilm_model import ElmoOutput, no_backprop
+from .layers.bilm_model import ElmoOutput, no_backprop, set_initial_state
 
 DEFAULT_ELMO_MODEL = """
 [model]
@@ -37,6 +38,8 @@ DTYPES = ("float32", "float16")
         "layers": None,
         "dtype": "float32",
         "cache_mb": 2048,
+        "state": "zero",
+        "warmup": None,
     },
     assigns=["doc._.elmo", "doc.tensor"],
 )
@@ -47,8 +50,19 @@ def make_elmo(
     layers: list[int] | None,
     dtype: str,
     cache_mb: int,
+    state: str,
+    warmup: list[str] | None,
 ) -> "Elmo":
-    return Elmo(nlp.vocab, model, name=name, layers=layers, dtype=dtype, cache_mb=cache_mb)
+    return Elmo(
+        nlp.vocab,
+        model,
+        name=name,
+        layers=layers,
+        dtype=dtype,
+        cache_mb=cache_mb,
+        state=state,
+        warmup=warmup,
+    )
 
 
 class Elmo(TrainablePipe):
@@ -73,6 +87,18 @@ class Elmo(TrainablePipe):
         rounding). Prediction outside training never uses the cache; the cache
         is emptied when the biLM changes and when training ends (with the
         `elmo_spacy.ReleaseTrainingCaches.v1` logger of the shipped configs).
+    state: the LSTM state every doc starts from: "zero" (the default), or
+        "primed": the state that reading a warm-up text leaves, as the
+        published ELMo models (trained with the state carried from batch to
+        batch) expect. Either way a doc's vectors do not depend on the other
+        docs of its batch. The primed state is computed once per version of
+        the weights (again after a fine-tuning step).
+    warmup: the warm-up sentences of state = "primed", tokens separated by
+        spaces; null: a few sentences of news English shipped with the
+        plugin (`elmo_spacy.bilm.inference.DEFAULT_WARMUP`).
+
+    `state` and `warmup` are kept in the pipe's cfg, so a saved pipeline
+    loads with the state it was saved with.
     """
 
     def __init__(
@@ -84,6 +110,8 @@ class Elmo(TrainablePipe):
         layers: Sequence[int] | None = None,
         dtype: str = "float32",
         cache_mb: int = 2048,
+        state: str = "zero",
+        warmup: Sequence[str] | None = None,
     ) -> None:
         if dtype not in DTYPES:
             raise ValueError(f"[components.{name}] dtype = {dtype!r}: use one of {DTYPES}")
@@ -98,7 +126,52 @@ class Elmo(TrainablePipe):
         self.cfg: dict = {}
         self.frozen_cache = FrozenOutputCache(cache_mb * 2**20)
         self._pid = os.getpid()
+        self.set_state(state, warmup)
         install_extensions()
+
+    @property
+    def state(self) -> str:
+        """ "zero" or "primed": see the class docstring."""
+        return self.cfg["state"]
+
+    @state.setter
+    def state(self, state: str) -> None:
+        self.set_state(state, self.warmup)
+
+    @property
+    def warmup(self) -> list[str] | None:
+        """The warm-up sentences of the primed state (None: the default ones)."""
+        return self.cfg["warmup"]
+
+    @warmup.setter
+    def warmup(self, warmup: Sequence[str] | None) -> None:
+        self.set_state(self.state, warmup)
+
+    def set_state(self, state: str, warmup: Sequence[str] | None = None) -> None:
+        """Start every doc from `state` ("zero" or "primed", primed by the
+        `warmup` sentences, tokens separated by spaces; None: the default
+        warm-up)."""
+        check_state(state, f"[components.{self.name}] state")
+        if warmup is not None:
+            if isinstance(warmup, str) or not all(isinstance(s, str) for s in warmup):
+                raise ValueError(
+                    f"[components.{self.name}] warmup must be a list of sentences (strings, "
+                    f"tokens separated by spaces); got {warmup!r}"
+                )
+            if not any(s.split() for s in warmup):
+                raise ValueError(
+                    f"[components.{self.name}] warmup holds no token: give at least one "
+                    "sentence, or null for the default warm-up"
+                )
+            warmup = [s for s in warmup if s.split()]
+        self.cfg["state"], self.cfg["warmup"] = state, None if warmup is None else list(warmup)
+        self._apply_state()
+
+    def _apply_state(self) -> None:
+        warmup = self.cfg["warmup"]
+        tokens = None if warmup is None else [s.split() for s in warmup]
+        set_initial_state(self.model, self.cfg["state"], tokens)
+        self.frozen_cache.clear()
 
     @property
     def n_output_layers(self) -> int:
@@ -270,7 +343,7 @@ class Elmo(TrainablePipe):
             self._bilm_changed()
 
         deserializers = {
-            "cfg": lambda p: self.cfg.update(srsly.read_json(p)) if p.exists() else None,
+            "cfg": lambda p: self._load_cfg(srsly.read_json(p)) if p.exists() else None,
             "bilm": load_bilm_dir,
         }
         util.from_disk(path, deserializers, exclude)
@@ -288,24 +361,18 @@ class Elmo(TrainablePipe):
             set_bilm(self.model, bilm_from_bytes(payload, with_softmax=False))
             self._bilm_changed()
 
-        deserializers = {"cfg": self.cfg.update, "bilm": load_bilm_bytes}
+        deserializers = {"cfg": self._load_cfg, "bilm": load_bilm_bytes}
         util.from_bytes(bytes_data, deserializers, exclude)
         return self
 
+    def _load_cfg(self, cfg: dict) -> None:
+        """Take the saved cfg, and with it the state the pipe was saved with."""
+        self.cfg.update(cfg)
+        self.set_state(self.cfg.get("state", "zero"), self.cfg.get("warmup"))
+
     def _bilm_changed(self) -> None:
         n_layers = self.model.get_dim("n_layers")
-        if self.layers is not None:
-            if not all(-n_layers <= i < n_layers for i in self.layers):
-                raise ValueError(
-                    f"[components.{self.name}] layers = {self.layers}, but the biLM has "
-                    f"{n_layers} layers (0 = token encoding, 1..{n_layers - 1} = LSTM layers)"
-                )
-            layers = [i % n_layers for i in self.layers]
-            if len(set(layers)) < len(layers):
-                raise ValueError(
-                    f"[components.{self.name}] layers = {self.layers} names a layer twice"
-                )
-            self.layers = layers
+        self.layers = resolve_layers(self.layers, n_layers, f"[components.{self.name}] layers")
         self.frozen_cache.clear()
         for listener in self.listeners:
             self._link(listener)

@@ -16,6 +16,8 @@ from .softmax import SoftmaxHead
 from .vocab import WordVocab
 
 BOS_TYPE, EOS_TYPE = 0, 1  # rows of TokenBatch.type_inputs
+# LSTM states of both directions: "forward" and "backward" -> one (h, c) per layer.
+States = dict[str, list[LstmState]]
 
 
 @dataclass
@@ -183,11 +185,74 @@ class BiLM(nn.Module):
             type_inputs, type_chars, type_word_ids, torch.from_numpy(index), lengths, types
         )
 
-    def forward(self, batch: TokenBatch) -> torch.Tensor:
-        encoded, forward_layers, backward_layers = self._run(batch.to(self._device))
+    def forward(self, batch: TokenBatch, initial_states: "States | None" = None) -> torch.Tensor:
+        """(L + 1, B, T, 2P) layers of the batch (see the class docstring).
+
+        initial_states: each direction's per-layer (h (R, P), c (R, H)) to
+            start every row from, R = B or R = 1 (one state for every row,
+            e.g. `primed_states`); None starts from zeros. Not with `stateful`,
+            which starts from the carried states.
+        """
+        return self._layers(batch, initial_states, final=self.stateful)[0]
+
+    def forward_with_states(
+        self, batch: TokenBatch, initial_states: "States | None" = None
+    ) -> tuple[torch.Tensor, "States"]:
+        """`forward`'s layers (L + 1, B, T, 2P), and the states each row ends
+        in: per direction and layer, (h (B, P), c (B, H)), the forward
+        direction's after the row's </S>, the backward direction's after its
+        <S> (what `stateful` mode carries to the next batch)."""
+        return self._layers(batch, initial_states, final=True)
+
+    def _layers(
+        self, batch: TokenBatch, initial_states: "States | None", final: bool
+    ) -> tuple[torch.Tensor, "States"]:
+        if self.stateful:
+            if initial_states is not None:
+                raise ValueError(
+                    "A stateful biLM starts from the states it carried: pass no initial_states, "
+                    "or set bilm.stateful = False"
+                )
+            initial_states = self._initial_states(len(batch.lengths))
+        elif initial_states is not None:
+            initial_states = repeat_states(initial_states, len(batch.lengths))
+        encoded, forward_layers, backward_layers, finals = self._run(
+            batch.to(self._device), initial_states, final
+        )
+        if self.stateful:
+            self._keep_states(finals)
         layers = [torch.cat([encoded, encoded], dim=-1)]
         layers += [torch.cat(fb, dim=-1) for fb in zip(forward_layers, backward_layers)]
-        return torch.stack(layers)[:, :, 1:-1]
+        return torch.stack(layers)[:, :, 1:-1], finals
+
+    def primed_states(self, warmup: Sequence[Sequence[str]]) -> "States":
+        """The states that reading the warm-up sentences leaves, one row:
+        the sentences run in order, one at a time, each starting from the
+        states the previous one ended in (bilm-tf's carried state, in a batch
+        of one row), the first from zeros. Per direction and layer,
+        (h (1, P), c (1, H)), without gradients, computed with dropout off
+        and kept (in the `InferenceCache`) until the weights change."""
+        if not warmup:
+            raise ValueError("A primed state needs at least one warm-up sentence")
+        key = tuple(tuple(sentence) for sentence in warmup)
+        was_training, stateful = self.training, self.stateful
+        self.eval()
+        self.stateful = False
+        try:
+            with torch.no_grad():
+                cache = self.inference_cache()
+                if cache is not None and key in cache.primed:
+                    return cache.primed[key]
+                states: States | None = None
+                for sentence in warmup:
+                    states = self.forward_with_states(self.batch([sentence]), states)[1]
+                if cache is not None:
+                    cache.primed[key] = states
+                return states
+        finally:
+            self.stateful = stateful
+            if was_training:
+                self.train()
 
     def lm_loss(self, batch: TokenBatch) -> LMLoss:
         """Language-model loss: every word and the closing </S> is predicted
@@ -195,7 +260,7 @@ class BiLM(nn.Module):
         if self.softmax is None:
             raise RuntimeError("This biLM was built without its softmax head")
         batch = batch.to(self._device)
-        _, forward_layers, backward_layers = self._run(batch)
+        _, forward_layers, backward_layers, _ = self._run(batch)
         targets = batch.type_word_ids[batch.index]
         # Position t of the framed doc predicts t + 1 forwards and, from t + 1,
         # predicts t backwards; valid while t + 1 < length + 2.
@@ -218,11 +283,13 @@ class BiLM(nn.Module):
         return next(self.parameters()).device
 
     def _run(
-        self, batch: TokenBatch
-    ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
-        """Encode the types and run both stacks. Returns the token encoding
-        (B, T + 2, P) and L forward and L backward outputs (B, T + 2, P), all in
-        left-to-right order."""
+        self, batch: TokenBatch, initial: "States | None" = None, final: bool = False
+    ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], "States"]:
+        """Encode the types and run both stacks from `initial` (B rows; zeros
+        without it). Returns the token encoding (B, T + 2, P), L forward and L
+        backward outputs (B, T + 2, P), all in left-to-right order, and with
+        `final` each direction's final states (see `forward_with_states`;
+        empty lists without)."""
         cache = self.inference_cache()
         weight = self.forward_lstm.layers[0].weight_ih_l0
         can_pack = (
@@ -234,36 +301,32 @@ class BiLM(nn.Module):
         lengths = batch.lengths + 2
         reverse = _reverse_index(lengths, batch.index.shape[1])
         backward_inputs = types[batch.index.gather(1, reverse)]
-        if self.stateful:
-            initial = self._initial_states(len(lengths))
-            forward_layers, forward_final = self.forward_lstm(
-                encoded, lengths, initial["forward"], final=True, packed=packed
-            )
-            backward_layers, backward_final = self.backward_lstm(
-                backward_inputs, lengths, initial["backward"], final=True, packed=packed
-            )
-            self._keep_states({"forward": forward_final, "backward": backward_final})
-        else:
-            forward_layers, _ = self.forward_lstm(encoded, lengths, packed=packed)
-            backward_layers, _ = self.backward_lstm(backward_inputs, lengths, packed=packed)
+        initial = initial or {}
+        forward_layers, forward_final = self.forward_lstm(
+            encoded, lengths, initial.get("forward"), final=final, packed=packed
+        )
+        backward_layers, backward_final = self.backward_lstm(
+            backward_inputs, lengths, initial.get("backward"), final=final, packed=packed
+        )
         backward_layers = [_gather_time(y, reverse) for y in backward_layers]
-        return encoded, forward_layers, backward_layers
+        finals = {"forward": forward_final or [], "backward": backward_final or []}
+        return encoded, forward_layers, backward_layers, finals
 
     def reset_state(self) -> None:
         """Forget the states carried across batches (stateful mode)."""
         self._states = None
 
-    def _initial_states(self, n_rows: int) -> dict[str, list[LstmState] | None]:
+    def _initial_states(self, n_rows: int) -> "States | None":
         """Each direction's per-layer (h, c) for the first n_rows rows: the
         carried ones, zeros for rows never seen."""
         if self._states is None:
-            return {"forward": None, "backward": None}
+            return None
         initial = {}
         for direction, layers in self._states.items():
             initial[direction] = [tuple(_rows(part, n_rows) for part in state) for state in layers]
         return initial
 
-    def _keep_states(self, finals: dict[str, list[LstmState]]) -> None:
+    def _keep_states(self, finals: "States") -> None:
         """Carry each row's final states to the next batch (without gradients)."""
         previous = self._states
         kept: dict[str, list[LstmState]] = {}
@@ -364,12 +427,31 @@ class InferenceCache:
     types: (P,) encodings of token strings (char CNN), least recently used first.
     boundaries: (2, P) encodings of <S> and </S>.
     packed: LSTM weights packed for oneDNN, per layer (see `run_lstm_layer`).
+    primed: `BiLM.primed_states` of each warm-up text.
     """
 
     stamp: tuple
     types: OrderedDict[str, torch.Tensor] = field(default_factory=OrderedDict)
     boundaries: torch.Tensor | None = None
     packed: PackedWeights = field(default_factory=dict)
+    primed: dict[tuple, "States"] = field(default_factory=dict)
+
+
+def repeat_states(states: States, n_rows: int) -> States:
+    """States of R = n_rows rows as they are; of one row, that row for each of
+    n_rows rows (a view, no copy)."""
+    repeated: States = {}
+    for direction, layers in states.items():
+        repeated[direction] = []
+        for state in layers:
+            rows = len(state[0])
+            if rows != n_rows and rows != 1:
+                raise ValueError(
+                    f"Initial states of {rows} rows for a batch of {n_rows}: give one row "
+                    "per batch row, or one row for all"
+                )
+            repeated[direction].append(tuple(part.expand(n_rows, -1) for part in state))
+    return repeated
 
 
 def _rows(state: torch.Tensor, n_rows: int) -> torch.Tensor:

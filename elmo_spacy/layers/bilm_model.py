@@ -9,6 +9,14 @@ from thinc.api import ArgsKwargs, Model, Optimizer, PyTorchShim, torch2xp, xp2to
 from thinc.types import Floats3d
 
 from ..bilm import BiLM, BiLMConfig, WordVocab
+from ..bilm.inference import (
+    check_state,
+    check_window,
+    embed_tokens,
+    initial_states_for,
+    windows,  # noqa: F401  (its home before bilm.inference)
+)
+from ..bilm.model import States
 
 ElmoOutput = list[Floats3d]
 
@@ -30,13 +38,12 @@ def build_bilm_model(
         2 * `window_overlap`; each token's vectors come from the piece where it
         has at least `window_overlap` tokens of context on both sides (or the
         doc's edge). Memory then stays bounded, whatever the doc's length.
+
+    Every doc starts from zero LSTM states, or from a primed state once the
+    pipe has called `set_initial_state` (its `state` setting).
     """
     BiLMConfig.from_dict(bilm_config)  # fail at config time, not at init
-    if not 0 <= 2 * window_overlap < window:
-        raise ValueError(
-            f"window = {window}, window_overlap = {window_overlap}: "
-            "need 0 <= 2 * window_overlap < window."
-        )
+    check_window(window, window_overlap)
     return Model(
         "elmo_bilm",
         forward,
@@ -47,6 +54,8 @@ def build_bilm_model(
             "max_batch_tokens": max_batch_tokens,
             "window": window,
             "window_overlap": window_overlap,
+            "state": "zero",
+            "warmup": None,
         },
     )
 
@@ -106,7 +115,10 @@ def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[ElmoOutput, 
     if not any(tokens):
         return _empty_outputs(model, docs, n_layers, width), no_backprop
     shim = model.shims[0]
-    layers, torch_backprop = shim(ArgsKwargs(args=(bilm.batch(tokens),), kwargs={}), is_train)
+    inputs = ArgsKwargs(
+        args=(bilm.batch(tokens),), kwargs={"initial_states": _initial_states(model, bilm)}
+    )
+    layers, torch_backprop = shim(inputs, is_train)
     outputs = _split(layers, tokens)
 
     def backprop(d_outputs: ElmoOutput) -> list[Doc]:
@@ -122,55 +134,32 @@ def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[ElmoOutput, 
 def _predict(
     model: Model, bilm: BiLM, docs: Sequence[Doc], n_layers: int, width: int
 ) -> ElmoOutput:
-    """Run the docs' windows in length-sorted chunks of at most max_batch_tokens
-    padded tokens, and copy each window's kept part into its doc's output. The
-    biLM is left in eval mode (not switched back to training, as thinc's
-    shim.predict does), so that what it keeps between batches stays valid."""
-    if bilm.stateful:
-        raise ValueError(
-            "The elmo pipe runs its biLM stateless (docs are batched by length, so a carried "
-            "state would join unrelated docs): set bilm.stateful = False"
-        )
-    bilm.eval()
-    outputs = _empty_outputs(model, docs, n_layers, width)
-    pieces = [
-        (i, *span)
-        for i, doc in enumerate(docs)
-        for span in windows(len(doc), model.attrs["window"], model.attrs["window_overlap"])
-    ]
-    pieces.sort(key=lambda piece: piece[2] - piece[1])
-    budget = model.attrs["max_batch_tokens"]
-    start = 0
-    while start < len(pieces):
-        end = start + 1
-        while end < len(pieces) and (pieces[end][2] - pieces[end][1]) * (end + 1 - start) <= budget:
-            end += 1
-        chunk = pieces[start:end]
-        tokens = [[t.text for t in docs[i][first:last]] for i, first, last, _, _ in chunk]
-        with torch.inference_mode():
-            layers = bilm(bilm.batch(tokens))
-        for (i, first, _, keep_first, keep_last), output in zip(chunk, _split(layers, tokens)):
-            outputs[i][:, keep_first:keep_last] = output[:, keep_first - first : keep_last - first]
-        start = end
-    return outputs
+    """The docs' layers from `embed_tokens` (windows run in length-sorted
+    chunks of at most max_batch_tokens padded tokens), the path that
+    `elmo_spacy.Embedder` and `elmo-spacy embed` share. The biLM is left in
+    eval mode (not switched back to training, as thinc's shim.predict does),
+    so that what it keeps between batches stays valid."""
+    outputs = embed_tokens(
+        bilm,
+        [[t.text for t in doc] for doc in docs],
+        max_batch_tokens=model.attrs["max_batch_tokens"],
+        window=model.attrs["window"],
+        window_overlap=model.attrs["window_overlap"],
+        initial_states=_initial_states(model, bilm),
+    )
+    return [model.ops.asarray3f(output) for output in outputs]
 
 
-def windows(n_tokens: int, window: int, overlap: int) -> list[tuple[int, int, int, int]]:
-    """Pieces (first, last, keep_first, keep_last) covering a doc of n_tokens:
-    run tokens [first, last), keep [keep_first, keep_last). The kept parts tile
-    the doc; a doc of at most `window` tokens is one piece, and none for 0."""
-    if n_tokens <= window:
-        return [(0, n_tokens, 0, n_tokens)] if n_tokens else []
-    step = window - 2 * overlap
-    return [
-        (
-            max(0, keep - overlap),
-            min(n_tokens, keep + step + overlap),
-            keep,
-            min(n_tokens, keep + step),
-        )
-        for keep in range(0, n_tokens, step)
-    ]
+def set_initial_state(model: Model, state: str, warmup: Sequence[Sequence[str]] | None) -> None:
+    """Start every doc from `state`: "zero", or "primed" by the warm-up
+    sentences (None: the default warm-up; see `initial_states_for`)."""
+    check_state(state)
+    model.attrs["state"] = state
+    model.attrs["warmup"] = None if warmup is None else [list(s) for s in warmup]
+
+
+def _initial_states(model: Model, bilm: BiLM) -> States | None:
+    return initial_states_for(bilm, model.attrs.get("state", "zero"), model.attrs.get("warmup"))
 
 
 def _split(layers: torch.Tensor, tokens: Sequence[Sequence[str]]) -> ElmoOutput:
