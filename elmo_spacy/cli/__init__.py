@@ -29,4 +29,4 @@ class errors_to_exit:
         return False
 
 
-from . import elmo_format, pretrain  # noqa: E402,F401  (registers the commands)
+from . import elmo_format, embed, pretrain  # noqa: E402,F401  (registers the commands)

@@ -1,0 +1,307 @@
+"""`elmo-spacy embed`: a corpus, one sentence per line, to ELMo vectors in
+HDF5 (the layout of AllenNLP's `allennlp elmo`) or in a DocBin."""
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import typer
+
+from . import app, errors_to_exit
+
+FORMATS = ("hdf5", "spacy")
+
+
+@app.command("embed")
+def embed_command(
+    bilm_path: Path = typer.Argument(
+        ..., exists=True, help="A biLM: pretrain/convert-elmo output, or a bilm-tf folder"
+    ),
+    input_file: Path = typer.Argument(
+        ..., exists=True, dir_okay=False, help="UTF-8 text, one sentence per line"
+    ),
+    output_file: Path = typer.Argument(..., dir_okay=False, help="The HDF5 (or .spacy) to write"),
+    all_layers: bool = typer.Option(
+        False, "--all", help="Every layer: (L + 1, n, D) per line (the default)"
+    ),
+    top: bool = typer.Option(False, "--top", help="The top layer only: (n, D) per line"),
+    average: bool = typer.Option(False, "--average", help="The mean of the layers: (n, D)"),
+    layers: str = typer.Option(
+        None, help="Keep these layers, e.g. 0,2 (0 = token encoding; --top takes the last kept)"
+    ),
+    state: str = typer.Option(
+        "zero", help="LSTM state every sentence starts from: zero, or primed by a warm-up text"
+    ),
+    warmup_file: Path = typer.Option(
+        None,
+        exists=True,
+        dir_okay=False,
+        help="Warm-up sentences of --state primed, one a line (default: shipped sentences)",
+    ),
+    tokenize: bool = typer.Option(
+        False, help="Tokenise with spaCy's tokenizer (--lang) instead of splitting on spaces"
+    ),
+    lang: str = typer.Option("en", help="Language of the spaCy tokenizer (with --tokenize)"),
+    output_format: str = typer.Option(
+        "hdf5", help="hdf5 (AllenNLP's layout), or spacy (a DocBin with doc._.elmo set)"
+    ),
+    use_sentence_keys: bool = typer.Option(
+        False, help="Key each dataset by its sentence, not its line index (AllenNLP's flag)"
+    ),
+    forget_sentences: bool = typer.Option(
+        False, help="Write no sentence_to_index dataset (AllenNLP's flag)"
+    ),
+    shard: str = typer.Option(
+        None, help="K/N: embed only lines i with i mod N = K (keys stay the line indices)"
+    ),
+    max_batch_tokens: int = typer.Option(4096, help="Padded tokens per biLM batch"),
+    gpu_id: int = typer.Option(-1, help="GPU to run on (-1: CPU)"),
+    overwrite: bool = typer.Option(False, help="Replace OUTPUT_FILE if it exists"),
+) -> None:
+    """Embed a corpus with a biLM: one sentence per line, tokens separated by
+    spaces (or --tokenize), written as AllenNLP's `allennlp elmo` writes it:
+    a float32 dataset per line, keyed by the line's index ("0", "1", ...),
+    and a `sentence_to_index` dataset (JSON: sentence -> key). An empty line
+    gives an empty dataset. The file appears only once it is complete."""
+    from ..embedder import Embedder
+
+    with errors_to_exit():
+        mode = _output_mode(all_layers, top, average)
+        _check_format(output_format, use_sentence_keys, forget_sentences)
+        keep, of = _parse_shard(shard)
+        _check_output(output_file, overwrite)
+        lines = read_lines(input_file)
+        tokenizer = _tokenizer(tokenize, lang)
+        indices = [i for i in range(len(lines)) if i % of == keep]
+        if output_format == "spacy":
+            docs = _docs(tokenize, lang, [lines[i] for i in indices])
+            sentences = [[t.text for t in doc] for doc in docs]
+        else:
+            sentences = tokenizer([lines[i] for i in indices])
+        if use_sentence_keys:
+            _check_sentence_keys(lines, indices)
+        warmup = None if warmup_file is None else tokenizer(read_lines(warmup_file))
+        embedder = Embedder(
+            bilm_path,
+            layers=_parse_layers(layers),
+            state=state,
+            warmup=warmup,
+            max_batch_tokens=max_batch_tokens,
+            device="cpu" if gpu_id < 0 else f"cuda:{gpu_id}",
+        )
+        started = time.perf_counter()
+        vectors = _embedded(embedder, sentences, mode)
+        if output_format == "spacy":
+            write_atomically(output_file, lambda path: write_docbin(path, docs, vectors))
+        else:
+            keys = [lines[i] if use_sentence_keys else str(i) for i in indices]
+            index = (
+                None
+                if use_sentence_keys or forget_sentences
+                else _sentence_to_index(lines, indices)
+            )
+            write_atomically(output_file, lambda path: write_hdf5(path, keys, vectors, index))
+    seconds = time.perf_counter() - started
+    n_tokens = sum(len(s) for s in sentences)
+    typer.echo(
+        f"{len(sentences)} lines, {n_tokens} tokens in {seconds:.1f} s "
+        f"({n_tokens / max(seconds, 1e-9):,.0f} tokens/s) -> {output_file}"
+    )
+
+
+def read_lines(path: Path) -> list[str]:
+    """The file's lines, stripped of surrounding white space (as AllenNLP
+    reads them); an empty line stays, as an empty sentence."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            return [line.strip() for line in file]
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path} is not UTF-8 text ({err}): convert it to UTF-8") from err
+
+
+def _embedded(embedder, sentences: list[list[str]], mode: str):
+    """A function that yields (position, float32 array) for every sentence,
+    shaped by `mode`, with a progress bar in tokens/s."""
+    import numpy
+    from tqdm import tqdm
+
+    def shaped(layers: numpy.ndarray) -> numpy.ndarray:
+        if mode == "top":
+            return layers[-1]
+        if mode == "average":
+            return layers.mean(axis=0)  # numpy.average (AllenNLP's) fails on 0 tokens
+        return layers
+
+    def vectors():
+        total = sum(len(s) for s in sentences)
+        with tqdm(total=total, unit="tok", unit_scale=True, desc="embed", leave=False) as bar:
+            for position, layers in embedder.embed_iter(sentences, progress=bar.update):
+                yield position, shaped(layers)
+
+    return vectors
+
+
+def write_hdf5(
+    path: Path,
+    keys: Sequence[str],
+    vectors: Callable,
+    sentence_to_index: dict[str, str] | None,
+) -> None:
+    """AllenNLP's layout: one float32 dataset per sentence under its key, and
+    `sentence_to_index`, a (1,) string dataset holding the JSON of the
+    sentence -> key map (unless None)."""
+    import h5py
+
+    with h5py.File(path, "w") as file:
+        for position, output in vectors():
+            file.create_dataset(keys[position], output.shape, dtype="float32", data=output)
+        if sentence_to_index is not None:
+            dataset = file.create_dataset(
+                "sentence_to_index", (1,), dtype=h5py.special_dtype(vlen=str)
+            )
+            dataset[0] = json.dumps(sentence_to_index)
+
+
+def write_docbin(path: Path, docs: list, vectors: Callable) -> None:
+    """A DocBin of the docs, in line order, each with doc._.elmo set
+    ((1, n, D) with --top or --average)."""
+    from spacy.tokens import DocBin
+
+    from ..extensions import set_layers
+
+    for position, output in vectors():
+        set_layers(docs[position], output if output.ndim == 3 else output[None])
+    DocBin(store_user_data=True, docs=docs).to_disk(path)
+
+
+def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
+    """Run `write` on a temporary file beside `path`, flush it to disk, then
+    rename it to `path`: `path` is never half written, and the temporary file
+    is removed if `write` fails or is interrupted (Ctrl-C)."""
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    temporary = Path(name)
+    try:
+        write(temporary)
+        with open(temporary, "rb") as file:
+            os.fsync(file.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 is not what a user expects
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def _output_mode(all_layers: bool, top: bool, average: bool) -> str:
+    flags = {"all": all_layers, "top": top, "average": average}
+    chosen = [name for name, flag in flags.items() if flag]
+    if len(chosen) > 1:
+        raise ValueError(f"--{' and --'.join(chosen)}: choose one of --all, --top, --average")
+    return chosen[0] if chosen else "all"
+
+
+def _check_format(output_format: str, use_sentence_keys: bool, forget_sentences: bool) -> None:
+    if output_format not in FORMATS:
+        raise ValueError(f"--output-format {output_format}: use one of {', '.join(FORMATS)}")
+    if output_format == "spacy" and (use_sentence_keys or forget_sentences):
+        raise ValueError(
+            "--use-sentence-keys and --forget-sentences shape HDF5 output: a DocBin keeps the "
+            "docs in line order, with their text"
+        )
+
+
+def _parse_shard(shard: str | None) -> tuple[int, int]:
+    """ "K/N" -> (K, N), 0 <= K < N; None -> (0, 1)."""
+    if shard is None:
+        return 0, 1
+    try:
+        keep, of = (int(part) for part in shard.split("/"))
+    except ValueError:
+        keep, of = -1, 0
+    if not 0 <= keep < of:
+        raise ValueError(
+            f"--shard {shard}: give K/N with 0 <= K < N, e.g. --shard 0/4 to --shard 3/4 "
+            "for four shards"
+        )
+    return keep, of
+
+
+def _parse_layers(layers: str | None) -> list[int] | None:
+    if layers is None:
+        return None
+    try:
+        return [int(part) for part in layers.split(",")]
+    except ValueError:
+        raise ValueError(
+            f"--layers {layers}: give layer indices separated by commas, e.g. --layers 1,2"
+        ) from None
+
+
+def _check_output(output_file: Path, overwrite: bool) -> None:
+    if output_file.exists() and not overwrite:
+        raise FileExistsError(f"{output_file} exists: pass --overwrite to replace it")
+    if not output_file.parent.is_dir():
+        raise FileNotFoundError(f"The folder of {output_file} does not exist: create it first")
+
+
+def _check_sentence_keys(lines: list[str], indices: list[int]) -> None:
+    """Sentences as HDF5 keys: refuse what AllenNLP would fail on half way (a
+    repeated sentence), and what HDF5 cannot name (an empty line, a "/")."""
+    seen: dict[str, int] = {}
+    for i in indices:
+        sentence = lines[i]
+        if not sentence or sentence == "." or "/" in sentence:
+            raise ValueError(
+                f"Line {i} ({sentence!r:.60}) cannot be an HDF5 key (empty, '.' or with a '/'): "
+                "drop --use-sentence-keys to key the datasets by line index"
+            )
+        if sentence in seen:
+            raise ValueError(
+                f"Lines {seen[sentence]} and {i} hold the same sentence, so --use-sentence-keys "
+                "would give two datasets one key: drop the flag to key them by line index"
+            )
+        seen[sentence] = i
+
+
+def _sentence_to_index(lines: list[str], indices: list[int]) -> dict[str, str]:
+    """Sentence -> key (its line index) in line order: a repeated sentence maps
+    to its last line, as in AllenNLP."""
+    return {lines[i]: str(i) for i in indices}
+
+
+def _tokenizer(tokenize: bool, lang: str) -> Callable[[list[str]], list[list[str]]]:
+    """Lines -> token lists: split on white space, or spaCy's tokenizer."""
+    if not tokenize:
+        return lambda lines: [line.split() for line in lines]
+    tokenizer = _blank(lang).tokenizer
+    return lambda lines: [[t.text for t in doc] for doc in tokenizer.pipe(lines)]
+
+
+def _docs(tokenize: bool, lang: str, lines: list[str]) -> list:
+    """The docs of the DocBin: spaCy's tokenisation of each line, or a doc of
+    its space-separated tokens."""
+    from spacy.tokens import Doc
+
+    nlp = _blank(lang)
+    if tokenize:
+        return list(nlp.tokenizer.pipe(lines))
+    return [Doc(nlp.vocab, words=line.split()) for line in lines]
+
+
+def _blank(lang: str):
+    import spacy
+
+    try:
+        return spacy.blank(lang)
+    except ImportError as err:
+        raise ValueError(f"--lang {lang}: spaCy has no such language ({err})") from err
