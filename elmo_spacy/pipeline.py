@@ -304,9 +304,9 @@ class Elmo(TrainablePipe):
         bilm_path: str | Path | None = None,
         untrained: bool = False,
     ) -> None:
-        """Load the pretrained biLM at `bilm_path`: a directory written by
-        `elmo-spacy pretrain` or `convert-elmo`, or a folder with a bilm-tf
-        options.json + weights.hdf5. Only with `untrained = true` (and a
+        """Load the pretrained biLM at `bilm_path`: whatever `load_bilm` takes
+        (a biLM directory, a folder with a published bilm-tf model, an NLPL
+        folder or .zip; see `elmo_spacy.bilm.locate`). Only with `untrained = true` (and a
         warning) is a biLM of random weights built instead, from the model's
         `bilm` settings and a vocabulary of the example docs."""
         if bilm_path is not None:
