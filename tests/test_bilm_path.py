@@ -15,31 +15,15 @@ import spacy
 import torch
 from typer.testing import CliRunner
 
-from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm, save_bilm
+from elmo_spacy.bilm import BiLM, load_bilm, save_bilm
 from elmo_spacy.bilm.bilm_tf import read_bilm_tf, write_bilm_tf
 from elmo_spacy.bilm.io import BiLMLoadError
 from elmo_spacy.bilm.locate import BILM_DIR, BILM_TF, BILM_TF_ZIP, resolve_bilm_path
 from elmo_spacy.cli import app
 
-from .conftest import ROOT, tokenize
+from .conftest import tokenize
+from .test_elmo_format import FIXTURES, tiny_elmo
 
-FIXTURES = ROOT.parent / "shared" / "data" / "allennlp_elmo"
-TINY = BiLMConfig(
-    encoder="char_cnn",
-    char_ids="bilm_tf",
-    max_chars=50,
-    char_dim=4,
-    filters=[(1, 4), (2, 8)],
-    n_highway=1,
-    projection_dim=8,
-    lstm_dim=16,
-    n_layers=2,
-    cell_clip=3.0,
-    proj_clip=3.0,
-    forget_bias=1.0,
-    dropout=0.0,
-    min_count=1,
-)
 SENTENCES = tokenize(["The bank raised rates on Monday .", "She sat by the river bank ."])
 # What else the archives and folders people download hold, besides the two files.
 NLPL_EXTRAS = {"README": "An ELMo model.\n", "meta.json": '{"id": 209}', "vocab.txt": "the\nbank\n"}
@@ -53,9 +37,7 @@ def source(request, tmp_path_factory) -> tuple[Path, Path]:
         if not (FIXTURES / "lm_weights.hdf5").is_file():
             pytest.skip(f"the AllenNLP ELMo fixtures are not at {FIXTURES} (not shipped)")
         return FIXTURES / "options.json", FIXTURES / "lm_weights.hdf5"
-    torch.manual_seed(0)
-    bilm = BiLM(TINY, WordVocab.specials_only(), with_softmax=False)
-    return write_bilm_tf(bilm, tmp_path_factory.mktemp("tiny") / "tf")
+    return write_bilm_tf(tiny_elmo(), tmp_path_factory.mktemp("tiny") / "tf")
 
 
 def outputs(bilm: BiLM) -> torch.Tensor:
