@@ -8,6 +8,8 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from .precision import matmul_dtype, state_dtype
+
 LstmState = tuple[torch.Tensor, torch.Tensor]  # h (B, P), c (B, H) of one layer
 PackedWeights = dict[int, dict[str, torch.Tensor]]  # id(layer) -> name -> packed weight
 
@@ -168,7 +170,7 @@ def run_lstm_layer(
     order = torch.argsort(lengths, descending=True, stable=True)
     lengths_sorted = lengths[order].tolist()
     if initial is None:
-        h, c = x.new_zeros(batch, out_dim), x.new_zeros(batch, hidden)
+        h, c = x.new_zeros(batch, out_dim), x.new_zeros(batch, hidden, dtype=state_dtype(x.dtype))
     else:
         h, c = initial[0][order], initial[1][order]
     # active[t]: rows still running at step t (a prefix, as rows are sorted)
@@ -211,17 +213,22 @@ def _linear(
 ) -> Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]:
     """A function (x (N, in), add) -> x @ weight.T + add, where `add` is a bias
     (out,), an (N, out) array or None. With a `packed` cache and oneDNN, it
-    runs on the weight packed once and kept under `name`."""
+    runs on the weight packed once and kept under `name`: in float32, or under
+    bfloat16 autocast a bfloat16 copy (x and a bias cast to it)."""
     if packed is None or not onednn_packing():
-        transposed = weight.t()
+        transposed = weight.to(matmul_dtype(weight)).t()  # cast once, not at every step
         return lambda x, add: x.mm(transposed) if add is None else torch.addmm(add, x, transposed)
-    if name not in packed:
-        packed[name] = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 32)
-    weight_packed, linear = packed[name], torch.ops.mkldnn._linear_pointwise
+    dtype = matmul_dtype(weight)
+    key = name if dtype == weight.dtype else f"{name}.{dtype}"
+    if key not in packed:
+        packed[key] = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype), 32)
+    weight_packed, linear = packed[key], torch.ops.mkldnn._linear_pointwise
 
     def packed_linear(x: torch.Tensor, add: torch.Tensor | None) -> torch.Tensor:
+        x = x.to(dtype)
         if add is None or add.dim() == 1:
-            return linear(x, weight_packed, add, "none", [], "")
+            bias = None if add is None else add.to(dtype)
+            return linear(x, weight_packed, bias, "none", [], "")
         return linear(x, weight_packed, None, "none", [], "").add_(add)
 
     return packed_linear

@@ -12,6 +12,7 @@ from .chars import char_ids_for
 from .config import BiLMConfig
 from .encoders import CharCNNEncoder, WordEncoder
 from .lstm import LstmStack, LstmState, PackedWeights, onednn_packing
+from .precision import in_precision, resolve_precision
 from .softmax import SoftmaxHead
 from .vocab import WordVocab
 
@@ -107,6 +108,7 @@ class BiLM(nn.Module):
         self._weights_generation = 0
         self.stateful = False
         self._states: dict[str, list[LstmState]] | None = None
+        self._precision = "float32"
         dim = config.projection_dim
         if config.encoder == "char_cnn":
             widest = max(width for width, _ in config.filters)
@@ -183,12 +185,26 @@ class BiLM(nn.Module):
             type_inputs, type_chars, type_word_ids, torch.from_numpy(index), lengths, types
         )
 
+    @property
+    def precision(self) -> str:
+        """ "float32" (the default, conformant) or "bfloat16" (see
+        `elmo_spacy.bilm.precision`): what `forward` and `lm_loss` compute in.
+        Setting "bfloat16" where it does not pay warns and keeps "float32"."""
+        return self._precision
+
+    @precision.setter
+    def precision(self, precision: str) -> None:
+        self._precision = resolve_precision(precision, self._device, "BiLM.precision")
+        self.weights_changed()  # kept encodings and packed weights are of one precision
+
+    @in_precision
     def forward(self, batch: TokenBatch) -> torch.Tensor:
         encoded, forward_layers, backward_layers = self._run(batch.to(self._device))
         layers = [torch.cat([encoded, encoded], dim=-1)]
         layers += [torch.cat(fb, dim=-1) for fb in zip(forward_layers, backward_layers)]
         return torch.stack(layers)[:, :, 1:-1]
 
+    @in_precision
     def lm_loss(self, batch: TokenBatch) -> LMLoss:
         """Language-model loss: every word and the closing </S> is predicted
         forwards, every word and the opening <S> backwards."""
