@@ -187,7 +187,7 @@ def run_lstm_layer(
             break
         gates = recur(h[:n], gates_x[offset : offset + n])
         offset += n
-        i, f, g, o = gates.chunk(4, 1)
+        i, f, g, o = gates.to(state_dtype(gates.dtype)).chunk(4, 1)
         cell = torch.sigmoid(f) * c[:n] + torch.sigmoid(i) * torch.tanh(g)
         if cell_clip:
             cell = cell.clamp(-cell_clip, cell_clip)
@@ -229,6 +229,8 @@ def _linear(
         if add is None or add.dim() == 1:
             bias = None if add is None else add.to(dtype)
             return linear(x, weight_packed, bias, "none", [], "")
+        if dtype != weight.dtype:  # the add fused into the product, before rounding
+            return linear.binary(x, add.to(dtype), weight_packed, None, "add")
         return linear(x, weight_packed, None, "none", [], "").add_(add)
 
     return packed_linear
@@ -242,6 +244,7 @@ def onednn_packing() -> bool:
         weight, x = torch.randn(8, 4), torch.randn(3, 4)
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, 3)
         y = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-        return bool(torch.allclose(y, x @ weight.t(), atol=1e-5))
+        with torch.autocast("cpu", enabled=False):  # first asked under bfloat16 autocast
+            return bool(torch.allclose(y, x @ weight.t(), atol=1e-5))
     except (AttributeError, RuntimeError):
         return False
