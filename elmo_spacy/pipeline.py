@@ -17,6 +17,7 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from .bilm.io import bilm_from_bytes, bilm_to_bytes, load_bilm, save_bilm
+from .bilm.precision import check_precision
 from .cache import FrozenOutputCache
 from .extensions import install_extensions, set_layers
 from .layers import ElmoListener, get_bilm, set_bilm
@@ -37,6 +38,7 @@ DTYPES = ("float32", "float16")
         "layers": None,
         "dtype": "float32",
         "cache_mb": 2048,
+        "precision": "float32",
     },
     assigns=["doc._.elmo", "doc.tensor"],
 )
@@ -47,8 +49,17 @@ def make_elmo(
     layers: list[int] | None,
     dtype: str,
     cache_mb: int,
+    precision: str,
 ) -> "Elmo":
-    return Elmo(nlp.vocab, model, name=name, layers=layers, dtype=dtype, cache_mb=cache_mb)
+    return Elmo(
+        nlp.vocab,
+        model,
+        name=name,
+        layers=layers,
+        dtype=dtype,
+        cache_mb=cache_mb,
+        precision=precision,
+    )
 
 
 class Elmo(TrainablePipe):
@@ -73,6 +84,11 @@ class Elmo(TrainablePipe):
         rounding). Prediction outside training never uses the cache; the cache
         is emptied when the biLM changes and when training ends (with the
         `elmo_spacy.ReleaseTrainingCaches.v1` logger of the shipped configs).
+    precision: what the biLM computes in: "float32" (the default, conformant)
+        or "bfloat16" (faster where the CPU multiplies in it, e.g. AVX512-BF16
+        or AMX; the layers move by about 1e-2 of their scale; float32 with a
+        warning elsewhere). `doc._.elmo` is float32 (or `dtype`) either way;
+        see `elmo_spacy.bilm.precision`.
     """
 
     def __init__(
@@ -84,6 +100,7 @@ class Elmo(TrainablePipe):
         layers: Sequence[int] | None = None,
         dtype: str = "float32",
         cache_mb: int = 2048,
+        precision: str = "float32",
     ) -> None:
         if dtype not in DTYPES:
             raise ValueError(f"[components.{name}] dtype = {dtype!r}: use one of {DTYPES}")
@@ -98,7 +115,20 @@ class Elmo(TrainablePipe):
         self.cfg: dict = {}
         self.frozen_cache = FrozenOutputCache(cache_mb * 2**20)
         self._pid = os.getpid()
+        self._precision = check_precision(precision, f"[components.{name}] precision")
         install_extensions()
+
+    @property
+    def precision(self) -> str:
+        """ "float32" or "bfloat16": see the class docstring."""
+        return self._precision
+
+    @precision.setter
+    def precision(self, precision: str) -> None:
+        self._precision = check_precision(precision, f"[components.{self.name}] precision")
+        if get_bilm(self.model) is not None:
+            get_bilm(self.model).precision = precision
+        self.frozen_cache.clear()
 
     @property
     def n_output_layers(self) -> int:
@@ -293,6 +323,7 @@ class Elmo(TrainablePipe):
         return self
 
     def _bilm_changed(self) -> None:
+        get_bilm(self.model).precision = self._precision
         n_layers = self.model.get_dim("n_layers")
         if self.layers is not None:
             if not all(-n_layers <= i < n_layers for i in self.layers):

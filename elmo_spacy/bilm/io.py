@@ -17,6 +17,7 @@ from .bilm_tf import find_bilm_tf, read_bilm_tf
 from .config import BiLMConfig
 from .files import write_directory
 from .model import BiLM
+from .precision import check_precision
 from .vocab import WordVocab
 
 CONFIG_FILE = "config.json"
@@ -50,15 +51,25 @@ def write_bilm_files(bilm: BiLM, state: dict[str, torch.Tensor], folder: Path) -
     save_file(state, str(folder / WEIGHTS_FILE))
 
 
-def load_bilm(path: str | Path, with_softmax: bool | None = None) -> BiLM:
+def load_bilm(
+    path: str | Path, with_softmax: bool | None = None, precision: str = "float32"
+) -> BiLM:
     """Read a biLM directory written by `save_bilm`, or a folder that holds a
     bilm-tf model (`options.json` + `weights.hdf5`, or `*_options.json` +
     `*_weights.hdf5`; see `elmo_spacy.bilm.bilm_tf`).
 
     with_softmax: None loads the softmax head where the directory has one;
         False leaves it out (the `elmo` pipe does not need it); True requires it.
+    precision: what the biLM computes in, "float32" or "bfloat16" (see
+        `BiLM.precision`); the weights are float32 either way.
     """
-    path = Path(path)
+    check_precision(precision, "load_bilm(precision=...)")
+    bilm = _load_bilm(Path(path), with_softmax)
+    bilm.precision = precision
+    return bilm
+
+
+def _load_bilm(path: Path, with_softmax: bool | None) -> BiLM:
     if path.is_dir() and not (path / CONFIG_FILE).exists():
         pair = find_bilm_tf(path)
         if pair is not None:
