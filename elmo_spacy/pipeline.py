@@ -17,7 +17,7 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from .bilm.io import bilm_from_bytes, bilm_to_bytes, load_bilm, save_bilm
-from .bilm.precision import check_precision
+from .bilm.precision import check_precision, resolve_precision
 from .cache import FrozenOutputCache
 from .extensions import install_extensions, set_layers
 from .layers import ElmoListener, get_bilm, set_bilm
@@ -127,8 +127,13 @@ class Elmo(TrainablePipe):
     def precision(self, precision: str) -> None:
         self._precision = check_precision(precision, f"[components.{self.name}] precision")
         if get_bilm(self.model) is not None:
-            get_bilm(self.model).precision = precision
+            self._apply_precision()
         self.frozen_cache.clear()
+
+    def _apply_precision(self) -> None:
+        bilm = get_bilm(self.model)
+        where = f"[components.{self.name}] precision"
+        bilm.precision = resolve_precision(self._precision, next(bilm.parameters()).device, where)
 
     @property
     def n_output_layers(self) -> int:
@@ -323,7 +328,7 @@ class Elmo(TrainablePipe):
         return self
 
     def _bilm_changed(self) -> None:
-        get_bilm(self.model).precision = self._precision
+        self._apply_precision()
         n_layers = self.model.get_dim("n_layers")
         if self.layers is not None:
             if not all(-n_layers <= i < n_layers for i in self.layers):

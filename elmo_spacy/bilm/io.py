@@ -63,7 +63,7 @@ def load_bilm(
     precision: what the biLM computes in, "float32" or "bfloat16" (see
         `BiLM.precision`); the weights are float32 either way.
     """
-    check_precision(precision, "load_bilm(precision=...)")
+    check_precision(precision, "load_bilm: precision")
     bilm = _load_bilm(Path(path), with_softmax)
     bilm.precision = precision
     return bilm
