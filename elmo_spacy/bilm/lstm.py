@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .precision import matmul_dtype, state_dtype
+from .precision import matmul_dtype, state_dtype, widened
 
 LstmState = tuple[torch.Tensor, torch.Tensor]  # h (B, P), c (B, H) of one layer
 PackedWeights = dict[int, dict[str, torch.Tensor]]  # id(layer) -> name -> packed weight
@@ -187,7 +187,7 @@ def run_lstm_layer(
             break
         gates = recur(h[:n], gates_x[offset : offset + n])
         offset += n
-        i, f, g, o = gates.to(state_dtype(gates.dtype)).chunk(4, 1)
+        i, f, g, o = widened(gates).chunk(4, 1)
         cell = torch.sigmoid(f) * c[:n] + torch.sigmoid(i) * torch.tanh(g)
         if cell_clip:
             cell = cell.clamp(-cell_clip, cell_clip)
