@@ -6,16 +6,17 @@ import pytest
 import spacy
 import torch
 from safetensors.torch import load_file
+from spacy.cli._util import parse_config_overrides
 
 import elmo_spacy.bilm.precision as precision_module
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm
 from elmo_spacy.bilm.lstm import onednn_packing
 from elmo_spacy.bilm.softmax import adaptive_nll
 from elmo_spacy.layers import get_bilm
-from elmo_spacy.pretrain import PretrainConfig, pretrain
+from elmo_spacy.pretrain import PretrainConfig, load_pretrain_config, pretrain
 from elmo_spacy.pretrain.checkpoint import STATE_FILE, latest_checkpoint
 
-from .conftest import DATA, TINY_BILM, tokenize
+from .conftest import CONFIGS, DATA, TINY_BILM, tokenize
 
 DOCS = tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()[:40])
 SENTENCES = DOCS[:12]
@@ -234,3 +235,12 @@ def test_a_precision_that_does_not_exist_is_refused_with_the_choices(bilm_dir, t
         PretrainConfig(precision="float16")
     with pytest.raises(ValueError, match="precision = 'float16'"):  # before reading any file
         load_bilm(tmp_path / "missing", precision="float16")
+
+
+def test_pretraining_configs_say_float32_and_the_command_line_overrides_it():
+    for path in sorted(CONFIGS.glob("bilm*.cfg")):
+        assert load_pretrain_config(path)[1].precision == "float32", path.name
+    overrides = parse_config_overrides(["--training.precision", "bfloat16"])  # as the CLI does
+    assert load_pretrain_config(CONFIGS / "bilm.cfg", overrides)[1].precision == "bfloat16"
+    with pytest.raises(ValueError, match="precision = 'fp16'"):
+        load_pretrain_config(CONFIGS / "bilm.cfg", {"training.precision": "fp16"})

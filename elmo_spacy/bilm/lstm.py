@@ -244,7 +244,7 @@ def onednn_packing() -> bool:
         weight, x = torch.randn(8, 4), torch.randn(3, 4)
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, 3)
         y = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-        with torch.autocast("cpu", enabled=False):  # first asked under bfloat16 autocast
+        with torch.autocast("cpu", enabled=False):  # the check may run under autocast
             return bool(torch.allclose(y, x @ weight.t(), atol=1e-5))
     except (AttributeError, RuntimeError):
         return False
