@@ -1,8 +1,11 @@
-"""Tokens/s of the biLM forward at the published ELMo models' shapes, beside the
-same model on torch's unclipped fused LSTM, a reference-style forward, and the
-machine's matmul rate measured in the same run.
+"""Tokens/s of the biLM forward at the published ELMo models' shapes, in float32
+and bfloat16, beside the same model on torch's unclipped fused LSTM, a
+reference-style forward, and the machine's matmul rates measured in the same
+run; and how far bfloat16 moves each layer from float32.
 
     python benchmarks/elmo_shapes.py [--text ../shared/data/ag_news/train.csv] [--batches 10]
+        [--precisions float32 bfloat16] [--forwards clipped fused reference-style]
+        [--bilm PATH]
 
 Random weights (speed does not depend on them), torch on two threads, batches of
 32 real sentences of AG News text (spaCy's tokenizer and sentencizer, in file
@@ -10,7 +13,9 @@ order), run under torch.inference_mode as the `elmo` pipe runs them:
 
 - "clipped": the biLM as this package runs it: bilm-tf's architecture (cell and
   projection clipped at 3), the LSTM recurrence on oneDNN-packed weights, the
-  type cache on (it warms up over the run, as in a pipe);
+  type cache on (it warms up over the run, as in a pipe); once per precision
+  ("clipped" in float32, "clipped-bfloat16": `BiLM.precision = "bfloat16"`,
+  bfloat16 weights packed once, cell state in float32);
 - "fused": the same model and cache on torch's fused nn.LSTM over packed
   sequences, without clipping;
 - "reference-style": written here as AllenNLP's `_ElmoBiLm` computes ELMo: the
@@ -20,13 +25,23 @@ order), run under torch.inference_mode as the `elmo` pipe runs them:
   sentences not yet finished.
 
 Model FLOPs count every matmul and convolution of that reference computation
-(padding tokens excluded), 2 per multiply-add; the roofline is those FLOPs at
-the rate of a 2048 x 2048 x 2048 matmul measured in the same run (the best of
-three rounds). Prints one
-JSON line per shape and forward, then a summary line per shape.
+(padding tokens excluded), 2 per multiply-add; the roofline of a forward is
+those FLOPs at the rate of a 2048 x 2048 x 2048 matmul in its own precision
+through oneDNN, measured in the same run (the best of three rounds; see
+benchmarks/matmul_rates.py; MKL's float32 rate is printed for reference).
+
+The layers' distance (bfloat16 against float32, over the real positions of
+the timed batches): per layer the max and mean absolute difference, the max
+over the layer's largest absolute value, and the mean cosine of a position's
+vectors. With random weights (the default) the LSTM layers are small; --bilm
+PATH runs a trained biLM (a directory of `elmo-spacy pretrain` or
+`convert-elmo`, or a bilm-tf folder) instead of the shapes, for distances on
+real weights. Prints one JSON line per shape and forward, one per shape with
+the distances, then a summary line per shape.
 """
 
 import argparse
+import copy
 import csv
 import json
 import time
@@ -34,8 +49,9 @@ from pathlib import Path
 
 import spacy
 import torch
+from matmul_rates import matmul_rates, roofline
 
-from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab
+from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm
 
 FILTERS = [(1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024)]
 SHAPES = {
@@ -84,6 +100,8 @@ def model_flops(config: BiLMConfig, batch: list[list[str]]) -> float:
     conv = sum(w * config.char_dim * n * (chars - w + 1) for w, n in config.filters)
     highway = config.n_highway * n_filters * 2 * n_filters
     projection = n_filters * config.projection_dim
+    if config.encoder == "word":  # a table lookup and a projection
+        conv, highway, projection = 0, 0, config.word_dim * config.projection_dim
     p, h = config.projection_dim, config.lstm_dim
     lstm = 2 * config.n_layers * (p * 4 * h + p * 4 * h + h * p)
     return 2.0 * positions * (conv + highway + projection + lstm)
@@ -94,19 +112,6 @@ def timed(run, batches) -> float:
     for batch in batches:
         run(batch)
     return time.perf_counter() - started
-
-
-def matmul_rate(size: int = 2048, repeats: int = 10, rounds: int = 3) -> float:
-    """FLOP/s of a size^3 matmul: the best of `rounds` rounds (the peak)."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    a @ b
-    best = 0.0
-    for _ in range(rounds):
-        started = time.perf_counter()
-        for _ in range(repeats):
-            a @ b
-        best = max(best, 2 * size**3 * repeats / (time.perf_counter() - started))
-    return best
 
 
 class ReferenceStyle:
@@ -183,46 +188,126 @@ def main() -> None:
     parser.add_argument("--text", type=Path, default=default_text, help="AG News CSV")
     parser.add_argument("--batches", type=int, default=10, help="timed batches per forward")
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES))
+    parser.add_argument("--bilm", type=Path, help="a trained biLM to run instead of the shapes")
+    parser.add_argument("--precisions", nargs="*", default=list(PRECISIONS), choices=PRECISIONS)
+    parser.add_argument("--forwards", nargs="*", default=list(FORWARDS), choices=FORWARDS)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     sentences = read_sentences(args.text, BATCH * (args.batches + 1))
     batches = [sentences[i : i + BATCH] for i in range(0, len(sentences), BATCH)]
     warm_up, timed_batches = batches[0], batches[1 : args.batches + 1]
     tokens = sum(len(s) for batch in timed_batches for s in batch)
-    forwards = ("clipped", "fused", "reference-style")
-    for shape in args.shapes:
-        config = elmo_config(**SHAPES[shape])
-        flops = sum(model_flops(config, batch) for batch in timed_batches)
-        seconds = {name: float("inf") for name in forwards}
-        peak = 0.0
-        for _ in range(args.rounds):
-            peak = max(peak, matmul_rate())
-            for name in forwards:
+    runs = [f"clipped-{p}" if p != "float32" else "clipped" for p in args.precisions]
+    runs += [name for name in args.forwards if name != "clipped"]
+    shapes = [str(args.bilm)] if args.bilm else args.shapes
+    for shape in shapes:
+        if args.bilm:
+            loaded = load_bilm(args.bilm, with_softmax=False)
+
+            def make(loaded=loaded) -> BiLM:
+                return copy.deepcopy(loaded)
+
+        else:
+            config = elmo_config(**SHAPES[shape])
+
+            def make(config=config) -> BiLM:
                 torch.manual_seed(0)
-                bilm = BiLM(config, WordVocab.specials_only(), with_softmax=False).eval()
+                return BiLM(config, WordVocab.specials_only(), with_softmax=False).eval()
+
+        config = make().config
+        flops = sum(model_flops(config, batch) for batch in timed_batches)
+        seconds = {name: float("inf") for name in runs}
+        rates: dict[str, float] = {}
+        for _ in range(args.rounds):
+            for kernel, rate in matmul_rates().items():
+                rates[kernel] = max(rates.get(kernel, 0.0), rate)
+            for name in runs:
+                bilm = make()
                 if name == "fused":
                     bilm.forward_lstm.kernel = bilm.backward_lstm.kernel = "fused"
+                bilm.precision = precision_of(name)
                 run = ReferenceStyle(bilm) if name == "reference-style" else bilm_forward(bilm)
                 with torch.inference_mode():
                     run(warm_up)
                     seconds[name] = min(seconds[name], timed(run, timed_batches))
-        results = {name: tokens / seconds[name] for name in forwards}
-        for name in forwards:
+        results = {name: tokens / seconds[name] for name in runs}
+        for name in runs:
+            peak = roofline(rates, precision_of(name))
             line = {"shape": shape, "forward": name, "tokens": tokens, "seconds": seconds[name]}
             line["tokens_per_second"] = results[name]
             line["share_of_roofline"] = flops / seconds[name] / peak
             print(json.dumps(line), flush=True)
         summary = {
             "shape": shape,
-            "matmul_gflops": peak / 1e9,
+            "threads": args.threads,
+            **{f"matmul_gflops_{kernel}": rate / 1e9 for kernel, rate in rates.items()},
             "model_mflop_per_token": flops / tokens / 1e6,
-            "roofline_tokens_per_second": peak / (flops / tokens),
-            "clipped_over_fused": results["clipped"] / results["fused"],
-            "clipped_over_reference_style": results["clipped"] / results["reference-style"],
-            "clipped_share_of_roofline": results["clipped"] / (peak / (flops / tokens)),
         }
+        for precision in args.precisions:
+            name = "clipped" if precision == "float32" else f"clipped-{precision}"
+            summary[f"{name}_share_of_roofline"] = results[name] / (
+                roofline(rates, precision) / (flops / tokens)
+            )
+        if "clipped" in results:
+            for name in runs:
+                if name != "clipped":
+                    summary[f"{name}_over_clipped"] = results[name] / results["clipped"]
+        if len(args.precisions) > 1 and "float32" in args.precisions:
+            distances = layer_distances(make, timed_batches, args.precisions)
+            print(json.dumps({"shape": shape, **distances}), flush=True)
         print(json.dumps(summary), flush=True)
+
+
+PRECISIONS = ("float32", "bfloat16")
+FORWARDS = ("clipped", "fused", "reference-style")
+
+
+def precision_of(name: str) -> str:
+    """The precision of a forward's name ("clipped-bfloat16": bfloat16)."""
+    return name.split("-", 1)[1] if name.startswith("clipped-") else "float32"
+
+
+def layer_distances(make, batches: list[list[list[str]]], precisions) -> dict:
+    """How far each reduced precision moves each layer from float32, over the
+    real positions of `batches`: max and mean |difference|, the max over the
+    layer's largest |value| (float32), and the mean cosine per position."""
+    outputs = {}
+    for precision in precisions:
+        bilm = make()
+        bilm.precision = precision
+        with torch.inference_mode():
+            outputs[precision] = [real_positions(bilm(bilm.batch(b)), b) for b in batches]
+    reference = torch.cat(outputs["float32"], dim=1)  # (L + 1, N, 2P)
+    distances = {}
+    for precision in precisions:
+        if precision == "float32":
+            continue
+        low = torch.cat(outputs[precision], dim=1)
+        difference = (low - reference).abs()
+        cosine = torch.nn.functional.cosine_similarity(low, reference, dim=-1)
+        distances[precision] = [
+            {
+                "layer": i,
+                "max_abs_diff": float(difference[i].max()),
+                "mean_abs_diff": float(difference[i].mean()),
+                "max_diff_over_max_abs": float(difference[i].max() / reference[i].abs().max()),
+                "mean_abs_value": float(reference[i].abs().mean()),
+                "mean_cosine": float(cosine[i].mean()),
+                "min_cosine": float(cosine[i].min()),
+            }
+            for i in range(len(reference))
+        ]
+    return distances
+
+
+def real_positions(layers: torch.Tensor, batch: list[list[str]]) -> torch.Tensor:
+    """(L + 1, B, T, D) -> (L + 1, N, D): the positions of real tokens."""
+    real = torch.zeros(layers.shape[1:3], dtype=torch.bool)
+    for i, sentence in enumerate(batch):
+        real[i, : len(sentence)] = True
+    return layers[:, real]
 
 
 def bilm_forward(bilm: BiLM):

@@ -1,12 +1,16 @@
-"""Throughput of the biLM training step, against this machine's matmul rate, measured in the same run.
+"""Throughput of the biLM training step in each precision, against this machine's matmul rates, measured in the same run.
 
     python benchmarks/pretrain_throughput.py configs/bilm.cfg corpus/pretrain.txt [--steps 30]
+        [--precisions float32 bfloat16] [--no-full-softmax] [--threads 2]
 
-Prints, one line each: the float32 matmul rate (GFLOP/s, the roofline), then
-for the config as given and for the same model with a full softmax (the
-naive baseline): tokens/s, training FLOPs per token computed from the sizes
-(3x the forward FLOPs of the matmuls, on real tokens, not padding), and the
-share of the roofline reached.
+Prints, one line each: the matmul rates (GFLOP/s: MKL's float32 for
+reference, oneDNN's float32 and bfloat16, the rooflines; see
+benchmarks/matmul_rates.py), then for the config as given and for the same
+model with a full softmax (the naive baseline), in each precision: tokens/s,
+training FLOPs per token computed from the sizes (3x the forward FLOPs of the
+matmuls, on real tokens, not padding), and the share of the precision's own
+roofline reached; last, each precision's speed over float32's. Dev perplexity
+after the same steps in each precision: benchmarks/precision_perplexity.py.
 """
 
 import argparse
@@ -17,20 +21,11 @@ import time
 from dataclasses import replace
 
 import torch
+from matmul_rates import matmul_rates, roofline
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab
 from elmo_spacy.pretrain import bucketed_batches, load_pretrain_config, split_long
 from elmo_spacy.pretrain.texts import read_tokenised_texts
-
-
-def matmul_gflops(n: int = 2048, repeats: int = 10) -> float:
-    """Measured float32 matmul rate of (n x n) @ (n x n), GFLOP/s."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    torch.mm(a, b)
-    started = time.perf_counter()
-    for _ in range(repeats):
-        torch.mm(a, b)
-    return 2 * n**3 * repeats / (time.perf_counter() - started) / 1e9
 
 
 def forward_flops_per_token(config: BiLMConfig, vocab_size: int, tail_shares: list[float]) -> float:
@@ -53,7 +48,8 @@ def forward_flops_per_token(config: BiLMConfig, vocab_size: int, tail_shares: li
 
 
 def train_steps(bilm: BiLM, batches: list, steps: int) -> float:
-    """Tokens/s of forward, backward, clipping and an Adam step, after a warm-up."""
+    """Tokens/s of forward, backward, clipping and an Adam step, after a warm-up,
+    in the biLM's precision."""
     optimizer = torch.optim.Adam(bilm.parameters(), lr=1e-3)
     bilm.train()
     tokens, seconds = 0, 0.0
@@ -75,7 +71,11 @@ def main() -> None:
     parser.add_argument("config")
     parser.add_argument("text")
     parser.add_argument("--steps", type=int, default=30, help="Timed training steps per model")
+    parser.add_argument("--precisions", nargs="*", default=list(PRECISIONS), choices=PRECISIONS)
+    parser.add_argument("--no-full-softmax", action="store_true", help="Skip the naive baseline")
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
 
     bilm_config, training = load_pretrain_config(args.config)
     docs = split_long(read_tokenised_texts(args.text), training.max_length)  # as pretraining does
@@ -87,27 +87,57 @@ def main() -> None:
     tail_shares = [sum(lo <= i < hi for i in ids) / len(ids) for lo, hi in zip(bounds, bounds[1:])]
     batches = list(bucketed_batches(docs, training.batch_tokens, random.Random(0)))
 
-    roofline = matmul_gflops()
-    print(json.dumps({"threads": torch.get_num_threads(), "matmul_gflops": round(roofline, 1)}))
-    for name, config in (
-        ("as configured", bilm_config),
-        ("full softmax", replace(bilm_config, softmax="full")),
-    ):
-        torch.manual_seed(0)
-        tokens_per_second = train_steps(BiLM(config, vocab), batches, args.steps)
-        flops = 3 * forward_flops_per_token(config, len(vocab), tail_shares)
-        print(
-            json.dumps(
-                {
-                    "model": name,
-                    "vocab": len(vocab),
-                    "tokens_per_second": round(tokens_per_second),
-                    "train_mflops_per_token": round(flops / 1e6, 2),
-                    "gflops": round(tokens_per_second * flops / 1e9, 1),
-                    "share_of_roofline": round(tokens_per_second * flops / 1e9 / roofline, 3),
-                }
-            )
+    rates = matmul_rates()
+    print(
+        json.dumps(
+            {
+                "threads": torch.get_num_threads(),
+                **{f"matmul_gflops_{k}": round(v / 1e9, 1) for k, v in rates.items()},
+            }
         )
+    )
+    models = [("as configured", bilm_config)]
+    if not args.no_full_softmax:
+        models.append(("full softmax", replace(bilm_config, softmax="full")))
+    for name, config in models:
+        flops = 3 * forward_flops_per_token(config, len(vocab), tail_shares)
+        speed = {}
+        for precision in args.precisions:
+            torch.manual_seed(0)
+            bilm = BiLM(config, vocab)
+            bilm.precision = precision
+            speed[precision] = train_steps(bilm, batches, args.steps)
+            gflops = speed[precision] * flops / 1e9
+            print(
+                json.dumps(
+                    {
+                        "model": name,
+                        "precision": bilm.precision,
+                        "vocab": len(vocab),
+                        "tokens_per_second": round(speed[precision]),
+                        "train_mflops_per_token": round(flops / 1e6, 2),
+                        "gflops": round(gflops, 1),
+                        "share_of_roofline": round(gflops * 1e9 / roofline(rates, precision), 3),
+                    }
+                ),
+                flush=True,
+            )
+        if "float32" in speed:
+            print(
+                json.dumps(
+                    {
+                        "model": name,
+                        **{
+                            f"{p}_over_float32": round(speed[p] / speed["float32"], 2)
+                            for p in speed
+                            if p != "float32"
+                        },
+                    }
+                )
+            )
+
+
+PRECISIONS = ("float32", "bfloat16")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from .bilm.inference import check_state, resolve_layers
 from .bilm.io import bilm_from_bytes, bilm_to_bytes, load_bilm, save_bilm
+from .bilm.precision import check_precision, resolve_precision
 from .cache import FrozenOutputCache
 from .extensions import install_extensions, set_layers
 from .layers import ElmoListener, get_bilm, set_bilm
@@ -40,6 +41,7 @@ DTYPES = ("float32", "float16")
         "cache_mb": 2048,
         "state": "zero",
         "warmup": None,
+        "precision": "float32",
     },
     assigns=["doc._.elmo", "doc.tensor"],
 )
@@ -52,6 +54,7 @@ def make_elmo(
     cache_mb: int,
     state: str,
     warmup: list[str] | None,
+    precision: str,
 ) -> "Elmo":
     return Elmo(
         nlp.vocab,
@@ -62,6 +65,7 @@ def make_elmo(
         cache_mb=cache_mb,
         state=state,
         warmup=warmup,
+        precision=precision,
     )
 
 
@@ -97,6 +101,12 @@ class Elmo(TrainablePipe):
         spaces; null: a few sentences of news English shipped with the
         plugin (`elmo_spacy.bilm.inference.DEFAULT_WARMUP`).
 
+    precision: what the biLM computes in: "float32" (the default, conformant)
+        or "bfloat16" (faster where the CPU multiplies in it, e.g. AVX512-BF16
+        or AMX; the layers move by about 1e-2 of their scale; float32 with a
+        warning elsewhere). `doc._.elmo` is float32 (or `dtype`) either way;
+        see `elmo_spacy.bilm.precision`.
+
     `state` and `warmup` are kept in the pipe's cfg, so a saved pipeline
     loads with the state it was saved with.
     """
@@ -112,6 +122,7 @@ class Elmo(TrainablePipe):
         cache_mb: int = 2048,
         state: str = "zero",
         warmup: Sequence[str] | None = None,
+        precision: str = "float32",
     ) -> None:
         if dtype not in DTYPES:
             raise ValueError(f"[components.{name}] dtype = {dtype!r}: use one of {DTYPES}")
@@ -127,6 +138,7 @@ class Elmo(TrainablePipe):
         self.frozen_cache = FrozenOutputCache(cache_mb * 2**20)
         self._pid = os.getpid()
         self.set_state(state, warmup)
+        self._precision = check_precision(precision, f"[components.{name}] precision")
         install_extensions()
 
     @property
@@ -172,6 +184,23 @@ class Elmo(TrainablePipe):
         tokens = None if warmup is None else [s.split() for s in warmup]
         set_initial_state(self.model, self.cfg["state"], tokens)
         self.frozen_cache.clear()
+
+    @property
+    def precision(self) -> str:
+        """ "float32" or "bfloat16": see the class docstring."""
+        return self._precision
+
+    @precision.setter
+    def precision(self, precision: str) -> None:
+        self._precision = check_precision(precision, f"[components.{self.name}] precision")
+        if get_bilm(self.model) is not None:
+            self._apply_precision()
+        self.frozen_cache.clear()
+
+    def _apply_precision(self) -> None:
+        bilm = get_bilm(self.model)
+        where = f"[components.{self.name}] precision"
+        bilm.precision = resolve_precision(self._precision, next(bilm.parameters()).device, where)
 
     @property
     def n_output_layers(self) -> int:
@@ -371,6 +400,7 @@ class Elmo(TrainablePipe):
         self.set_state(self.cfg.get("state", "zero"), self.cfg.get("warmup"))
 
     def _bilm_changed(self) -> None:
+        self._apply_precision()
         n_layers = self.model.get_dim("n_layers")
         self.layers = resolve_layers(self.layers, n_layers, f"[components.{self.name}] layers")
         self.frozen_cache.clear()

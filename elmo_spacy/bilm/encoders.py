@@ -4,6 +4,7 @@ import torch
 from torch import nn
 
 from .chars import CharIds
+from .precision import widened
 
 
 class Highway(nn.Module):
@@ -82,7 +83,7 @@ class CharCNNEncoder(nn.Module):
             padding = self.embed.weight[self.padding][None, :, None]
         pooled = []
         for conv in self.convs:
-            windows = conv(chars)  # (U, n, W - w + 1)
+            windows = widened(conv(chars))  # (U, n, W - w + 1); max-pooled fastest in float32
             if self.masked:
                 starts = torch.arange(windows.shape[2], device=windows.device)
                 outside = starts[None, None, :] >= n_chars[:, None, None]
@@ -90,8 +91,8 @@ class CharCNNEncoder(nn.Module):
             else:
                 best = windows.amax(-1)
                 if width < self.max_chars:  # windows in the padding beyond W
-                    all_padding = conv(padding.expand(-1, -1, conv.kernel_size[0]))[:, :, 0]
-                    best = torch.maximum(best, all_padding)
+                    all_padding = conv(padding.expand(-1, -1, conv.kernel_size[0]))
+                    best = torch.maximum(best, widened(all_padding)[:, :, 0])
             pooled.append(self.activation(best))
         return self.projection(self.highway(torch.cat(pooled, dim=-1)))
 

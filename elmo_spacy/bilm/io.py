@@ -30,6 +30,7 @@ from .locate import (
 )
 from .locate import SAFETENSORS_FILE as WEIGHTS_FILE
 from .model import BiLM
+from .precision import check_precision
 from .vocab import WordVocab
 
 
@@ -54,7 +55,9 @@ def write_bilm_files(bilm: BiLM, state: dict[str, torch.Tensor], folder: Path) -
     save_file(state, str(folder / WEIGHTS_FILE))
 
 
-def load_bilm(path: str | Path, with_softmax: bool | None = None) -> BiLM:
+def load_bilm(
+    path: str | Path, with_softmax: bool | None = None, precision: str = "float32"
+) -> BiLM:
     """Read the biLM at `path`, which may be:
 
     - a biLM directory written by `save_bilm` (`elmo-spacy pretrain`'s
@@ -71,8 +74,13 @@ def load_bilm(path: str | Path, with_softmax: bool | None = None) -> BiLM:
 
     with_softmax: None loads the softmax head where the directory has one;
         False leaves it out (the `elmo` pipe does not need it); True requires it.
+    precision: what the biLM computes in, "float32" or "bfloat16" (see
+        `BiLM.precision`); the weights are float32 either way.
     """
-    return load_bilm_at(resolve_bilm_path(path), with_softmax)
+    check_precision(precision, "load_bilm: precision")
+    bilm = load_bilm_at(resolve_bilm_path(path), with_softmax)
+    bilm.precision = precision
+    return bilm
 
 
 def load_bilm_at(

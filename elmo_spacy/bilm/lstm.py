@@ -8,6 +8,8 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from .precision import matmul_dtype, state_dtype, widened
+
 LstmState = tuple[torch.Tensor, torch.Tensor]  # h (B, P), c (B, H) of one layer
 PackedWeights = dict[int, dict[str, torch.Tensor]]  # id(layer) -> name -> packed weight
 
@@ -168,7 +170,7 @@ def run_lstm_layer(
     order = torch.argsort(lengths, descending=True, stable=True)
     lengths_sorted = lengths[order].tolist()
     if initial is None:
-        h, c = x.new_zeros(batch, out_dim), x.new_zeros(batch, hidden)
+        h, c = x.new_zeros(batch, out_dim), x.new_zeros(batch, hidden, dtype=state_dtype(x.dtype))
     else:
         h, c = initial[0][order], initial[1][order]
     # active[t]: rows still running at step t (a prefix, as rows are sorted)
@@ -185,7 +187,7 @@ def run_lstm_layer(
             break
         gates = recur(h[:n], gates_x[offset : offset + n])
         offset += n
-        i, f, g, o = gates.chunk(4, 1)
+        i, f, g, o = widened(gates).chunk(4, 1)
         cell = torch.sigmoid(f) * c[:n] + torch.sigmoid(i) * torch.tanh(g)
         if cell_clip:
             cell = cell.clamp(-cell_clip, cell_clip)
@@ -211,17 +213,24 @@ def _linear(
 ) -> Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]:
     """A function (x (N, in), add) -> x @ weight.T + add, where `add` is a bias
     (out,), an (N, out) array or None. With a `packed` cache and oneDNN, it
-    runs on the weight packed once and kept under `name`."""
+    runs on the weight packed once and kept under `name`: in float32, or under
+    bfloat16 autocast a bfloat16 copy (x and a bias cast to it)."""
     if packed is None or not onednn_packing():
-        transposed = weight.t()
+        transposed = weight.to(matmul_dtype(weight)).t()  # cast once, not at every step
         return lambda x, add: x.mm(transposed) if add is None else torch.addmm(add, x, transposed)
-    if name not in packed:
-        packed[name] = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 32)
-    weight_packed, linear = packed[name], torch.ops.mkldnn._linear_pointwise
+    dtype = matmul_dtype(weight)
+    key = name if dtype == weight.dtype else f"{name}.{dtype}"
+    if key not in packed:
+        packed[key] = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype), 32)
+    weight_packed, linear = packed[key], torch.ops.mkldnn._linear_pointwise
 
     def packed_linear(x: torch.Tensor, add: torch.Tensor | None) -> torch.Tensor:
+        x = x.to(dtype)
         if add is None or add.dim() == 1:
-            return linear(x, weight_packed, add, "none", [], "")
+            bias = None if add is None else add.to(dtype)
+            return linear(x, weight_packed, bias, "none", [], "")
+        if dtype != weight.dtype:  # the add fused into the product, before rounding
+            return linear.binary(x, add.to(dtype), weight_packed, None, "add")
         return linear(x, weight_packed, None, "none", [], "").add_(add)
 
     return packed_linear
@@ -235,6 +244,7 @@ def onednn_packing() -> bool:
         weight, x = torch.randn(8, 4), torch.randn(3, 4)
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, 3)
         y = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-        return bool(torch.allclose(y, x @ weight.t(), atol=1e-5))
+        with torch.autocast("cpu", enabled=False):  # the check may run under autocast
+            return bool(torch.allclose(y, x @ weight.t(), atol=1e-5))
     except (AttributeError, RuntimeError):
         return False

@@ -12,6 +12,7 @@ from .chars import char_ids_for
 from .config import BiLMConfig
 from .encoders import CharCNNEncoder, WordEncoder
 from .lstm import LstmStack, LstmState, PackedWeights, onednn_packing
+from .precision import in_precision, resolve_precision
 from .softmax import SoftmaxHead
 from .vocab import WordVocab
 
@@ -109,6 +110,7 @@ class BiLM(nn.Module):
         self._weights_generation = 0
         self.stateful = False
         self._states: dict[str, list[LstmState]] | None = None
+        self._precision = "float32"
         dim = config.projection_dim
         if config.encoder == "char_cnn":
             widest = max(width for width, _ in config.filters)
@@ -185,6 +187,20 @@ class BiLM(nn.Module):
             type_inputs, type_chars, type_word_ids, torch.from_numpy(index), lengths, types
         )
 
+    @property
+    def precision(self) -> str:
+        """ "float32" (the default, conformant) or "bfloat16" (see
+        `elmo_spacy.bilm.precision`): what `forward`, `forward_with_states`
+        and `lm_loss` compute in. Setting "bfloat16" where it does not pay
+        warns and keeps "float32"."""
+        return self._precision
+
+    @precision.setter
+    def precision(self, precision: str) -> None:
+        self._precision = resolve_precision(precision, self._device, "BiLM.precision")
+        self.weights_changed()  # kept encodings and packed weights are of one precision
+
+    @in_precision
     def forward(self, batch: TokenBatch, initial_states: "States | None" = None) -> torch.Tensor:
         """(L + 1, B, T, 2P) layers of the batch (see the class docstring).
 
@@ -195,6 +211,7 @@ class BiLM(nn.Module):
         """
         return self._layers(batch, initial_states, final=self.stateful)[0]
 
+    @in_precision
     def forward_with_states(
         self, batch: TokenBatch, initial_states: "States | None" = None
     ) -> tuple[torch.Tensor, "States"]:
@@ -254,6 +271,7 @@ class BiLM(nn.Module):
             if was_training:
                 self.train()
 
+    @in_precision
     def lm_loss(self, batch: TokenBatch) -> LMLoss:
         """Language-model loss: every word and the closing </S> is predicted
         forwards, every word and the opening <S> backwards."""

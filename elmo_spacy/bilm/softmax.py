@@ -3,6 +3,8 @@
 import torch
 from torch import nn
 
+from .precision import autocast_dtype
+
 
 class SoftmaxHead(nn.Module):
     """Summed negative log-likelihood of target word ids.
@@ -27,6 +29,30 @@ class SoftmaxHead(nn.Module):
         """hidden (N, dim) float, targets (N,) int64 -> scalar summed NLL."""
         if hidden.shape[0] == 0:
             return hidden.sum() * 0.0
+        if self.adaptive and autocast_dtype(hidden.device.type) is not None:
+            return adaptive_nll(self.head, hidden, targets)
         if self.adaptive:
             return self.head(hidden, targets).loss * hidden.shape[0]
+        # Under autocast, cross_entropy takes the logits in float32.
         return nn.functional.cross_entropy(self.head(hidden), targets, reduction="sum")
+
+
+def adaptive_nll(
+    softmax: nn.AdaptiveLogSoftmaxWithLoss, hidden: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """The summed NLL that `softmax(hidden, targets).loss * N` gives, for
+    reduced precision: the logits come from the layers in the ambient
+    precision (autocast), the log-softmax and the sums are float32.
+    hidden (N, dim), targets (N,) int64 -> scalar float32."""
+    head_targets = targets.clone()
+    nll = hidden.new_zeros((), dtype=torch.float32)
+    bounds = [softmax.shortlist_size, *softmax.cutoffs[1:]]
+    for i, tail in enumerate(softmax.tail):
+        rows = ((targets >= bounds[i]) & (targets < bounds[i + 1])).nonzero().squeeze(1)
+        if len(rows) == 0:
+            continue
+        head_targets[rows] = softmax.shortlist_size + i
+        logprob = torch.log_softmax(tail(hidden[rows]).float(), dim=1)
+        nll = nll - logprob.gather(1, (targets[rows] - bounds[i])[:, None]).sum()
+    head_logprob = torch.log_softmax(softmax.head(hidden).float(), dim=1)
+    return nll - head_logprob.gather(1, head_targets[:, None]).sum()

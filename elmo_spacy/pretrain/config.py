@@ -8,6 +8,7 @@ from confection import Config
 
 from ..bilm import BiLMConfig
 from ..bilm.config import from_known_fields
+from ..bilm.precision import PRECISIONS
 
 
 @dataclass
@@ -24,6 +25,10 @@ class PretrainConfig:
         (0 = never stop early).
     eval_batch_tokens: padded tokens per batch when measuring perplexity.
     checkpoint_every: steps between checkpoints (0 = only at epoch ends).
+    precision: "float32", or "bfloat16" to compute in bfloat16 under autocast
+        where the hardware multiplies in it (float32 master weights, loss and
+        log-softmax in float32; see `elmo_spacy.bilm.precision`). Checkpoints
+        and the saved biLM are float32 either way.
     """
 
     seed: int = 0
@@ -37,10 +42,13 @@ class PretrainConfig:
     patience: int = 2
     eval_batch_tokens: int = 8000
     checkpoint_every: int = 500
+    precision: str = "float32"
 
     def __post_init__(self) -> None:
         problems = []
         for spec in fields(self):
+            if spec.name == "precision":
+                continue
             value = getattr(self, spec.name)
             kind = int if spec.type in (int, "int") else float
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -69,6 +77,8 @@ class PretrainConfig:
             problems.append(f"learning_rate = {self.learning_rate}: above 0")
         if not 0.0 <= self.dev_fraction < 1.0:
             problems.append(f"dev_fraction = {self.dev_fraction}: in [0, 1)")
+        if self.precision not in PRECISIONS:
+            problems.append(f"precision = {self.precision!r}: one of {', '.join(PRECISIONS)}")
         if problems:
             raise ValueError("[training] " + "; ".join(problems))
 

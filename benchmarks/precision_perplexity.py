@@ -1,0 +1,105 @@
+"""Dev perplexity after the same pretraining steps in float32 and in bfloat16.
+
+    python benchmarks/precision_perplexity.py configs/bilm.cfg ../shared/data/ag_news/unlabeled.txt
+        [--steps 300] [--max-docs 0] [--precisions float32 bfloat16] [--threads 2]
+        [--output-dir /tmp/precision_perplexity]
+
+Pretrains the config's biLM once per precision (`[training] precision`), from
+the same initial weights on the same batches, for `--steps` steps (as many
+epochs as that takes, dev perplexity measured at each epoch's end and after
+the last step), then measures the dev perplexity of each run's last weights
+in float32 and in bfloat16, so that the effect of training in bfloat16 and
+the effect of evaluating in it are told apart. The dev split is the
+config's (dev_fraction, seed), as `elmo-spacy pretrain` makes it.
+
+Prints one JSON line per run (tokens/s, wall time, dev perplexity in its own
+precision and in each) and a summary: each run's dev perplexity (evaluated in
+float32) relative to the float32 run's. The issue's target: within 1%.
+"""
+
+import argparse
+import json
+import random
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from elmo_spacy.bilm import load_bilm
+from elmo_spacy.pretrain import evaluate_perplexity, load_pretrain_config, pretrain
+from elmo_spacy.pretrain.texts import read_tokenised_texts
+from elmo_spacy.pretrain.train import _make_corpus  # the dev split pretrain() makes
+
+PRECISIONS = ("float32", "bfloat16")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("config")
+    parser.add_argument("text")
+    parser.add_argument("--steps", type=int, default=300, help="training steps per precision")
+    parser.add_argument("--max-docs", type=int, default=0, help="first N docs only (0: all)")
+    parser.add_argument("--precisions", nargs="*", default=list(PRECISIONS), choices=PRECISIONS)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--output-dir", type=Path, default=Path("/tmp/precision_perplexity"))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    bilm_config, training = load_pretrain_config(args.config)
+    docs = read_tokenised_texts(args.text)
+    if args.max_docs:
+        docs = docs[: args.max_docs]
+    settings = replace(
+        training, max_steps=args.steps, max_epochs=10_000, patience=0, checkpoint_every=0
+    )
+    dev = _make_corpus(docs, settings, random.Random(settings.seed)).dev
+    results = {}
+    for precision in args.precisions:
+        output = args.output_dir / precision
+        started = time.perf_counter()
+        log = pretrain(
+            docs, bilm_config, replace(settings, precision=precision), output, progress=False
+        )
+        wall = time.perf_counter() - started
+        line = {
+            "precision": log["precision"],
+            "steps": log["steps"],
+            "epochs": len(log["epochs"]),
+            "wall_seconds": round(wall, 1),
+            "train_tokens_per_second": round(
+                sum(e["train_tokens"] for e in log["epochs"])
+                / sum(e["train_tokens"] / e["tokens_per_second"] for e in log["epochs"])
+            ),
+            "dev_perplexity_own_precision": log["epochs"][-1]["dev_perplexity"]["mean"],
+        }
+        for evaluated_in in PRECISIONS:
+            bilm = load_bilm(output / "model-last", precision=evaluated_in)
+            perplexity = evaluate_perplexity(bilm, dev, settings.eval_batch_tokens)
+            line[f"dev_perplexity_in_{evaluated_in}"] = perplexity["mean"]
+        results[precision] = line
+        print(json.dumps(line), flush=True)
+    if "float32" in results:
+        reference = results["float32"]["dev_perplexity_in_float32"]
+        print(
+            json.dumps(
+                {
+                    f"{p}_dev_perplexity_over_float32": round(
+                        r["dev_perplexity_in_float32"] / reference, 4
+                    )
+                    for p, r in results.items()
+                }
+                | {
+                    f"{p}_train_speed_over_float32": round(
+                        r["train_tokens_per_second"]
+                        / results["float32"]["train_tokens_per_second"],
+                        2,
+                    )
+                    for p, r in results.items()
+                }
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""The numeric precision a biLM computes in: float32 or bfloat16.
+
+- "float32" (the default): every tensor in float32, the conformant path
+  (a converted bilm-tf model reproduces the reference to 1e-5).
+- "bfloat16": the matrix products (char CNN, highway, projections, the LSTM
+  GEMMs, the softmax's logits) run in bfloat16 under torch's autocast, with
+  float32 accumulation inside each product. The weights stay float32 (the
+  master copy that training updates and that is saved); what needs the range
+  or the resolution stays float32 too: the log-softmax and the loss, and in
+  this package's LSTM recurrence (clipped models, and all inference) the
+  gate nonlinearities and the cell state. Unclipped training runs torch's
+  fused LSTM, which under autocast keeps its cell state in bfloat16
+  (benchmarks/precision_perplexity.py measures what that costs). At
+  inference the LSTM weights are packed for oneDNN in bfloat16 once per
+  version of the weights. Outputs handed to users are float32.
+
+bfloat16 pays only where the hardware multiplies in it (x86 CPUs with
+AVX512-BF16 or AMX-BF16, GPUs from Ampere on); elsewhere it is emulated and
+slower than float32, so the biLM runs float32 instead, with a warning.
+"""
+
+import contextlib
+import functools
+import platform
+import warnings
+from collections.abc import Callable
+from dataclasses import fields, is_dataclass, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+
+PRECISIONS = ("float32", "bfloat16")
+# CPU flags (Linux /proc/cpuinfo) of instructions that multiply bfloat16 natively.
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def check_precision(precision: str, where: str = "precision") -> str:
+    """`precision` if it is one of PRECISIONS; a ValueError naming `where`
+    and the choices if not."""
+    if precision not in PRECISIONS:
+        raise ValueError(
+            f"{where} = {precision!r} is not a precision this biLM runs in: use one of "
+            f"{', '.join(repr(p) for p in PRECISIONS)}"
+        )
+    return precision
+
+
+def bfloat16_unsupported(device: torch.device | str = "cpu") -> str | None:
+    """Why bfloat16 would not pay on `device`, or None where it does."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        try:
+            native = torch.cuda.is_bf16_supported(including_emulation=False)
+        except TypeError:  # torch < 2.5
+            native = torch.cuda.is_bf16_supported()
+        if not native:
+            return f"{torch.cuda.get_device_name(device)} has no native bfloat16"
+        return None
+    if device.type != "cpu":
+        return f"bfloat16 is not supported here on {device.type} devices"
+    return _cpu_bfloat16_unsupported()
+
+
+@functools.cache
+def _cpu_bfloat16_unsupported() -> str | None:
+    if not torch.backends.mkldnn.is_available():
+        return "this torch was built without oneDNN, which runs bfloat16 on the CPU"
+    try:
+        usable = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    except (AttributeError, RuntimeError):
+        usable = False
+    if not usable:
+        return "oneDNN cannot run bfloat16 on this CPU"
+    flags = cpu_flags()
+    if flags is not None and not flags & set(BF16_CPU_FLAGS):
+        return (
+            f"this CPU lacks {' and '.join(BF16_CPU_FLAGS)}: bfloat16 would be emulated, "
+            "slower than float32"
+        )
+    return None
+
+
+def cpu_flags() -> set[str] | None:
+    """The CPU's feature flags as Linux lists them; None where unknown."""
+    if platform.system() != "Linux":
+        return None
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return set(line.split(":", 1)[1].split())
+    return None
+
+
+def resolve_precision(
+    precision: str, device: torch.device | str = "cpu", where: str = "precision"
+) -> str:
+    """The precision a biLM will run in: `precision` (checked), or float32
+    with a warning where bfloat16 does not pay on `device`."""
+    check_precision(precision, where)
+    if precision == "bfloat16":
+        reason = bfloat16_unsupported(device)
+        if reason is not None:
+            warnings.warn(
+                f"{where} = 'bfloat16' runs as 'float32': {reason}.", RuntimeWarning, stacklevel=3
+            )
+            return "float32"
+    return precision
+
+
+def autocast(precision: str, device: torch.device | str) -> torch.autocast:
+    """torch's autocast for `precision` on `device` (disabled for float32)."""
+    device_type = torch.device(device).type
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bfloat16")
+
+
+def in_precision(method: Method) -> Method:
+    """Decorate a BiLM method to run under the biLM's `precision`: float32
+    calls it as it is; bfloat16 calls it under autocast and hands back the
+    bfloat16 tensors of its result (in tuples, lists, dicts and dataclasses)
+    as float32.
+
+    Under `torch.inference_mode`, autocast keeps no bfloat16 copy of a
+    weight: it casts the weight again at every product (the char CNN's
+    highway layers then cost twice their float32 time). So a bfloat16 call
+    made in inference mode runs under `torch.no_grad` instead, which computes
+    the same numbers; its outputs are then ordinary tensors."""
+
+    @functools.wraps(method)
+    def run(bilm, *args, **kwargs):
+        if bilm.precision == "float32":
+            return method(bilm, *args, **kwargs)
+        with contextlib.ExitStack() as scope:
+            if torch.is_inference_mode_enabled():
+                scope.enter_context(torch.inference_mode(False))
+                scope.enter_context(torch.no_grad())
+            scope.enter_context(autocast(bilm.precision, next(bilm.parameters()).device))
+            result = method(bilm, *args, **kwargs)
+        return to_float32(result)
+
+    return run  # type: ignore[return-value]
+
+
+def to_float32(value: Any) -> Any:
+    """`value` with every bfloat16 tensor in it converted to float32."""
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.dtype == torch.bfloat16 else value
+    if isinstance(value, (tuple, list)):
+        return type(value)(to_float32(v) for v in value)
+    if isinstance(value, dict):
+        return {k: to_float32(v) for k, v in value.items()}
+    if is_dataclass(value) and not isinstance(value, type):
+        return replace(value, **{f.name: to_float32(getattr(value, f.name)) for f in fields(value)})
+    return value
+
+
+def widened(x: torch.Tensor) -> torch.Tensor:
+    """`x` in float32 if it is bfloat16 (a copy), else `x` itself: for what
+    runs faster or needs more resolution in float32 than in bfloat16 on the
+    CPU (reductions, the gate nonlinearities)."""
+    return x.float() if x.dtype == torch.bfloat16 else x
+
+
+def state_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of an LSTM cell state next to activations of `dtype`: a
+    running sum over the steps, it keeps float32 where they are bfloat16."""
+    return torch.float32 if dtype == torch.bfloat16 else dtype
+
+
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype autocast casts products to on `device_type` ("cpu",
+    "cuda"), or None where autocast is off."""
+    try:
+        if torch.is_autocast_enabled(device_type):
+            return torch.get_autocast_dtype(device_type)
+        return None
+    except (TypeError, AttributeError):  # torch < 2.4
+        if device_type == "cpu":
+            return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
+
+
+def matmul_dtype(weight: torch.Tensor) -> torch.dtype:
+    """The dtype a product with `weight` runs in here: autocast's where it is
+    on for the weight's device, else the weight's own."""
+    return autocast_dtype(weight.device.type) or weight.dtype

@@ -1,0 +1,246 @@
+"""bfloat16: close to float32 where it runs, float32 where it does not pay, and
+the float32 path untouched."""
+
+import numpy
+import pytest
+import spacy
+import torch
+from safetensors.torch import load_file
+from spacy.cli._util import parse_config_overrides
+
+import elmo_spacy.bilm.precision as precision_module
+from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm
+from elmo_spacy.bilm.lstm import onednn_packing
+from elmo_spacy.bilm.softmax import adaptive_nll
+from elmo_spacy.layers import get_bilm
+from elmo_spacy.pretrain import PretrainConfig, load_pretrain_config, pretrain
+from elmo_spacy.pretrain.checkpoint import STATE_FILE, latest_checkpoint
+
+from .conftest import CONFIGS, DATA, TINY_BILM, tokenize
+
+DOCS = tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()[:40])
+SENTENCES = DOCS[:12]
+# bilm-tf's architecture (clipped cell and projection, one bias), small.
+CLIPPED = {"cell_clip": 3.0, "proj_clip": 3.0, "forget_bias": 1.0, "char_ids": "bilm_tf"}
+# Measured on these sentences, random weights (as training starts), an AMX CPU,
+# layers 0 / 1 / 2: max |bf16 - f32| over max |f32|
+#   char_cnn 0.0053 / 0.0066 / 0.0077 (mean |diff| 1.3e-3 / 3.0e-4 / 3.9e-4),
+#   word     0.0040 / 0.0040 / 0.0065 (mean |diff| 1.2e-3 / 2.3e-4 / 2.9e-4);
+# mean cosine >= 0.99998. The bounds leave a factor of 2.5 on the max.
+MAX_RELATIVE_DIFF = 0.02  # max |bf16 - f32| over max |f32|, per layer
+MIN_COSINE = 0.9995  # mean cosine of a position's vectors, per layer
+
+
+@pytest.fixture(autouse=True)
+def bfloat16_runs_here(monkeypatch):
+    """Run bfloat16 whatever this CPU is: where it lacks the instructions,
+    torch emulates them (slowly, but the numbers are the same). On one
+    thread: oneDNN's bfloat16 kernels use every thread even for tiny
+    products, and wait for each other on busy cores (these tests' steps take
+    100x longer on two threads while another process holds the cores)."""
+    monkeypatch.setattr(precision_module, "bfloat16_unsupported", lambda device="cpu": None)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_bilm(encoder: str, **settings) -> BiLM:
+    torch.manual_seed(0)
+    config = BiLMConfig(
+        **{**TINY_BILM.to_dict(), "encoder": encoder, "word_dim": 16, **CLIPPED, **settings}
+    )
+    return BiLM(config, WordVocab.build(DOCS, max_size=2000, min_count=1)).eval()
+
+
+def layers_of(bilm: BiLM, sentences, gradients: bool = False) -> torch.Tensor:
+    """(L + 1, N, 2P) vectors of the real positions of `sentences`, computed
+    as inference does or, with `gradients`, as training does (no kept
+    encodings, no packed weights)."""
+    with torch.inference_mode(not gradients):
+        layers = bilm(bilm.batch(sentences)).detach()
+    real = torch.zeros(layers.shape[1:3], dtype=torch.bool)
+    for i, sentence in enumerate(sentences):
+        real[i, : len(sentence)] = True
+    return layers[:, real]
+
+
+def assert_close_per_layer(low: torch.Tensor, high: torch.Tensor) -> None:
+    """`low` (bfloat16 run) within the bounds above of `high` (float32), per layer."""
+    for i, (a, b) in enumerate(zip(low, high)):
+        relative = float((a - b).abs().max() / b.abs().max())
+        cosine = float(torch.nn.functional.cosine_similarity(a, b, dim=-1).mean())
+        assert relative < MAX_RELATIVE_DIFF, f"layer {i}: max diff {relative:.4f} of the scale"
+        assert cosine > MIN_COSINE, f"layer {i}: mean cosine {cosine:.6f}"
+
+
+@pytest.mark.parametrize("encoder", ["char_cnn", "word"])
+def test_bfloat16_forward_is_close_to_float32(encoder):
+    bilm = tiny_bilm(encoder)
+    reference = layers_of(bilm, SENTENCES)
+    bilm.precision = "bfloat16"
+    low = layers_of(bilm, SENTENCES)
+    assert low.dtype == torch.float32
+    assert not torch.equal(low, reference)  # it did run in bfloat16
+    assert_close_per_layer(low, reference)
+    assert_close_per_layer(layers_of(bilm, SENTENCES, gradients=True), reference)
+
+
+def test_bfloat16_packs_its_own_weights_for_onednn_even_when_asked_first():
+    if not onednn_packing():
+        pytest.skip("this torch has no oneDNN packed linear")
+    onednn_packing.cache_clear()  # first asked under bfloat16 autocast, it must still say yes
+    bilm = tiny_bilm("char_cnn")
+    bilm.precision = "bfloat16"
+    layers_of(bilm, SENTENCES)
+    with torch.inference_mode():
+        packed = bilm.inference_cache().packed
+    assert packed and all(
+        weight.dtype == torch.bfloat16 for layer in packed.values() for weight in layer.values()
+    )
+
+
+def test_switching_precision_forgets_what_the_other_computed():
+    bilm = tiny_bilm("char_cnn")
+    reference = layers_of(bilm, SENTENCES)
+    bilm.precision = "bfloat16"
+    layers_of(bilm, SENTENCES)  # fills the type cache with bfloat16 encodings
+    bilm.precision = "float32"
+    assert torch.equal(layers_of(bilm, SENTENCES), reference)
+
+
+def test_float32_never_enters_autocast(monkeypatch):
+    bilm = tiny_bilm("char_cnn")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("float32 entered autocast")
+
+    monkeypatch.setattr(torch, "autocast", refuse)
+    layers_of(bilm, SENTENCES)
+    bilm.train()
+    bilm.lm_loss(bilm.batch(SENTENCES)).mean.backward()
+
+
+def test_bfloat16_loss_is_float32_and_close():
+    bilm = tiny_bilm("char_cnn")
+    assert bilm.softmax.adaptive
+    with torch.no_grad():
+        reference = bilm.lm_loss(bilm.batch(DOCS))
+        bilm.precision = "bfloat16"
+        low = bilm.lm_loss(bilm.batch(DOCS))
+    assert low.forward_nll.dtype == low.backward_nll.dtype == torch.float32
+    assert float(low.mean) != float(reference.mean)
+    # measured: 1.3e-5 relative (the log-softmax and the sums are float32)
+    assert float(low.mean) == pytest.approx(float(reference.mean), rel=1e-3)
+
+
+def test_adaptive_nll_is_the_adaptive_softmax_loss():
+    torch.manual_seed(0)
+    softmax = torch.nn.AdaptiveLogSoftmaxWithLoss(16, 300, [20, 100], div_value=4.0)
+    hidden, targets = torch.randn(64, 16), torch.randint(0, 300, (64,))
+    with torch.no_grad():
+        expected = softmax(hidden, targets).loss * 64
+        assert float(adaptive_nll(softmax, hidden, targets)) == pytest.approx(float(expected), 1e-6)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        low = adaptive_nll(softmax, hidden, targets)
+    assert low.dtype == torch.float32
+    assert float(low) == pytest.approx(float(expected), rel=1e-2)
+
+
+def test_pipe_in_bfloat16_gives_float32_layers_close_to_float32_and_keeps_its_setting(
+    bilm_dir, tmp_path
+):
+    texts = ["Stocks fell sharply on Monday after the report.", "Rain.", ""]
+    reference = spacy.blank("en")
+    reference.add_pipe("elmo").initialize(lambda: [], bilm_path=bilm_dir)
+    nlp = spacy.blank("en")
+    elmo = nlp.add_pipe("elmo", config={"precision": "bfloat16"})
+    elmo.initialize(lambda: [], bilm_path=bilm_dir)
+    assert get_bilm(elmo.model).precision == "bfloat16"
+    docs = list(nlp.pipe(texts))
+    for doc, expected in zip(docs, reference.pipe(texts)):
+        assert doc._.elmo.dtype == numpy.float32
+        assert doc._.elmo.shape == expected._.elmo.shape
+        if len(doc):
+            low, high = torch.from_numpy(doc._.elmo), torch.from_numpy(expected._.elmo)
+            assert not torch.equal(low, high)
+            assert_close_per_layer(low, high)
+    nlp.to_disk(tmp_path / "nlp")
+    loaded = spacy.load(tmp_path / "nlp")
+    assert loaded.get_pipe("elmo").precision == "bfloat16"
+    assert get_bilm(loaded.get_pipe("elmo").model).precision == "bfloat16"
+    for doc, again in zip(docs, loaded.pipe(texts)):
+        assert numpy.array_equal(doc._.elmo, again._.elmo)
+    elmo.from_disk(tmp_path / "nlp" / "elmo")  # a new biLM, the pipe's setting
+    assert get_bilm(elmo.model).precision == "bfloat16"
+    elmo.precision = "float32"
+    assert numpy.array_equal(nlp(texts[0])._.elmo, reference(texts[0])._.elmo)
+
+
+def test_load_bilm_takes_a_precision(bilm_dir):
+    assert load_bilm(bilm_dir).precision == "float32"
+    bilm = load_bilm(bilm_dir, precision="bfloat16")
+    assert bilm.precision == "bfloat16"
+    assert all(p.dtype == torch.float32 for p in bilm.parameters())
+
+
+def test_pretraining_in_bfloat16_learns_and_saves_float32(tmp_path):
+    config = BiLMConfig(**{**TINY_BILM.to_dict(), **CLIPPED})  # the clipped loop kernel
+    settings = PretrainConfig(
+        max_epochs=2,
+        batch_tokens=600,
+        learning_rate=0.005,
+        patience=0,
+        checkpoint_every=3,
+        dev_fraction=0.0,
+        precision="bfloat16",
+    )
+    log = pretrain(DOCS, config, settings, tmp_path, progress=False)
+    assert log["precision"] == "bfloat16"
+    dev = [epoch["dev_perplexity"]["mean"] for epoch in log["epochs"]]
+    assert dev[1] < dev[0]
+    weights = load_file(str(tmp_path / "model-last" / "weights.safetensors"))
+    assert {w.dtype for w in weights.values()} == {torch.float32}
+    state = load_file(str(latest_checkpoint(tmp_path) / STATE_FILE))
+    assert {t.dtype for k, t in state.items() if k.startswith("optimizer.")} == {torch.float32}
+    assert load_bilm(tmp_path / "model-last").precision == "float32"
+
+
+def test_bfloat16_where_it_does_not_pay_warns_and_runs_float32(monkeypatch, bilm_dir):
+    reason = "this CPU lacks avx512_bf16 and amx_bf16"
+    monkeypatch.setattr(precision_module, "bfloat16_unsupported", lambda device="cpu": reason)
+    bilm = tiny_bilm("word")
+    reference = layers_of(bilm, SENTENCES)
+    with pytest.warns(RuntimeWarning, match="runs as 'float32': this CPU lacks avx512_bf16"):
+        bilm.precision = "bfloat16"
+    assert bilm.precision == "float32"
+    assert torch.equal(layers_of(bilm, SENTENCES), reference)
+    nlp = spacy.blank("en")
+    elmo = nlp.add_pipe("elmo", config={"precision": "bfloat16"})
+    with pytest.warns(RuntimeWarning, match=r"\[components.elmo\] precision = 'bfloat16' runs"):
+        elmo.initialize(lambda: [], bilm_path=bilm_dir)
+    assert get_bilm(elmo.model).precision == "float32"
+    assert elmo.precision == "bfloat16"  # what was asked for, kept in the config
+
+
+def test_a_precision_that_does_not_exist_is_refused_with_the_choices(bilm_dir, tmp_path):
+    choices = "use one of 'float32', 'bfloat16'"
+    with pytest.raises(ValueError, match=f"precision = 'float16'.*{choices}"):
+        tiny_bilm("word").precision = "float16"
+    with pytest.raises(ValueError, match=rf"\[components.elmo\] precision = 'float16'.*{choices}"):
+        spacy.blank("en").add_pipe("elmo", config={"precision": "float16"})
+    with pytest.raises(ValueError, match=f"load_bilm: precision = 'float16'.*{choices}"):
+        load_bilm(bilm_dir, precision="float16")
+    with pytest.raises(ValueError, match=r"\[training\] precision = 'float16': one of float32"):
+        PretrainConfig(precision="float16")
+    with pytest.raises(ValueError, match="precision = 'float16'"):  # before reading any file
+        load_bilm(tmp_path / "missing", precision="float16")
+
+
+def test_pretraining_configs_say_float32_and_the_command_line_overrides_it():
+    for path in sorted(CONFIGS.glob("bilm*.cfg")):
+        assert load_pretrain_config(path)[1].precision == "float32", path.name
+    overrides = parse_config_overrides(["--training.precision", "bfloat16"])  # as the CLI does
+    assert load_pretrain_config(CONFIGS / "bilm.cfg", overrides)[1].precision == "bfloat16"
+    with pytest.raises(ValueError, match="precision = 'fp16'"):
+        load_pretrain_config(CONFIGS / "bilm.cfg", {"training.precision": "fp16"})
