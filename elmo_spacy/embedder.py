@@ -47,6 +47,9 @@ class Embedder:
     window, window_overlap: a sentence longer than `window` tokens runs in
         overlapping pieces (see `elmo_spacy.bilm.inference.windows`).
     device: where the biLM runs ("cpu", "cuda", "cuda:1", a torch.device).
+    precision: "float32" (the default, conformant) or "bfloat16" (faster where
+        the hardware multiplies in it; see `elmo_spacy.bilm.precision`). The
+        arrays handed back are float32 either way.
     """
 
     def __init__(
@@ -60,6 +63,7 @@ class Embedder:
         window: int = 1024,
         window_overlap: int = 64,
         device: str | torch.device = "cpu",
+        precision: str = "float32",
     ) -> None:
         check_state(state)
         check_window(window, window_overlap)
@@ -68,6 +72,7 @@ class Embedder:
         self.device = _device(device)
         bilm = path if isinstance(path, BiLM) else load_bilm(path, with_softmax=False)
         self.bilm = bilm.to(self.device).eval()
+        self.bilm.precision = precision
         self.layers = resolve_layers(layers, bilm.config.n_output_layers)
         self.state = state
         self.warmup = None if warmup is None else _warmup_tokens(warmup)

@@ -16,6 +16,7 @@ import elmo_spacy.embedder
 from elmo_spacy import Embedder
 from elmo_spacy.bilm import BiLM, WordVocab, save_bilm
 from elmo_spacy.bilm.io import BiLMLoadError
+from elmo_spacy.bilm.precision import bfloat16_unsupported
 from elmo_spacy.cli import app
 
 from .conftest import TINY_BILM
@@ -303,3 +304,23 @@ def test_primed_state_through_the_command_line(tiny_bilm_dir, corpus, tmp_path):
     ).embed_sentence(LINES[1].split())
     with h5py.File(tmp_path / "out.hdf5") as file:
         numpy.testing.assert_allclose(file["1"][...], expected, atol=1e-6)
+
+
+@pytest.mark.skipif(bfloat16_unsupported() is not None, reason="no native bfloat16 on this CPU")
+def test_bfloat16_through_the_api_and_the_command_line(tiny_bilm_dir, corpus, tmp_path):
+    sentences = [line.split() for line in LINES]
+    nlp = elmo_pipe(tiny_bilm_dir, precision="bfloat16")
+    docs = list(nlp.pipe(Doc(nlp.vocab, words=tokens) for tokens in sentences))
+    vectors = Embedder(tiny_bilm_dir, precision="bfloat16").embed(sentences)
+    exact = Embedder(tiny_bilm_dir).embed(sentences)
+    for doc, array, float32 in zip(docs, vectors, exact):
+        assert array.dtype == numpy.float32
+        numpy.testing.assert_array_equal(array, doc._.elmo)
+        numpy.testing.assert_allclose(
+            array, float32, atol=0.05 * abs(float32).max(initial=0) + 1e-6
+        )
+    assert any(not numpy.array_equal(a, b) for a, b in zip(vectors, exact))
+    result = embed(tiny_bilm_dir, corpus, tmp_path / "out.hdf5", "--precision", "bfloat16")
+    assert result.exit_code == 0, result.output
+    with h5py.File(tmp_path / "out.hdf5") as file:
+        numpy.testing.assert_array_equal(file["1"][...], vectors[1])

@@ -35,6 +35,9 @@ def embed_command(
     state: str = typer.Option(
         "zero", help="LSTM state every sentence starts from: zero, or primed by a warm-up text"
     ),
+    precision: str = typer.Option(
+        "float32", help="float32 (conformant), or bfloat16 (faster on CPUs with bfloat16 units)"
+    ),
     warmup_file: Path = typer.Option(
         None,
         exists=True,
@@ -91,6 +94,7 @@ def embed_command(
             warmup=warmup,
             max_batch_tokens=max_batch_tokens,
             device="cpu" if gpu_id < 0 else f"cuda:{gpu_id}",
+            precision=precision,
         )
         started = time.perf_counter()
         vectors = _embedded(embedder, sentences, mode)
