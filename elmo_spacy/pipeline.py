@@ -100,10 +100,9 @@ class Elmo(TrainablePipe):
     warmup: the warm-up sentences of state = "primed", tokens separated by
         spaces; null: a few sentences of news English shipped with the
         plugin (`elmo_spacy.bilm.inference.DEFAULT_WARMUP`).
-
     precision: what the biLM computes in: "float32" (the default, conformant)
         or "bfloat16" (faster where the CPU multiplies in it, e.g. AVX512-BF16
-        or AMX; the layers move by about 1e-2 of their scale; float32 with a
+        or AMX; each layer moves by under 1% of its largest value; float32 with a
         warning elsewhere). `doc._.elmo` is float32 (or `dtype`) either way;
         see `elmo_spacy.bilm.precision`.
 

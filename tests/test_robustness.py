@@ -152,7 +152,7 @@ def test_same_seed_same_textcat_scores_and_finetuned_biLM(bilm_dir, corpus_dir):
 @_examples(300)
 @given(st.integers(0, 5000), st.integers(1, 400), st.integers(0, 100))
 def test_windows_tile_the_doc_with_context_on_both_sides(n_tokens, window, overlap):
-    from elmo_spacy.layers.bilm_model import windows
+    from elmo_spacy.bilm.inference import windows
 
     assume(2 * overlap < window)
     pieces = windows(n_tokens, window, overlap)

@@ -14,7 +14,6 @@ from ..bilm.inference import (
     check_window,
     embed_tokens,
     initial_states_for,
-    windows,  # noqa: F401  (its home before bilm.inference)
 )
 from ..bilm.model import States
 
