@@ -201,7 +201,7 @@ def test_initial_word_vectors_of_the_wrong_width_or_for_chars_are_refused():
     width = bilm.encoder.embed.weight.shape[1]
     with pytest.raises(ValueError, match=f"word_dim is {width}"):
         bilm.init_word_vectors({"bank": numpy.ones(width + 1)})
-    with pytest.raises(ValueError, match="word encoder"):
+    with pytest.raises(ValueError, match="need a word embedding"):
         build("char_cnn").init_word_vectors({"bank": numpy.ones(width)})
 
 

@@ -1,8 +1,9 @@
-"""Tokens as character ids for the char CNN: this package's scheme and bilm-tf's.
+"""Tokens as character ids for the char CNN: this package's scheme, bilm-tf's
+and ELMoForManyLangs'.
 
-Both frame a token's UTF-8 bytes with begin- and end-of-word marks, and both
-give the sentence-boundary tokens their own marks. They differ in the ids
-and in what padding means:
+All three frame a token's units (UTF-8 bytes, or characters) with begin- and
+end-of-word marks, and give the sentence-boundary tokens their own marks.
+They differ in the units, the ids and what padding means:
 
 - "masked" (models trained here by default): byte b is id b + 1, id 0 pads
   and has a zero embedding, and the char CNN masks every window that starts
@@ -11,6 +12,12 @@ and in what padding means:
   256/257 mark the sentence boundaries, 258/259 begin and end a word, and 260
   pads every token to `max_chars` with a learned embedding; the char CNN
   max-pools over every position, padding included.
+- "char_vocab" (ELMoForManyLangs'): the units are characters (code points),
+  each the id of its entry in the model's character vocabulary (`<oov>` if it
+  has none); `<pad>` pads as in bilm-tf. The reference swaps its two word
+  marks, in training and inference alike: a token starts with the id of
+  `<eow>` and ends with that of `<bow>`. The boundary tokens are the ids of
+  `<bos>` and `<eos>` between those marks.
 
 Either way a batch holds only as many columns as its longest token needs:
 what lies beyond is padding, which the char CNN accounts for without
@@ -22,14 +29,14 @@ from collections.abc import Sequence
 import numpy
 import torch
 
-SCHEMES = ("masked", "bilm_tf")
+SCHEMES = ("masked", "bilm_tf", "char_vocab")
 
 
 class CharIds:
     """Maps tokens to character ids under one scheme.
 
     max_chars: ids per token, marks included; longer tokens keep their first
-        `max_chars - 2` bytes.
+        `max_chars - 2` units.
     min_width: the widest convolution; each batch has at least this many
         columns past its longest token, so that every window that starts
         inside a token fits.
@@ -39,9 +46,12 @@ class CharIds:
     end_of_word: int
     begin_of_sentence: int
     end_of_sentence: int
+    scheme: str  # its name in SCHEMES
     padding: int
     n_ids: int  # rows of the character embedding
     masked: bool  # padding left out of the char CNN's max-pooling
+
+    boundary_tokens: dict[str, int] = {}  # token strings read as sentence boundaries
 
     def __init__(self, max_chars: int, min_width: int, cache_size: int = 100_000) -> None:
         self.max_chars = max_chars
@@ -49,20 +59,25 @@ class CharIds:
         self.cache_size = cache_size
         self._cache: dict[str, numpy.ndarray] = {}
 
-    def byte_ids(self, data: bytes) -> numpy.ndarray:
+    def encode(self, token: str) -> bytes | str:
+        """The token's units: bytes, or characters."""
         raise NotImplementedError
 
-    def encode(self, token: str) -> bytes:
+    def unit_ids(self, units: bytes | str) -> numpy.ndarray:
+        """(n,) int64 ids of n units."""
         raise NotImplementedError
 
     def token_ids(self, token: str) -> numpy.ndarray:
         """The (n,) int64 character ids of one token, marks included."""
+        mark = self.boundary_tokens.get(token)
+        if mark is not None:
+            return self.boundary_ids(mark)
         ids = self._cache.get(token)
         if ids is None:
-            data = self.encode(token)[: self.max_chars - 2]
-            ids = numpy.empty(len(data) + 2, dtype="int64")
+            units = self.encode(token)[: self.max_chars - 2]
+            ids = numpy.empty(len(units) + 2, dtype="int64")
             ids[0] = self.begin_of_word
-            ids[1:-1] = self.byte_ids(data)
+            ids[1:-1] = self.unit_ids(units)
             ids[-1] = self.end_of_word
             if len(self._cache) >= self.cache_size:
                 self._cache.clear()
@@ -96,6 +111,7 @@ class CharIds:
 class MaskedCharIds(CharIds):
     """This package's scheme: byte b -> b + 1, 0 pads (masked out of the max)."""
 
+    scheme = "masked"
     padding = 0
     masked = True
     begin_of_word = 257
@@ -107,8 +123,8 @@ class MaskedCharIds(CharIds):
     def encode(self, token: str) -> bytes:
         return token.encode("utf-8", errors="surrogatepass")
 
-    def byte_ids(self, data: bytes) -> numpy.ndarray:
-        return numpy.frombuffer(data, dtype="uint8").astype("int64") + 1
+    def unit_ids(self, units: bytes) -> numpy.ndarray:
+        return numpy.frombuffer(units, dtype="uint8").astype("int64") + 1
 
 
 class BilmTfCharIds(CharIds):
@@ -116,6 +132,7 @@ class BilmTfCharIds(CharIds):
     Bytes that are not valid UTF-8 (lone surrogates) are left out, and the
     literal tokens <S> and </S> are the sentence boundaries, as in bilm-tf."""
 
+    scheme = "bilm_tf"
     begin_of_sentence = 256
     end_of_sentence = 257
     begin_of_word = 258
@@ -128,18 +145,56 @@ class BilmTfCharIds(CharIds):
     def encode(self, token: str) -> bytes:
         return token.encode("utf-8", errors="ignore")
 
-    def byte_ids(self, data: bytes) -> numpy.ndarray:
-        return numpy.frombuffer(data, dtype="uint8").astype("int64")
-
-    def token_ids(self, token: str) -> numpy.ndarray:
-        mark = self.boundary_tokens.get(token)
-        return super().token_ids(token) if mark is None else self.boundary_ids(mark)
+    def unit_ids(self, units: bytes) -> numpy.ndarray:
+        return numpy.frombuffer(units, dtype="uint8").astype("int64")
 
 
-def char_ids_for(scheme: str, max_chars: int, min_width: int) -> CharIds:
-    """The `CharIds` of a scheme name (see SCHEMES)."""
+CHAR_VOCAB_SPECIALS = ("<oov>", "<pad>", "<bow>", "<eow>", "<bos>", "<eos>")
+
+
+class VocabCharIds(CharIds):
+    """ELMoForManyLangs' scheme: character c -> its index in `chars` (the
+    character vocabulary, in id order, holding CHAR_VOCAB_SPECIALS), `<oov>`
+    for characters it lacks; `<pad>` pads (a learned row). The word marks are
+    swapped as in the reference, and the literal tokens <bos> and <eos> are
+    the sentence boundaries."""
+
+    scheme = "char_vocab"
+    masked = False
+
+    def __init__(self, chars: Sequence[str], max_chars: int, min_width: int) -> None:
+        super().__init__(max_chars, min_width)
+        self.index = {c: i for i, c in enumerate(chars)}
+        missing = [s for s in CHAR_VOCAB_SPECIALS if s not in self.index]
+        if missing or len(self.index) != len(chars):
+            raise ValueError(
+                f"A character vocabulary holds each entry once, including {CHAR_VOCAB_SPECIALS}"
+                + (f"; it lacks {missing}" if missing else "; it repeats an entry")
+            )
+        self.n_ids = len(chars)
+        self.oov, self.padding = self.index["<oov>"], self.index["<pad>"]
+        self.begin_of_word, self.end_of_word = self.index["<eow>"], self.index["<bow>"]
+        self.begin_of_sentence = self.index["<bos>"]
+        self.end_of_sentence = self.index["<eos>"]
+        self.boundary_tokens = {"<bos>": self.begin_of_sentence, "<eos>": self.end_of_sentence}
+
+    def encode(self, token: str) -> str:
+        return token
+
+    def unit_ids(self, units: str) -> numpy.ndarray:
+        return numpy.array([self.index.get(c, self.oov) for c in units], dtype="int64")
+
+
+def char_ids_for(
+    scheme: str, max_chars: int, min_width: int, chars: Sequence[str] | None = None
+) -> CharIds:
+    """The `CharIds` of a scheme name (see SCHEMES); "char_vocab" needs `chars`."""
     if scheme == "masked":
         return MaskedCharIds(max_chars, min_width)
     if scheme == "bilm_tf":
         return BilmTfCharIds(max_chars, min_width)
+    if scheme == "char_vocab":
+        if not chars:
+            raise ValueError("char_ids = 'char_vocab' needs the biLM's character vocabulary")
+        return VocabCharIds(chars, max_chars, min_width)
     raise ValueError(f"char_ids = {scheme!r}; use one of {SCHEMES}")

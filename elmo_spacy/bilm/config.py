@@ -3,9 +3,9 @@
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-ENCODERS = ("char_cnn", "word")
+ENCODERS = ("char_cnn", "word", "word_char")
 SOFTMAXES = ("adaptive", "full")
-CHAR_IDS = ("masked", "bilm_tf")
+CHAR_IDS = ("masked", "bilm_tf", "char_vocab")
 ACTIVATIONS = ("relu", "tanh")
 
 
@@ -13,22 +13,25 @@ ACTIVATIONS = ("relu", "tanh")
 class BiLMConfig:
     """Every size of the biLM. Defaults are small enough to train on two CPU cores.
 
-    encoder: "char_cnn" (ELMo's character CNN + highway layers) or "word"
-        (a word-embedding table over the vocabulary).
+    encoder: "char_cnn" (ELMo's character CNN + highway layers), "word"
+        (a word-embedding table over the vocabulary) or "word_char" (both,
+        side by side: [word embedding; char CNN + highway] projected to P, as
+        ELMoForManyLangs' models compute it).
     max_chars: characters per token for the char CNN, begin/end-of-word marks
         included; longer tokens are cut.
     char_ids: "masked" (byte ids, padding masked out of the char CNN's
-        max-pooling, so a token's encoding depends on its bytes only) or
+        max-pooling, so a token's encoding depends on its bytes only),
         "bilm_tf" (bilm-tf's ids: every token padded to max_chars with a
-        learned padding embedding, max-pooled over every position); see
-        `elmo_spacy.bilm.chars`.
+        learned padding embedding, max-pooled over every position) or
+        "char_vocab" (ELMoForManyLangs' ids from the character vocabulary of a
+        converted model, padded as bilm-tf's); see `elmo_spacy.bilm.chars`.
     char_dim: width of a character embedding.
     filters: (width, count) pairs of the char CNN convolutions.
     char_activation: "relu" or "tanh", after the max-pooling.
     n_highway: highway layers after the char CNN. With char_ids = "bilm_tf"
         the projection to P follows only if the filters add up to another
         width than P, as in bilm-tf.
-    word_dim: width of a word embedding (encoder="word" only).
+    word_dim: width of a word embedding (encoder "word" or "word_char").
     projection_dim: width P of the token encoding and of each LSTM direction's
         output; the per-layer output width is 2 * P.
     lstm_dim: LSTM cell size.
@@ -118,7 +121,7 @@ class BiLMConfig:
             problems.append("n_layers must be >= 1")
         if not 0.0 <= self.dropout < 1.0:
             problems.append("dropout must be in [0, 1)")
-        if self.encoder == "char_cnn" and not self.filters:
+        if self.encoder != "word" and not self.filters:
             problems.append("filters must name at least one (width, count) pair")
         if problems:
             raise ValueError("Invalid biLM config: " + "; ".join(problems))

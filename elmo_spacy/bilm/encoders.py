@@ -1,4 +1,8 @@
-"""Context-independent token encoders: a character CNN or a word table."""
+"""Context-independent token encoders: a character CNN, a word table, or both.
+
+Each maps the types of a batch (see `elmo_spacy.bilm.model.TokenBatch`) to
+(U, P) encodings: `forward(type_inputs, type_chars, type_word_ids)`.
+"""
 
 import torch
 from torch import nn
@@ -52,7 +56,7 @@ class CharCNNEncoder(nn.Module):
         char_dim: int,
         filters: list[tuple[int, int]],
         n_highway: int,
-        projection_dim: int,
+        projection_dim: int | None,
         activation: str = "relu",
     ) -> None:
         super().__init__()
@@ -69,14 +73,21 @@ class CharCNNEncoder(nn.Module):
         self.activation = torch.relu if activation == "relu" else torch.tanh
         n_filters = sum(n for _, n in filters)
         self.highway = Highway(n_filters, n_highway)
-        # bilm-tf projects only when the widths differ; models trained here always do.
+        # bilm-tf projects only when the widths differ; other models always do.
+        keep_width = chars.scheme == "bilm_tf" and n_filters == projection_dim
         self.projection: nn.Module = (
-            nn.Linear(n_filters, projection_dim)
-            if self.masked or n_filters != projection_dim
-            else nn.Identity()
+            nn.Identity()
+            if projection_dim is None or keep_width
+            else nn.Linear(n_filters, projection_dim)
         )
+        self.output_dim = projection_dim or n_filters
 
-    def forward(self, char_ids: torch.Tensor, n_chars: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        char_ids: torch.Tensor,
+        n_chars: torch.Tensor,
+        word_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         chars = self.embed(char_ids).transpose(1, 2)  # (U, char_dim, W)
         width = chars.shape[2]
         if not self.masked and width < self.max_chars:
@@ -98,12 +109,46 @@ class CharCNNEncoder(nn.Module):
 
 
 class WordEncoder(nn.Module):
-    """A word-embedding table and a projection: (U,) ids -> (U, P)."""
+    """A word-embedding table and a projection: (U,) word ids -> (U, P)."""
 
     def __init__(self, vocab_size: int, word_dim: int, projection_dim: int) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab_size, word_dim, padding_idx=0)
         self.projection = nn.Linear(word_dim, projection_dim)
 
-    def forward(self, word_ids: torch.Tensor, n_chars: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, word_ids: torch.Tensor, n_chars: torch.Tensor, _: torch.Tensor | None = None
+    ) -> torch.Tensor:
         return self.projection(self.embed(word_ids))
+
+
+class WordCharEncoder(nn.Module):
+    """A word embedding beside the char CNN: [embed(word); highway(char CNN)]
+    projected to P with a bias (ELMoForManyLangs' token encoder). The word
+    table knows the vocabulary; the char CNN reads every word, seen or not.
+
+    Input (U, W) character ids, (U,) ids per row and (U,) word ids; output (U, P).
+    """
+
+    def __init__(
+        self,
+        chars: CharIds,
+        vocab_size: int,
+        word_dim: int,
+        char_dim: int,
+        filters: list[tuple[int, int]],
+        n_highway: int,
+        projection_dim: int,
+        activation: str = "relu",
+    ) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, word_dim, padding_idx=0)
+        self.chars = CharCNNEncoder(chars, char_dim, filters, n_highway, None, activation)
+        self.projection = nn.Linear(word_dim + self.chars.output_dim, projection_dim)
+
+    def forward(
+        self, char_ids: torch.Tensor, n_chars: torch.Tensor, word_ids: torch.Tensor
+    ) -> torch.Tensor:
+        words = self.embed(word_ids)
+        chars = self.chars(char_ids, n_chars)
+        return self.projection(torch.cat([words, chars], dim=-1))

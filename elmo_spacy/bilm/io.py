@@ -1,5 +1,8 @@
 """A biLM on disk: `config.json`, `vocab.json` and `weights.safetensors`.
 
+`vocab.json` is the list of words, or, for a biLM with a character
+vocabulary (a converted ELMoForManyLangs model), {"words": [...], "chars": [...]}.
+
 safetensors holds raw tensors only, so loading a biLM never unpickles
 anything. Pretraining writes this layout and the `elmo` pipe reads it;
 `load_bilm` also reads the bilm-tf layouts that `locate` finds (published,
@@ -18,8 +21,10 @@ from safetensors.torch import load, load_file, save, save_file
 from .bilm_tf import Progress, read_bilm_tf
 from .config import BiLMConfig
 from .files import write_directory
+from .efml import read_efml
 from .locate import (
     BILM_DIR,
+    EFML,
     BILM_FILES,
     CONFIG_FILE,
     VOCAB_FILE,
@@ -51,7 +56,7 @@ def write_bilm_files(bilm: BiLM, state: dict[str, torch.Tensor], folder: Path) -
     """The three files of a biLM directory, into an existing `folder`."""
     (folder / CONFIG_FILE).write_text(json.dumps(bilm.config.to_dict(), indent=2) + "\n")
     # ASCII with \u escapes: a word may hold a lone surrogate, which UTF-8 cannot.
-    (folder / VOCAB_FILE).write_text(json.dumps(bilm.vocab.words) + "\n", encoding="utf-8")
+    (folder / VOCAB_FILE).write_text(json.dumps(vocab_json(bilm)) + "\n", encoding="utf-8")
     save_file(state, str(folder / WEIGHTS_FILE))
 
 
@@ -67,7 +72,8 @@ def load_bilm(
       or one bilm-tf options .json and one weights .hdf5 of any names
       (AllenNLP's options.json + lm_weights.hdf5);
     - an NLPL repository ELMo model: a folder with options.json + model.hdf5,
-      or its .zip archive as downloaded.
+      or its .zip archive as downloaded;
+    - an ELMoForManyLangs model folder as published (see `elmo_spacy.bilm.efml`).
 
     Any other path is refused with a `BiLMLoadError` that says what is there
     and what to point to (see `elmo_spacy.bilm.locate`).
@@ -91,7 +97,9 @@ def load_bilm_at(
     if location.kind == BILM_DIR:
         return _load_directory(location.path, with_softmax)
     if with_softmax:
-        raise BiLMLoadError(f"{location.describe()} has no softmax head (bilm-tf models have none)")
+        raise BiLMLoadError(f"{location.describe()} has no softmax head (converted models have none)")
+    if location.kind == EFML:
+        return read_efml(location.path)
     with bilm_tf_files(location) as files:
         return read_bilm_tf(*files, progress, names=location.file_names())
 
@@ -113,7 +121,7 @@ def bilm_to_bytes(bilm: BiLM) -> dict[str, Any]:
     """A msgpack-ready payload of the biLM (config, vocab, safetensors bytes)."""
     return {
         "config": bilm.config.to_dict(),
-        "vocab": bilm.vocab.words,
+        "vocab": vocab_json(bilm),
         "weights": save(state_tensors(bilm)),
     }
 
@@ -124,6 +132,14 @@ def bilm_from_bytes(payload: dict[str, Any], with_softmax: bool | None = None) -
     except (SafetensorError, ValueError) as err:
         raise BiLMLoadError(f"The serialised biLM weights are corrupt ({err})") from err
     return _build(payload["config"], payload["vocab"], weights, with_softmax, where="bytes")
+
+
+def vocab_json(bilm: BiLM) -> list[str] | dict[str, list[str]]:
+    """What vocab.json holds: the words, and the characters if the biLM has a
+    character vocabulary."""
+    if bilm.char_vocab is None:
+        return bilm.vocab.words
+    return {"words": bilm.vocab.words, "chars": bilm.char_vocab}
 
 
 def state_tensors(bilm: BiLM) -> dict[str, torch.Tensor]:
@@ -140,8 +156,16 @@ def _build(
 ) -> BiLM:
     if with_softmax is None:
         with_softmax = any(k.startswith("softmax.") for k in weights)
+    chars = None
+    if isinstance(words, dict):
+        words, chars = words.get("words"), words.get("chars")
     try:
-        bilm = BiLM(BiLMConfig.from_dict(config), WordVocab(words), with_softmax=with_softmax)
+        bilm = BiLM(
+            BiLMConfig.from_dict(config),
+            WordVocab(words),
+            with_softmax=with_softmax,
+            char_vocab=chars,
+        )
     except (TypeError, ValueError) as err:
         raise BiLMLoadError(f"Invalid biLM config or vocab in {where}: {err}") from err
     if not with_softmax:

@@ -14,7 +14,9 @@ Accepted, in this order:
    their names (AllenNLP's options.json + lm_weights.hdf5);
 4. a .zip archive from the NLPL word-embeddings repository, holding layout 2
    or 3 at its top level or in one subfolder; the two members are extracted
-   to a temporary folder while they are read (see `bilm_tf_files`).
+   to a temporary folder while they are read (see `bilm_tf_files`);
+5. an ELMoForManyLangs model folder: config.json, token_embedder.pkl,
+   encoder.pkl, char.dic and/or word.dic (see `elmo_spacy.bilm.efml`).
 
 Anything else is refused with a `BiLMLoadError` that says what was found and
 what to point to instead. Nothing here imports spaCy.
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .bilm_tf import OPTIONS_FILE, WEIGHTS_FILE
+from .efml import is_efml_folder
 
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.json"
@@ -43,7 +46,7 @@ WEIGHTS_SUFFIXES = (".hdf5", ".h5")
 MAX_OPTIONS_BYTES = 1 << 20  # options files are < 1 kB; larger JSON files are not read
 PRETRAIN_OUTPUTS = ("model-best", "model-last")
 
-BILM_DIR, BILM_TF, BILM_TF_ZIP = "bilm", "bilm_tf", "bilm_tf_zip"
+BILM_DIR, BILM_TF, BILM_TF_ZIP, EFML = "bilm", "bilm_tf", "bilm_tf_zip", "efml"
 LAYOUTS = (
     "a biLM directory: config.json + vocab.json + weights.safetensors (what `elmo-spacy "
     "pretrain` writes into model-best/, and `elmo-spacy convert-elmo`)",
@@ -52,6 +55,8 @@ LAYOUTS = (
     "one bilm-tf options .json and one weights .hdf5 of any names (AllenNLP's "
     "options.json + lm_weights.hdf5)",
     "an NLPL repository ELMo model: options.json + model.hdf5, unpacked or its .zip archive",
+    "an ELMoForManyLangs model folder: config.json + token_embedder.pkl + encoder.pkl + "
+    "char.dic and/or word.dic, as unpacked from its archive",
 )
 
 
@@ -62,8 +67,9 @@ class BiLMLoadError(ValueError):
 @dataclass(frozen=True)
 class BiLMLocation:
     """Where a biLM is. `kind` is BILM_DIR (the biLM directory `path`),
-    BILM_TF (`options` and `weights` are the paths of a bilm-tf pair) or
-    BILM_TF_ZIP (`options` and `weights` are members of the zip archive `path`)."""
+    BILM_TF (`options` and `weights` are the paths of a bilm-tf pair),
+    BILM_TF_ZIP (`options` and `weights` are members of the zip archive `path`)
+    or EFML (the ELMoForManyLangs model folder `path`)."""
 
     kind: str
     path: Path
@@ -74,6 +80,8 @@ class BiLMLocation:
         """What is there, as a user would name it."""
         if self.kind == BILM_DIR:
             return f"the biLM directory {self.path}"
+        if self.kind == EFML:
+            return f"the ELMoForManyLangs model {self.path}"
         if self.kind == BILM_TF_ZIP:
             return f"the bilm-tf model {self.options} + {self.weights} in {self.path}"
         return f"the bilm-tf model {self.options} + {self.weights}"
@@ -166,6 +174,8 @@ def _find_in_folder(folder: Path) -> BiLMLocation | None:
     files = {p.name for p in folder.iterdir() if p.is_file()}
     if all(name in files for name in BILM_FILES):
         return BiLMLocation(BILM_DIR, folder)
+    if is_efml_folder(files):
+        return BiLMLocation(EFML, folder)
     pair = _choose_pair(
         str(folder),
         files,
@@ -254,6 +264,11 @@ def _pair_in_archive(
     if found:
         prefix, (options, weights) = found[0]
         return BiLMLocation(BILM_TF_ZIP, path, prefix + options, prefix + weights)
+    if any(is_efml_folder(set(members)) for members in folders.values()):
+        raise BiLMLoadError(
+            f"{path} holds an ELMoForManyLangs model: unpack the archive (unzip {path.name}) "
+            "and point to the folder that holds its config.json."
+        )
     raise BiLMLoadError(
         f"{path} is a zip archive, but holds no bilm-tf model at its top level or in a "
         "first-level folder. Looked for "

@@ -10,11 +10,11 @@ from torch import nn
 
 from .chars import char_ids_for
 from .config import BiLMConfig
-from .encoders import CharCNNEncoder, WordEncoder
+from .encoders import CharCNNEncoder, WordCharEncoder, WordEncoder
 from .lstm import LstmStack, LstmState, PackedWeights, onednn_packing
 from .precision import in_precision, resolve_precision
 from .softmax import SoftmaxHead
-from .vocab import WordVocab
+from .vocab import PAD_ID, WordVocab
 
 BOS_TYPE, EOS_TYPE = 0, 1  # rows of TokenBatch.type_inputs
 # LSTM states of both directions: "forward" and "backward" -> one (h, c) per layer.
@@ -25,10 +25,12 @@ States = dict[str, list[LstmState]]
 class TokenBatch:
     """Tokenised docs as encoder inputs. Each distinct token is encoded once.
 
-    type_inputs: (U, W) character ids (char CNN) or (U,) word ids (word
-        encoder) of the U distinct types; rows 0 and 1 are <S> and </S>.
+    type_inputs: (U, W) character ids (encoders that read characters) or
+        (U,) word ids (word encoder) of the U distinct types; rows 0 and 1 are
+        <S> and </S>.
     type_chars: (U,) number of character ids in each row, marks included.
-    type_word_ids: (U,) vocabulary id of each type: the softmax targets.
+    type_word_ids: (U,) vocabulary id of each type: the softmax targets, and
+        the rows of a word embedding.
     index: (B, T + 2) type of each position of the framed docs
         (<S> tokens </S>, then padding).
     lengths: (B,) tokens per doc, unframed.
@@ -101,10 +103,14 @@ class BiLM(nn.Module):
         vocab: WordVocab,
         with_softmax: bool = True,
         type_cache_size: int = 100_000,
+        char_vocab: Sequence[str] | None = None,
     ) -> None:
+        """char_vocab: the character vocabulary, in id order, of a biLM with
+        char_ids = "char_vocab" (a converted ELMoForManyLangs model)."""
         super().__init__()
         self.config = config
         self.vocab = vocab
+        self.char_vocab = list(char_vocab) if char_vocab is not None else None
         self.type_cache_size = type_cache_size
         self._cache: InferenceCache | None = None
         self._weights_generation = 0
@@ -112,19 +118,18 @@ class BiLM(nn.Module):
         self._states: dict[str, list[LstmState]] | None = None
         self._precision = "float32"
         dim = config.projection_dim
-        if config.encoder == "char_cnn":
-            widest = max(width for width, _ in config.filters)
-            self.chars = char_ids_for(config.char_ids, config.max_chars, widest)
-            self.encoder: nn.Module = CharCNNEncoder(
-                self.chars,
-                config.char_dim,
-                config.filters,
-                config.n_highway,
-                dim,
-                config.char_activation,
-            )
+        if config.encoder == "word":
+            self.encoder: nn.Module = WordEncoder(len(vocab), config.word_dim, dim)
         else:
-            self.encoder = WordEncoder(len(vocab), config.word_dim, dim)
+            widest = max(width for width, _ in config.filters)
+            self.chars = char_ids_for(config.char_ids, config.max_chars, widest, char_vocab)
+            char_cnn = (config.char_dim, config.filters, config.n_highway)
+            if config.encoder == "char_cnn":
+                self.encoder = CharCNNEncoder(self.chars, *char_cnn, dim, config.char_activation)
+            else:
+                self.encoder = WordCharEncoder(
+                    self.chars, len(vocab), config.word_dim, *char_cnn, dim, config.char_activation
+                )
         lstm = {
             "cell_clip": config.cell_clip,
             "proj_clip": config.proj_clip,
@@ -146,9 +151,10 @@ class BiLM(nn.Module):
         distributional vector rather than noise. The vectors are scaled by one
         factor so that their mean norm is that of the rows they replace.
         Returns the number of vocabulary words found in `vectors`."""
-        if self.config.encoder != "word":
+        if self.config.encoder not in ("word", "word_char"):
             raise ValueError(
-                f"Initial word vectors need the word encoder; this biLM's is {self.config.encoder!r}"
+                "Initial word vectors need a word embedding (encoder 'word' or 'word_char'); "
+                f"this biLM's encoder is {self.config.encoder!r}"
             )
         table = self.encoder.embed.weight
         rows = [(i, vectors[w]) for i, w in enumerate(self.vocab.words) if w in vectors]
@@ -177,11 +183,14 @@ class BiLM(nn.Module):
                 type_of.setdefault(t, len(type_of) + 2) for t in tokens
             ]
         types = list(type_of)
-        type_word_ids = self.vocab.word_ids(types)
-        if self.config.encoder == "char_cnn":
-            type_inputs, type_chars = self.chars.char_ids(types)
+        if self.config.char_ids == "char_vocab":  # the reference looks the cut token up
+            type_word_ids = self.vocab.word_ids([t[: self.config.max_chars - 2] for t in types])
         else:
+            type_word_ids = self.vocab.word_ids(types)
+        if self.config.encoder == "word":
             type_inputs, type_chars = type_word_ids, torch.ones_like(type_word_ids)
+        else:
+            type_inputs, type_chars = self.chars.char_ids(types)
         lengths = torch.tensor([len(d) for d in docs], dtype=torch.int64)
         return TokenBatch(
             type_inputs, type_chars, type_word_ids, torch.from_numpy(index), lengths, types
@@ -392,9 +401,9 @@ class BiLM(nn.Module):
 
     def _encode_types(self, batch: TokenBatch, cache: "InferenceCache | None") -> torch.Tensor:
         """(U, P) encodings of the batch's types, from the cache where possible."""
-        cacheable = self.config.encoder == "char_cnn" and self.type_cache_size > 0
+        cacheable = self.config.encoder != "word" and self.type_cache_size > 0
         if cache is None or not cacheable or not batch.types:
-            return self.encoder(batch.type_inputs, batch.type_chars)
+            return self.encoder(batch.type_inputs, batch.type_chars, batch.type_word_ids)
         types = cache.types
         encoded = [types.get(t) for t in batch.types]
         missing = [i for i, e in enumerate(encoded) if e is None]
@@ -402,7 +411,9 @@ class BiLM(nn.Module):
         rows += [i + 2 for i in missing]
         if rows:
             rows = torch.tensor(rows, device=batch.type_inputs.device)
-            fresh = self._encode_alike(batch.type_inputs[rows], batch.type_chars[rows])
+            fresh = self._encode_alike(
+                batch.type_inputs[rows], batch.type_chars[rows], batch.type_word_ids[rows]
+            )
             if cache.boundaries is None:
                 cache.boundaries, fresh = fresh[:2].clone(), fresh[2:]
             for i, row in zip(missing, fresh):
@@ -413,11 +424,14 @@ class BiLM(nn.Module):
             types.popitem(last=False)
         return torch.cat([cache.boundaries, torch.stack(encoded)])
 
-    def _encode_alike(self, char_ids: torch.Tensor, n_chars: torch.Tensor) -> torch.Tensor:
+    def _encode_alike(
+        self, char_ids: torch.Tensor, n_chars: torch.Tensor, word_ids: torch.Tensor
+    ) -> torch.Tensor:
         """Encode types in blocks of one fixed shape (ENCODE_BLOCK rows of
         max_chars columns), so that a type's encoding is the same to the bit
         whatever else is in its batch: kept encodings then never make a
-        pipeline's output depend on what it ran before. (U, W) -> (U, P)."""
+        pipeline's output depend on what it ran before. (U, W), (U,), (U,)
+        -> (U, P)."""
         n_rows, width = char_ids.shape
         blocks = -(-n_rows // ENCODE_BLOCK)
         padded = char_ids.new_full(
@@ -426,8 +440,10 @@ class BiLM(nn.Module):
         padded[:n_rows, :width] = char_ids
         lengths = n_chars.new_full((blocks * ENCODE_BLOCK,), 1)
         lengths[:n_rows] = n_chars
+        words = word_ids.new_full((blocks * ENCODE_BLOCK,), PAD_ID)
+        words[:n_rows] = word_ids
         encoded = [
-            self.encoder(padded[i : i + ENCODE_BLOCK], lengths[i : i + ENCODE_BLOCK])
+            self.encoder(*(x[i : i + ENCODE_BLOCK] for x in (padded, lengths, words)))
             for i in range(0, len(padded), ENCODE_BLOCK)
         ]
         return torch.cat(encoded)[:n_rows]

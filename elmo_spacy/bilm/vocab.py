@@ -7,11 +7,16 @@ import torch
 
 PAD, UNK, BOS, EOS = "<PAD>", "<UNK>", "<S>", "</S>"
 SPECIALS = (PAD, UNK, BOS, EOS)
+# ELMoForManyLangs' names for the same four, kept in its converted models so that
+# these strings in a text get the ids they get in the reference.
+EFML_SPECIALS = ("<pad>", "<oov>", "<bos>", "<eos>")
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = range(4)
 
 
 class WordVocab:
-    """Word types ordered by falling frequency after the four specials.
+    """Word types ordered by falling frequency after the four specials
+    (padding, unknown, begin and end of sentence: SPECIALS, or EFML_SPECIALS
+    in a converted ELMoForManyLangs model).
 
     The order matters: the adaptive softmax puts the first ids in its head
     cluster, so frequent words must have small ids.
@@ -19,10 +24,10 @@ class WordVocab:
 
     def __init__(self, words: Sequence[str]) -> None:
         words = list(words)
-        if tuple(words[: len(SPECIALS)]) != SPECIALS:
+        if tuple(words[: len(SPECIALS)]) not in (SPECIALS, EFML_SPECIALS):
             raise ValueError(
-                f"A vocabulary must start with the specials {SPECIALS}, "
-                f"got {words[: len(SPECIALS)]}"
+                f"A vocabulary must start with the specials {SPECIALS} (or, converted from "
+                f"ELMoForManyLangs, {EFML_SPECIALS}), got {words[: len(SPECIALS)]}"
             )
         self.words: list[str] = words
         self.index: dict[str, int] = {w: i for i, w in enumerate(words)}

@@ -1,4 +1,5 @@
-"""`elmo-spacy convert-elmo` and `export-elmo`: bilm-tf's options.json + weights.hdf5, in and out."""
+"""`elmo-spacy convert-elmo` and `export-elmo` (bilm-tf's options.json +
+weights.hdf5, in and out) and `convert-efml` (ELMoForManyLangs' models, in)."""
 
 from pathlib import Path
 
@@ -58,6 +59,42 @@ def convert_elmo_command(
         f"{location.describe()}: {config.n_layers} x {config.lstm_dim} LSTM layers projected "
         f"to {config.projection_dim}, {sum(n for _, n in config.filters)} char filters "
         f"-> {output_dir}"
+    )
+
+
+@app.command("convert-efml")
+def convert_efml_command(
+    model_dir: Path = typer.Argument(
+        ...,
+        metavar="MODEL_DIR",
+        help="An ELMoForManyLangs model folder, as unpacked from its archive",
+        show_default=False,
+    ),
+    output_dir: Path = typer.Argument(
+        ..., metavar="OUTPUT_DIR", help="The biLM directory to write", show_default=False
+    ),
+) -> None:
+    """Convert an ELMoForManyLangs model (HIT-SCIR's, 44 languages) into a
+    biLM directory for the `elmo` pipe (bilm_path), `load_bilm` and `embed`,
+    which also read the model folder as it is."""
+    from ..bilm import save_bilm
+    from ..bilm.efml import EfmlFormatError, is_efml_folder, read_efml
+    from ..bilm.locate import resolve_bilm_path
+
+    with errors_to_exit():
+        resolve_bilm_path(model_dir)  # says what is there if it is not a folder of files
+        if not is_efml_folder({p.name for p in model_dir.iterdir()}):
+            raise EfmlFormatError(
+                f"{model_dir} is not an ELMoForManyLangs model: it has no token_embedder.pkl "
+                "or encoder.pkl. For a bilm-tf model, use elmo-spacy convert-elmo."
+            )
+        bilm = read_efml(model_dir)
+        save_bilm(bilm, output_dir)
+    config = bilm.config
+    reads = {"word_char": "words and characters", "char_cnn": "characters", "word": "words"}
+    typer.echo(
+        f"{model_dir}: {config.n_layers} x {config.lstm_dim} LSTM layers projected to "
+        f"{config.projection_dim}, token encoder of {reads[config.encoder]} -> {output_dir}"
     )
 
 

@@ -1,0 +1,406 @@
+"""ELMoForManyLangs' format: a model folder as HIT-SCIR published it.
+
+`read_efml(folder)` builds a `BiLM` that computes what ELMoForManyLangs'
+`Embedder.sents2elmo(..., output_layer=-2)` computes for a sentence run from
+zero LSTM state. The folder holds:
+
+| file | what |
+| --- | --- |
+| `config.json` | training arguments; `config_path` names the architecture file |
+| the architecture (`cnn_50_100_512_4096_sample.json` for the published models) | `encoder` (LSTM sizes, clips), `token_embedder` (char CNN, word embedding) |
+| `char.dic`, `word.dic` | `token<TAB>id` per line; a line with one field is U+3000 |
+| `token_embedder.pkl`, `encoder.pkl` | torch state dicts |
+
+The architecture file is found as the reference finds it: at `config_path`
+(absolute, or relative to the folder), else the file of that name in the
+folder, else, for the name the published models give, the architecture they
+were trained with (`PUBLISHED_ARCHITECTURES`: ELMoForManyLangs ships that file
+in its package, not in the model folders).
+
+Weights map to the biLM's parameters as follows (all but the word table as
+they are):
+
+| ELMoForManyLangs | BiLM |
+| --- | --- |
+| `word_emb_layer.embedding.weight` (V, w) | the word table, rows reordered so that `<pad>`, `<oov>`, `<bos>`, `<eos>` come first (`WordVocab`) |
+| `char_emb_layer.embedding.weight` (C, c) | the character embedding; `char.dic` is kept as the biLM's character vocabulary |
+| `convolutions.i`, `highways._layers.k` | the char CNN's `convs.i` and `highway.layers.k` (AllenNLP's highway is this package's) |
+| `projection` | the token encoder's projection of [word; char CNN] |
+| `{forward,backward}_layer_l.input_linearity.weight` | `weight_ih` of layer l (gates i, f, g, o in torch's order) |
+| `.state_linearity.weight`, `.bias` | `weight_hh`, `bias_ih`; `bias_hh` is a fixed zero |
+| `.state_projection.weight` | `weight_hr` |
+
+Weights are read with `torch.load(weights_only=True)`: tensors only, never
+by unpickling arbitrary objects.
+"""
+
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import BiLMConfig
+from .model import BiLM
+from .vocab import EFML_SPECIALS, WordVocab
+
+ARGS_FILE = "config.json"
+CHAR_DIC, WORD_DIC = "char.dic", "word.dic"
+TOKEN_EMBEDDER_FILE, ENCODER_FILE = "token_embedder.pkl", "encoder.pkl"
+WEIGHT_FILES = (TOKEN_EMBEDDER_FILE, ENCODER_FILE)
+IDEOGRAPHIC_SPACE = "\u3000"  # what a dictionary line with one field stands for
+
+KNOWN_SECTIONS = {
+    "encoder": {"name", "projection_dim", "cell_clip", "proj_clip", "dim", "n_layers"},
+    "token_embedder": {
+        "name",
+        "activation",
+        "filters",
+        "n_highway",
+        "word_dim",
+        "char_dim",
+        "max_characters_per_token",
+    },
+}
+# Training settings of the architecture file; they do not change the forward pass.
+TRAINING_SECTIONS = {"classifier", "dropout"}
+
+# The architecture that the published models' config.json names, by file name.
+PUBLISHED_ARCHITECTURES: dict[str, dict[str, Any]] = {
+    "cnn_50_100_512_4096_sample.json": {
+        "encoder": {
+            "name": "elmo",
+            "projection_dim": 512,
+            "cell_clip": 3,
+            "proj_clip": 3,
+            "dim": 4096,
+            "n_layers": 2,
+        },
+        "token_embedder": {
+            "name": "cnn",
+            "activation": "relu",
+            "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
+            "n_highway": 2,
+            "word_dim": 100,
+            "char_dim": 50,
+            "max_characters_per_token": 50,
+        },
+    }
+}
+
+
+class EfmlFormatError(ValueError):
+    """An ELMoForManyLangs model folder that cannot be read, with what and where."""
+
+
+def is_efml_folder(files: set[str]) -> bool:
+    """Whether a folder holding these file names is (or is meant to be) an
+    ELMoForManyLangs model."""
+    return any(name in files for name in (*WEIGHT_FILES, CHAR_DIC, WORD_DIC))
+
+
+def read_efml(folder: str | Path) -> BiLM:
+    """A BiLM (without softmax) that computes what ELMoForManyLangs computes
+    from the model in `folder` (see the module docstring)."""
+    folder = Path(folder)
+    architecture, architecture_name = _architecture(folder)
+    config = config_from_architecture(architecture, architecture_name)
+    uses_chars, uses_words = config.encoder != "word", config.encoder != "char_cnn"
+    needed = [*([CHAR_DIC] if uses_chars else []), *([WORD_DIC] if uses_words else [])]
+    missing = [name for name in (*needed, *WEIGHT_FILES) if not (folder / name).is_file()]
+    if missing:
+        raise EfmlFormatError(
+            f"{folder} is an incomplete ELMoForManyLangs model: {', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} missing. Unpack the whole archive of the "
+            "model into the folder."
+        )
+    embedder = _read_weights(folder / TOKEN_EMBEDDER_FILE)
+    encoder = _read_weights(folder / ENCODER_FILE)
+    _check_shapes(folder / TOKEN_EMBEDDER_FILE, embedder, _embedder_shapes(config))
+    _check_shapes(folder / ENCODER_FILE, encoder, _encoder_shapes(config))
+
+    chars = None
+    if uses_chars:
+        table = embedder["char_emb_layer.embedding.weight"]
+        chars = _in_id_order(folder / CHAR_DIC, read_dictionary(folder / CHAR_DIC), table)
+    words: list[str] = []
+    word_rows = None
+    if uses_words:
+        table = embedder["word_emb_layer.embedding.weight"]
+        by_id = _in_id_order(folder / WORD_DIC, read_dictionary(folder / WORD_DIC), table)
+        ids = {word: i for i, word in enumerate(by_id)}
+        absent = [special for special in EFML_SPECIALS if special not in ids]
+        if absent:
+            raise EfmlFormatError(
+                f"{folder / WORD_DIC} lacks {absent}: ELMoForManyLangs' word dictionaries "
+                f"hold {list(EFML_SPECIALS)}"
+            )
+        specials = [ids[special] for special in EFML_SPECIALS]
+        word_rows = specials + [i for i in range(len(by_id)) if i not in set(specials)]
+        words = [by_id[i] for i in word_rows]
+    vocab = WordVocab(words) if uses_words else WordVocab.specials_only()
+
+    bilm = BiLM(config, vocab, with_softmax=False, char_vocab=chars)
+    state = bilm.state_dict()
+    state.update(_to_state(config, embedder, encoder, word_rows))
+    bilm.load_state_dict(state)
+    bilm.eval()
+    return bilm
+
+
+def config_from_architecture(architecture: Any, where: str) -> BiLMConfig:
+    """The BiLMConfig of an ELMoForManyLangs architecture dict, refusing keys
+    and architectures it does not know rather than guess."""
+    if not isinstance(architecture, dict):
+        raise EfmlFormatError(f"{where} is not a JSON object of an ELMoForManyLangs architecture")
+    unknown = sorted(set(architecture) - set(KNOWN_SECTIONS) - TRAINING_SECTIONS)
+    for section, keys in KNOWN_SECTIONS.items():
+        values = architecture.get(section)
+        if not isinstance(values, dict):
+            raise EfmlFormatError(f"{where} has no {section!r} section")
+        unknown += [f"{section}.{key}" for key in sorted(set(values) - keys)]
+    if unknown:
+        raise EfmlFormatError(
+            f"{where}: keys this converter does not know: {unknown}. They may change what the "
+            "model computes, so it stops rather than guess."
+        )
+    lstm, tokens = architecture["encoder"], architecture["token_embedder"]
+    try:
+        if str(lstm["name"]).lower() != "elmo":
+            raise EfmlFormatError(
+                f"{where}: encoder.name = {lstm['name']!r}; only ELMo's LSTM ('elmo', what "
+                "the published models use) can be read"
+            )
+        if str(tokens["name"]).lower() != "cnn":
+            raise EfmlFormatError(
+                f"{where}: token_embedder.name = {tokens['name']!r}; only the char CNN ('cnn', "
+                "what the published models use) can be read"
+            )
+        if lstm["dim"] <= lstm["projection_dim"]:
+            raise EfmlFormatError(
+                f"{where}: encoder.dim = {lstm['dim']} is not above encoder.projection_dim = "
+                f"{lstm['projection_dim']}; this converter reads LSTMs that project down"
+            )
+        word_dim, char_dim = int(tokens["word_dim"]), int(tokens["char_dim"])
+        if word_dim <= 0 and char_dim <= 0:
+            raise EfmlFormatError(f"{where}: token_embedder has neither words nor characters")
+        encoder = "word_char" if word_dim > 0 and char_dim > 0 else "word"
+        if word_dim <= 0:
+            encoder = "char_cnn"
+        return BiLMConfig(
+            encoder=encoder,
+            char_ids="char_vocab",
+            max_chars=tokens["max_characters_per_token"],
+            char_dim=max(char_dim, 1),
+            filters=tokens["filters"],
+            char_activation=tokens["activation"],
+            n_highway=tokens["n_highway"],
+            word_dim=max(word_dim, 1),
+            projection_dim=lstm["projection_dim"],
+            lstm_dim=lstm["dim"],
+            n_layers=lstm["n_layers"],
+            cell_clip=lstm.get("cell_clip") or None,
+            proj_clip=lstm.get("proj_clip") or None,
+            skip_connections=True,
+            forget_bias=0.0,  # one trained bias (AllenNLP's cell), nothing added
+            dropout=0.0,
+            min_count=1,
+        )
+    except KeyError as err:
+        raise EfmlFormatError(f"{where}: key {err} is missing") from err
+    except (TypeError, ValueError) as err:
+        if isinstance(err, EfmlFormatError):
+            raise
+        raise EfmlFormatError(f"{where}: {err}") from err
+
+
+def read_dictionary(path: Path) -> dict[str, int]:
+    """`token<TAB>id` lines as the reference reads them: each line stripped of
+    surrounding whitespace, a line with one field taken as U+3000 (which the
+    stripping removed), a later line for the same token winning."""
+    entries: dict[str, int] = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise EfmlFormatError(f"{path} is not a readable UTF-8 dictionary ({err})") from err
+    for number, line in enumerate(lines, 1):
+        fields = line.strip().split("\t")
+        if len(fields) == 1:
+            fields.insert(0, IDEOGRAPHIC_SPACE)
+        try:
+            token, index = fields
+            entries[token] = int(index)
+        except ValueError as err:
+            raise EfmlFormatError(
+                f"{path}:{number}: {line!r} is not a token<TAB>id line"
+            ) from err
+    return entries
+
+
+def _in_id_order(path: Path, entries: dict[str, int], table: torch.Tensor) -> list[str]:
+    """The dictionary's tokens by id, once the ids are checked to be the rows
+    of `table` (its embedding), each once."""
+    rows = table.shape[0]
+    if len(entries) != rows or sorted(entries.values()) != list(range(rows)):
+        raise EfmlFormatError(
+            f"{path} has {len(entries)} entries (ids {min(entries.values(), default=0)} to "
+            f"{max(entries.values(), default=-1)}), but its embedding in "
+            f"{path.parent / TOKEN_EMBEDDER_FILE} has {rows} rows: the dictionary and the "
+            "weights must be of one model, with ids 0 to rows - 1, each once"
+        )
+    by_id = [""] * rows
+    for token, index in entries.items():
+        by_id[index] = token
+    return by_id
+
+
+def _architecture(folder: Path) -> tuple[dict[str, Any], str]:
+    """The architecture dict and where it was found."""
+    args_path = folder / ARGS_FILE
+    if not args_path.is_file():
+        raise EfmlFormatError(f"{folder} has no {ARGS_FILE}: it is not an ELMoForManyLangs model")
+    args = _read_json(args_path)
+    if not isinstance(args, dict) or not isinstance(args.get("config_path"), str):
+        raise EfmlFormatError(
+            f"{args_path} has no config_path: ELMoForManyLangs' config.json names the "
+            "architecture file there"
+        )
+    named = Path(args["config_path"])
+    candidates = [folder / named, folder / named.name]
+    for candidate in candidates:
+        if candidate.is_file():
+            return _read_json(candidate), str(candidate)
+    if named.name in PUBLISHED_ARCHITECTURES:
+        return PUBLISHED_ARCHITECTURES[named.name], f"{named.name} (the published models')"
+    raise EfmlFormatError(
+        f"{args_path} names the architecture file {args['config_path']}, which is neither "
+        f"there nor in {folder}: copy that file (ELMoForManyLangs ships its architectures in "
+        "elmoformanylangs/configs/) into the folder."
+    )
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise EfmlFormatError(f"{path} is not a readable JSON file: {err}") from err
+
+
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """A state dict of tensors, read without unpickling anything else."""
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as err:
+        raise EfmlFormatError(
+            f"{path} is not a file of tensors that torch reads safely ({str(err).splitlines()[0]}"
+            "). It is not unpickled any further: a weights file from ELMoForManyLangs holds "
+            "tensors only, so this one may be corrupt or from elsewhere."
+        ) from err
+    except (RuntimeError, EOFError, OSError, ValueError) as err:
+        raise EfmlFormatError(
+            f"{path} is not a torch weights file ({str(err).splitlines()[0] if str(err) else err!r}"
+            "): it may be truncated or corrupt; unpack the model's archive again."
+        ) from err
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        raise EfmlFormatError(
+            f"{path} holds a {type(state).__name__}, not a state dict of named tensors as "
+            "ELMoForManyLangs writes them"
+        )
+    return {k: v.float() for k, v in state.items()}
+
+
+def _embedder_shapes(config: BiLMConfig) -> dict[str, tuple[int, ...]]:
+    """token_embedder.pkl's tensors for this architecture, with their shapes
+    (the embedding rows left open: -1)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    width = 0
+    if config.encoder != "char_cnn":
+        shapes["word_emb_layer.embedding.weight"] = (-1, config.word_dim)
+        width += config.word_dim
+    if config.encoder != "word":
+        shapes["char_emb_layer.embedding.weight"] = (-1, config.char_dim)
+        for i, (kernel, n) in enumerate(config.filters):
+            shapes[f"convolutions.{i}.weight"] = (n, config.char_dim, kernel)
+            shapes[f"convolutions.{i}.bias"] = (n,)
+        n_filters = sum(n for _, n in config.filters)
+        for k in range(config.n_highway):
+            shapes[f"highways._layers.{k}.weight"] = (2 * n_filters, n_filters)
+            shapes[f"highways._layers.{k}.bias"] = (2 * n_filters,)
+        width += n_filters
+    shapes["projection.weight"] = (config.projection_dim, width)
+    shapes["projection.bias"] = (config.projection_dim,)
+    return shapes
+
+
+def _encoder_shapes(config: BiLMConfig) -> dict[str, tuple[int, ...]]:
+    dim, cell = config.projection_dim, config.lstm_dim
+    shapes: dict[str, tuple[int, ...]] = {}
+    for direction in ("forward", "backward"):
+        for layer in range(config.n_layers):
+            prefix = f"{direction}_layer_{layer}"
+            shapes[f"{prefix}.input_linearity.weight"] = (4 * cell, dim)
+            shapes[f"{prefix}.state_linearity.weight"] = (4 * cell, dim)
+            shapes[f"{prefix}.state_linearity.bias"] = (4 * cell,)
+            shapes[f"{prefix}.state_projection.weight"] = (dim, cell)
+    return shapes
+
+
+def _check_shapes(
+    path: Path, state: dict[str, torch.Tensor], shapes: dict[str, tuple[int, ...]]
+) -> None:
+    missing = sorted(set(shapes) - set(state))
+    unexpected = sorted(set(state) - set(shapes))
+    wrong = [
+        f"{name} {tuple(state[name].shape)} where the architecture calls for "
+        + str(tuple("any" if n < 0 else n for n in shape))
+        for name, shape in shapes.items()
+        if name in state
+        and (
+            state[name].dim() != len(shape)
+            or any(n >= 0 and n != m for n, m in zip(shape, state[name].shape))
+        )
+    ]
+    if missing or unexpected or wrong:
+        problems = [
+            *([f"missing {missing[:5]}"] if missing else []),
+            *([f"unexpected {unexpected[:5]}"] if unexpected else []),
+            *([f"shapes: {'; '.join(wrong[:3])}"] if wrong else []),
+        ]
+        raise EfmlFormatError(
+            f"{path} does not match the model's architecture ({', '.join(problems)}): were "
+            "files of different models mixed?"
+        )
+
+
+def _to_state(
+    config: BiLMConfig,
+    embedder: dict[str, torch.Tensor],
+    encoder: dict[str, torch.Tensor],
+    word_rows: list[int] | None,
+) -> dict[str, torch.Tensor]:
+    """ELMoForManyLangs' tensors -> BiLM state dict entries."""
+    state: dict[str, torch.Tensor] = {}
+    chars = "encoder.chars." if config.encoder == "word_char" else "encoder."
+    for name, tensor in embedder.items():
+        if name == "word_emb_layer.embedding.weight":
+            state["encoder.embed.weight"] = tensor[word_rows]
+        elif name == "char_emb_layer.embedding.weight":
+            state[chars + "embed.weight"] = tensor
+        elif name.startswith("convolutions."):
+            state[chars + "convs." + name.removeprefix("convolutions.")] = tensor
+        elif name.startswith("highways._layers."):
+            state[chars + "highway.layers." + name.removeprefix("highways._layers.")] = tensor
+        else:  # projection.weight, projection.bias
+            state["encoder." + name] = tensor
+    for direction in ("forward", "backward"):
+        for layer in range(config.n_layers):
+            source, target = f"{direction}_layer_{layer}", f"{direction}_lstm.layers.{layer}"
+            state[f"{target}.weight_ih_l0"] = encoder[f"{source}.input_linearity.weight"]
+            state[f"{target}.weight_hh_l0"] = encoder[f"{source}.state_linearity.weight"]
+            state[f"{target}.bias_ih_l0"] = encoder[f"{source}.state_linearity.bias"]
+            state[f"{target}.bias_hh_l0"] = torch.zeros(4 * config.lstm_dim)
+            state[f"{target}.weight_hr_l0"] = encoder[f"{source}.state_projection.weight"]
+    return {k: v.contiguous() for k, v in state.items()}
