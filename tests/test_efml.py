@@ -122,7 +122,16 @@ def write_efml(
     (folder / "config.json").write_text(json.dumps({"config_path": "/nowhere/tiny.json"}))
     embedder: dict[str, torch.Tensor] = {}
     if char_dim:
-        chars = ["<oov>", "<pad>", "<bow>", "<eow>", "<bos>", "<eos>", *"Thebankrs.Zü北😀", "\u3000"]
+        chars = [
+            "<oov>",
+            "<pad>",
+            "<bow>",
+            "<eow>",
+            "<bos>",
+            "<eos>",
+            *"Thebankrs.Zü北😀",
+            "\u3000",
+        ]
         chars = list(dict.fromkeys(chars))
         order = list(reversed(range(len(chars))))  # lines not in id order
         lines = [f"{chars[i]}\t{i}" if chars[i] != "\u3000" else f"\t{i}" for i in order]
@@ -180,9 +189,11 @@ def reference_forward(folder: Path, tokens: list[str]) -> numpy.ndarray:
         chars = dictionary("char.dic")
         ids = torch.full((len(framed), max_chars), chars["<pad>"])
         for j, token in enumerate(framed):
-            row = [chars[token]] if token in ("<bos>", "<eos>") else [
-                chars.get(c, chars["<oov>"]) for c in token
-            ]
+            row = (
+                [chars[token]]
+                if token in ("<bos>", "<eos>")
+                else [chars.get(c, chars["<oov>"]) for c in token]
+            )
             ids[j, : len(row) + 2] = torch.tensor([chars["<eow>"], *row, chars["<bow>"]])
         x = embedder["char_emb_layer.embedding.weight"][ids].transpose(1, 2)
         pooled = []
@@ -213,7 +224,7 @@ def reference_forward(folder: Path, tokens: list[str]) -> numpy.ndarray:
             )
             i, f, g, o = gates.chunk(4)
             c = (torch.sigmoid(i) * torch.tanh(g) + torch.sigmoid(f) * c).clamp(-3, 3)
-            h = (encoder[f"{prefix}.state_projection.weight"] @ (torch.sigmoid(o) * torch.tanh(c)))
+            h = encoder[f"{prefix}.state_projection.weight"] @ (torch.sigmoid(o) * torch.tanh(c))
             h = h.clamp(-3, 3)
             outputs.append(h)
         return torch.stack(outputs)
@@ -280,6 +291,10 @@ def test_the_elmo_pipe_and_embed_read_the_model_folder_as_it_is(tmp_path):
     with torch.no_grad():
         expected = bilm(bilm.batch([[t.text for t in doc]]))[:, 0].numpy()
     numpy.testing.assert_allclose(doc._.elmo, expected, atol=1e-6)
+    nlp.to_disk(tmp_path / "pipeline")  # the character vocabulary travels with it
+    numpy.testing.assert_array_equal(
+        spacy.load(tmp_path / "pipeline")("The bank raised rates .")._.elmo, doc._.elmo
+    )
 
     (tmp_path / "input.txt").write_text("The bank raised rates .\n", encoding="utf-8")
     output = tmp_path / "elmo.hdf5"

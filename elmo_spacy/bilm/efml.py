@@ -232,9 +232,7 @@ def read_dictionary(path: Path) -> dict[str, int]:
             token, index = fields
             entries[token] = int(index)
         except ValueError as err:
-            raise EfmlFormatError(
-                f"{path}:{number}: {line!r} is not a token<TAB>id line"
-            ) from err
+            raise EfmlFormatError(f"{path}:{number}: {line!r} is not a token<TAB>id line") from err
     return entries
 
 

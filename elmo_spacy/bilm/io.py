@@ -20,13 +20,13 @@ from safetensors.torch import load, load_file, save, save_file
 
 from .bilm_tf import Progress, read_bilm_tf
 from .config import BiLMConfig
-from .files import write_directory
 from .efml import read_efml
+from .files import write_directory
 from .locate import (
     BILM_DIR,
-    EFML,
     BILM_FILES,
     CONFIG_FILE,
+    EFML,
     VOCAB_FILE,
     BiLMLoadError,
     BiLMLocation,
@@ -97,7 +97,9 @@ def load_bilm_at(
     if location.kind == BILM_DIR:
         return _load_directory(location.path, with_softmax)
     if with_softmax:
-        raise BiLMLoadError(f"{location.describe()} has no softmax head (converted models have none)")
+        raise BiLMLoadError(
+            f"{location.describe()} has no softmax head (converted models have none)"
+        )
     if location.kind == EFML:
         return read_efml(location.path)
     with bilm_tf_files(location) as files:
