@@ -143,7 +143,8 @@ def write_efml(
         embedder["highways._layers.0.weight"] = random(32, 16)
         embedder["highways._layers.0.bias"] = random(32)
     if word_dim:
-        words = ["<oov>", "<pad>", "<bos>", "<eos>", "The", "bank", "rates", ".", "<S>", "is"]
+        # "Supercal": the reference looks a long token up cut to max_chars - 2 characters
+        words = ["<oov>", "<pad>", "<bos>", "<eos>", "The", "bank", "rates", ".", "<S>", "Supercal"]
         lines = [f"{w}\t{i}" for i, w in enumerate(words)]
         (folder / "word.dic").write_text("\n".join(lines[::-1]) + "\n", encoding="utf-8")
         embedder["word_emb_layer.embedding.weight"] = random(len(words), word_dim)
