@@ -9,6 +9,7 @@ import elmo_spacy.pretrain.train as train_module
 from elmo_spacy.bilm import BiLMConfig, load_bilm
 from elmo_spacy.pretrain import PretrainConfig, pretrain
 from elmo_spacy.pretrain.checkpoint import LATEST
+from elmo_spacy.pretrain.texts import read_texts
 
 from .conftest import DATA, TINY_BILM, tokenize
 
@@ -114,3 +115,21 @@ def test_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(tmp_path, corp
     b = load_bilm(tmp_path / "b" / "model-last").state_dict()
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6, msg=key)
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"])
+@pytest.mark.parametrize("bad_line", [1, 51, 401])
+def test_text_that_is_not_utf8_names_the_line_column_and_offset_of_the_bad_byte(
+    tmp_path, newline, bad_line
+):
+    """Far past the text reader's first chunk too (8 KiB): the position is the file's."""
+    lines = [f"line {n} of plain text, ascii only".encode() for n in range(1, 501)]
+    lines[bad_line - 1] = "café au lait".encode("latin-1")  # é is 0xe9
+    data = newline.join(lines) + newline
+    offset = data.index(b"\xe9")
+    (tmp_path / "latin.txt").write_bytes(data)
+    with pytest.raises(ValueError) as raised:
+        list(read_texts(tmp_path / "latin.txt"))
+    message = str(raised.value)
+    assert f"latin.txt:{bad_line}:4: not valid UTF-8: byte 0xe9 at byte offset {offset} " in message
+    assert "Re-encode the file as UTF-8" in message
