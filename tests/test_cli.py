@@ -208,3 +208,37 @@ def test_corpus_command_names_a_missing_or_altered_file(tmp_path):
     assert f"train.csv: md5 is {actual}, expected b1a00f826fdfbd249f79597b59e1dc12" in message
     assert "--no-verify" in message
     assert not (tmp_path / "out").exists()
+
+
+def elmo_spacy(*args) -> tuple[int, str]:
+    """`elmo-spacy ARGS` in this process: exit code and output (stdout and
+    stderr), words joined by single spaces, without the boxes rich draws."""
+    from typer.testing import CliRunner
+
+    from elmo_spacy.cli import app
+
+    result = CliRunner().invoke(app, [str(arg) for arg in args])
+    output = result.output
+    for box in "│╭╮╰╯─":
+        output = output.replace(box, " ")
+    return result.exit_code, " ".join(output.split())
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--epochs", "2"], "No such option: --epochs. Did you mean --training.max_epochs?"),
+        (["--resum"], "No such option: --resum. Did you mean --resume?"),
+        (["--training.max_epochs", "1", "stray"], "Got unexpected extra argument (stray)."),
+    ],
+)
+def test_pretrain_usage_errors_are_short_and_show_the_usage(tmp_path, extra, message):
+    (tmp_path / "text.txt").write_text("Some text to pretrain on.\n", encoding="utf-8")
+    code, output = elmo_spacy(
+        "pretrain", CONFIGS / "bilm_tiny.cfg", tmp_path / "text.txt", tmp_path / "out", *extra
+    )
+    assert code == 2, output
+    assert message in output
+    assert "Usage: elmo-spacy pretrain" in output and "--section.setting VALUE" in output
+    assert "Traceback" not in output and "NoSuchOption" not in output
+    assert not (tmp_path / "out").exists()

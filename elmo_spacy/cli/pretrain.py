@@ -1,6 +1,9 @@
 """`elmo-spacy pretrain`: tokenise a text file with spaCy and pretrain a biLM on it."""
 
+import difflib
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import typer
 from spacy.cli._util import parse_config_overrides
@@ -41,7 +44,7 @@ def pretrain_command(
     from ..pretrain.texts import read_tokenised_texts
 
     with errors_to_exit():
-        bilm_config, training = load_pretrain_config(config_path, parse_config_overrides(ctx.args))
+        bilm_config, training = load_pretrain_config(config_path, config_overrides(ctx))
         workers = start_workers(gpu_id)
         docs = read_tokenised_texts(text_path, lang)
         vectors = None
@@ -72,3 +75,41 @@ def pretrain_command(
         f"Best dev perplexity {log['best_dev_perplexity']:.2f} after {len(log['epochs'])} "
         f"epoch(s), {log['wall_seconds']:.0f} s. biLM: {output_dir / 'model-best'}"
     )
+
+
+def config_overrides(ctx: typer.Context) -> dict[str, Any]:
+    """The extra arguments as config overrides (--section.setting VALUE or
+    --section.setting=VALUE). Anything else is a usage error, shown with the
+    usage and a close option or setting if there is one (spaCy's own parser
+    raises a click exception that typer does not catch: a traceback)."""
+    args, position = ctx.args, 0
+    while position < len(args):
+        arg = args[position]
+        if not arg.startswith("--"):
+            ctx.fail(
+                f"Got unexpected extra argument ({arg}). Config settings are overridden as "
+                "--section.setting VALUE, e.g. --training.max_epochs 2."
+            )
+        if "." not in arg.split("=", 1)[0]:
+            ctx.fail(
+                f"No such option: {arg}.{_close_option(ctx, arg)} Config settings are "
+                "overridden as --section.setting VALUE, e.g. --training.max_epochs 2."
+            )
+        has_value = "=" not in arg and position + 1 < len(args)
+        position += 2 if has_value and not args[position + 1].startswith("--") else 1
+    return parse_config_overrides(list(args))
+
+
+def _close_option(ctx: typer.Context, arg: str) -> str:
+    """' Did you mean --x?' for the command's option or config setting closest to `arg`."""
+    from ..bilm import BiLMConfig
+    from ..pretrain import PretrainConfig
+
+    name = arg[2:].split("=", 1)[0]
+    candidates = {f.name: f"bilm.{f.name}" for f in fields(BiLMConfig)}
+    candidates |= {f.name: f"training.{f.name}" for f in fields(PretrainConfig)}
+    options = [o[2:] for p in ctx.command.params for o in p.opts if o.startswith("--")]
+    candidates |= {o: o for o in options if o != "help"}
+    close = difflib.get_close_matches(name, candidates, n=1)
+    close = close or difflib.get_close_matches(name.replace("-", "_"), candidates, n=1)
+    return f" Did you mean --{candidates[close[0]]}?" if close else ""
