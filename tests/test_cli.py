@@ -242,3 +242,14 @@ def test_pretrain_usage_errors_are_short_and_show_the_usage(tmp_path, extra, mes
     assert "Usage: elmo-spacy pretrain" in output and "--section.setting VALUE" in output
     assert "Traceback" not in output and "NoSuchOption" not in output
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("content", ["", "\n  \n\t\n"])
+def test_pretrain_on_an_empty_text_names_it_and_leaves_no_folder(tmp_path, content):
+    (tmp_path / "empty.txt").write_text(content, encoding="utf-8")
+    code, output = elmo_spacy(
+        "pretrain", CONFIGS / "bilm_tiny.cfg", tmp_path / "empty.txt", tmp_path / "out"
+    )
+    assert code == 1, output
+    assert f"{tmp_path / 'empty.txt'}: no tokens to pretrain on" in output
+    assert not (tmp_path / "out").exists()

@@ -42,6 +42,7 @@ def pretrain_command(
     Data-parallel on N processes: torchrun --nproc_per_node N --no-python elmo-spacy pretrain ..."""
     from ..pretrain import load_pretrain_config, pretrain, start_workers, stop_workers
     from ..pretrain.texts import read_tokenised_texts
+    from ..pretrain.train import NotEnoughText
 
     with errors_to_exit():
         bilm_config, training = load_pretrain_config(config_path, config_overrides(ctx))
@@ -53,15 +54,18 @@ def pretrain_command(
 
             table = spacy.load(init_vectors).vocab.vectors
             vectors = {table.strings[key]: table.data[row] for key, row in table.key2row.items()}
-        log = pretrain(
-            docs,
-            bilm_config,
-            training,
-            output_dir,
-            resume=resume,
-            init_vectors=vectors,
-            workers=workers,
-        )
+        try:
+            log = pretrain(
+                docs,
+                bilm_config,
+                training,
+                output_dir,
+                resume=resume,
+                init_vectors=vectors,
+                workers=workers,
+            )
+        except NotEnoughText as err:
+            raise ValueError(f"{text_path}: {err}") from err
     stop_workers(workers)
     if not workers.is_main:
         return

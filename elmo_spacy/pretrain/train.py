@@ -31,6 +31,10 @@ from .distributed import Workers
 LOG_FILE = "pretrain_log.json"
 
 
+class NotEnoughText(ValueError):
+    """The docs are too few to pretrain on (the message says how many are needed)."""
+
+
 @dataclass
 class Corpus:
     train: list[Tokens]
@@ -201,8 +205,6 @@ def pretrain(
     started = time.perf_counter()
     workers = workers or Workers()
     output_dir = Path(output_dir)
-    if workers.is_main:
-        output_dir.mkdir(parents=True, exist_ok=True)
     rng = random.Random(config.seed)
     corpus = _make_corpus(docs, config, rng)
     checkpoint = latest_checkpoint(output_dir) if resume else None
@@ -228,6 +230,8 @@ def pretrain(
         torch.manual_seed(config.seed + 7919 * state.step + workers.rank)  # own dropout masks
         # Tail clusters of the adaptive softmax go unused on batches without their words.
         loss = DistributedDataParallel(loss, find_unused_parameters=True)
+    if workers.is_main:  # only now: a run refused above leaves no folder behind
+        output_dir.mkdir(parents=True, exist_ok=True)
     Pretraining(
         bilm=bilm,
         optimizer=optimizer,
@@ -265,7 +269,9 @@ def pretrain(
 def _make_corpus(docs: Sequence[Tokens], config: PretrainConfig, rng: random.Random) -> Corpus:
     docs = [d for d in docs if len(d)]
     if not docs:
-        raise ValueError("No tokens to pretrain on: the pretraining text is empty.")
+        raise NotEnoughText(
+            "no tokens to pretrain on: the text is empty or holds only blank lines."
+        )
     if config.dev_fraction <= 0:
         train = split_long(docs, config.max_length)
         return Corpus(train, train, dev_is_held_out=False)
