@@ -253,3 +253,15 @@ def test_pretrain_on_an_empty_text_names_it_and_leaves_no_folder(tmp_path, conte
     assert code == 1, output
     assert f"{tmp_path / 'empty.txt'}: no tokens to pretrain on" in output
     assert not (tmp_path / "out").exists()
+
+
+def test_pretrain_on_a_text_too_short_to_split_says_how_much_is_needed(tmp_path):
+    (tmp_path / "one.txt").write_text("\nJust one line of text.\n\n", encoding="utf-8")
+    code, output = elmo_spacy(
+        "pretrain", CONFIGS / "bilm_tiny.cfg", tmp_path / "one.txt", tmp_path / "out"
+    )
+    assert code == 1, output
+    assert f"{tmp_path / 'one.txt'}: 1 doc(s) (non-blank lines) are too few" in output
+    assert "Give at least 2 docs, or set dev_fraction = 0" in output
+    assert "Best dev perplexity" not in output
+    assert not (tmp_path / "out").exists()

@@ -10,6 +10,7 @@ from elmo_spacy.bilm import BiLMConfig, load_bilm
 from elmo_spacy.pretrain import PretrainConfig, pretrain
 from elmo_spacy.pretrain.checkpoint import LATEST
 from elmo_spacy.pretrain.texts import read_texts
+from elmo_spacy.pretrain.train import NotEnoughText
 
 from .conftest import DATA, TINY_BILM, tokenize
 
@@ -133,3 +134,15 @@ def test_text_that_is_not_utf8_names_the_line_column_and_offset_of_the_bad_byte(
     message = str(raised.value)
     assert f"latin.txt:{bad_line}:4: not valid UTF-8: byte 0xe9 at byte offset {offset} " in message
     assert "Re-encode the file as UTF-8" in message
+
+
+def test_too_few_docs_for_a_dev_split_are_refused_and_say_how_many_are_needed(tmp_path):
+    settings = PretrainConfig(max_epochs=1, dev_fraction=0.9)
+    with pytest.raises(NotEnoughText, match="3 doc.* too few.* at least 5 docs"):
+        pretrain(DOCS[:3], BILM, settings, tmp_path / "a", progress=False)
+    assert not (tmp_path / "a").exists()
+    log = pretrain(DOCS[:5], BILM, settings, tmp_path / "b", progress=False)
+    assert log["train_docs"] == 1 and log["steps"] == 1
+    held_in = PretrainConfig(max_epochs=1, dev_fraction=0.0)
+    log = pretrain(DOCS[:1], BILM, held_in, tmp_path / "c", progress=False)
+    assert log["steps"] == 1 and not log["dev_is_held_out"]

@@ -275,13 +275,26 @@ def _make_corpus(docs: Sequence[Tokens], config: PretrainConfig, rng: random.Ran
     if config.dev_fraction <= 0:
         train = split_long(docs, config.max_length)
         return Corpus(train, train, dev_is_held_out=False)
+    n_dev = _dev_size(len(docs), config.dev_fraction)
+    if n_dev >= len(docs):
+        need = next(n for n in range(len(docs) + 1, 10**6) if _dev_size(n, config.dev_fraction) < n)
+        raise NotEnoughText(
+            f"{len(docs)} doc(s) (non-blank lines) are too few: [training] dev_fraction = "
+            f"{config.dev_fraction} holds out {n_dev} for dev perplexity, which leaves none to "
+            f"train on. Give at least {need} docs, or set dev_fraction = 0 "
+            "(--training.dev_fraction 0) to measure perplexity on the training docs."
+        )
     order = list(range(len(docs)))
     rng.shuffle(order)
-    n_dev = max(1, int(round(len(docs) * config.dev_fraction)))
     dev = set(order[:n_dev])
     train = [d for i, d in enumerate(docs) if i not in dev]
     dev_docs = [docs[i] for i in sorted(dev)]
     return Corpus(split_long(train, config.max_length), split_long(dev_docs, config.max_length))
+
+
+def _dev_size(n_docs: int, dev_fraction: float) -> int:
+    """How many of `n_docs` docs a dev_fraction > 0 holds out: at least one."""
+    return max(1, int(round(n_docs * dev_fraction)))
 
 
 def perplexity(nll: float, n_tokens: int) -> float:
