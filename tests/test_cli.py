@@ -265,3 +265,20 @@ def test_pretrain_on_a_text_too_short_to_split_says_how_much_is_needed(tmp_path)
     assert "Give at least 2 docs, or set dev_fraction = 0" in output
     assert "Best dev perplexity" not in output
     assert not (tmp_path / "out").exists()
+
+
+def test_pretrain_into_an_earlier_run_needs_resume_or_overwrite(tmp_path):
+    (tmp_path / "text.txt").write_text("Some text.\nMore text.\n", encoding="utf-8")
+    (tmp_path / "out" / "model-best").mkdir(parents=True)
+    (tmp_path / "out" / "pretrain_log.json").write_text("{}", encoding="utf-8")
+    args = ("pretrain", CONFIGS / "bilm_tiny.cfg", tmp_path / "text.txt", tmp_path / "out")
+    code, output = elmo_spacy(*args)
+    assert code == 1, output
+    assert f"{tmp_path / 'out'} holds an earlier pretraining run (model-best, " in output
+    assert "--resume" in output and "--overwrite" in output
+    code, output = elmo_spacy(*args, "--resume", "--overwrite")
+    assert code == 1 and "choose one" in output
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "model-best",
+        "pretrain_log.json",
+    ]

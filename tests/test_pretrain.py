@@ -146,3 +146,24 @@ def test_too_few_docs_for_a_dev_split_are_refused_and_say_how_many_are_needed(tm
     held_in = PretrainConfig(max_epochs=1, dev_fraction=0.0)
     log = pretrain(DOCS[:1], BILM, held_in, tmp_path / "c", progress=False)
     assert log["steps"] == 1 and not log["dev_is_held_out"]
+
+
+def test_a_finished_run_is_replaced_only_when_asked(tmp_path):
+    one_epoch = PretrainConfig(max_epochs=1, batch_tokens=600)
+    pretrain(DOCS, BILM, one_epoch, tmp_path, progress=False)
+    (tmp_path / "notes.txt").write_text("mine", encoding="utf-8")
+    best = (tmp_path / "model-best" / "weights.safetensors").read_bytes()
+    with pytest.raises(FileExistsError, match="holds an earlier pretraining run") as refused:
+        pretrain(DOCS, BILM, one_epoch, tmp_path, progress=False)
+    assert "--resume" in str(refused.value) and "--overwrite" in str(refused.value)
+    assert (tmp_path / "model-best" / "weights.safetensors").read_bytes() == best
+    with pytest.raises(ValueError, match="choose one"):
+        pretrain(DOCS, BILM, one_epoch, tmp_path, progress=False, resume=True, overwrite=True)
+    other_seed = PretrainConfig(max_epochs=1, batch_tokens=600, seed=1)
+    log = pretrain(DOCS, BILM, other_seed, tmp_path, progress=False, overwrite=True)
+    assert log["resumed_from"] is None
+    assert (tmp_path / "model-best" / "weights.safetensors").read_bytes() != best
+    assert (tmp_path / "notes.txt").read_text(encoding="utf-8") == "mine"  # not the run's
+    (tmp_path / LATEST).unlink()
+    with pytest.raises(FileExistsError, match=f"no {LATEST} to resume from"):
+        pretrain(DOCS, BILM, one_epoch, tmp_path, progress=False, resume=True)

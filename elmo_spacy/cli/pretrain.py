@@ -27,6 +27,9 @@ def pretrain_command(
     ),
     lang: str = typer.Option("en", help="Language of the spaCy tokenizer"),
     resume: bool = typer.Option(False, help="Go on from the latest checkpoint in OUTPUT_DIR"),
+    overwrite: bool = typer.Option(
+        False, help="Replace an earlier run in OUTPUT_DIR (its models, checkpoints and log)"
+    ),
     init_vectors: Path = typer.Option(
         None,
         exists=True,
@@ -42,10 +45,11 @@ def pretrain_command(
     Data-parallel on N processes: torchrun --nproc_per_node N --no-python elmo-spacy pretrain ..."""
     from ..pretrain import load_pretrain_config, pretrain, start_workers, stop_workers
     from ..pretrain.texts import read_tokenised_texts
-    from ..pretrain.train import NotEnoughText
+    from ..pretrain.train import NotEnoughText, check_output_dir
 
     with errors_to_exit():
         bilm_config, training = load_pretrain_config(config_path, config_overrides(ctx))
+        check_output_dir(output_dir, resume=resume, overwrite=overwrite)  # before tokenising
         workers = start_workers(gpu_id)
         docs = read_tokenised_texts(text_path, lang)
         vectors = None
@@ -61,6 +65,7 @@ def pretrain_command(
                 training,
                 output_dir,
                 resume=resume,
+                overwrite=overwrite,
                 init_vectors=vectors,
                 workers=workers,
             )

@@ -4,6 +4,7 @@ stopping, and checkpoints that a killed run resumes from."""
 import json
 import math
 import random
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from ..bilm import BiLM, BiLMConfig, WordVocab, save_bilm
 from ..bilm.precision import resolve_precision
 from .batching import Tokens, bucketed_batches, split_long
 from .checkpoint import (
+    LATEST,
     Progress,
     latest_checkpoint,
     load_checkpoint,
@@ -29,6 +31,8 @@ from .config import PretrainConfig
 from .distributed import Workers
 
 LOG_FILE = "pretrain_log.json"
+# What a run writes in its output folder (`elmo-spacy pretrain` adds the plot).
+RUN_OUTPUTS = ("model-best", "model-last", LOG_FILE, LATEST, "perplexity.png")
 
 
 class NotEnoughText(ValueError):
@@ -178,6 +182,7 @@ def pretrain(
     output_dir: Path,
     progress: bool = True,
     resume: bool = False,
+    overwrite: bool = False,
     init_vectors: Mapping[str, numpy.ndarray] | None = None,
     workers: Workers | None = None,
 ) -> dict[str, Any]:
@@ -190,6 +195,9 @@ def pretrain(
     With `resume`, training goes on from the latest checkpoint in `output_dir`
     (weights, Adam state, step, random states, position in the epoch) and ends
     with the same weights as an uninterrupted run on the CPU.
+    An `output_dir` that holds an earlier run (see `check_output_dir`) is
+    refused unless `resume` goes on from it or `overwrite` replaces it: the
+    earlier run's outputs are removed before the new run starts.
     `init_vectors` (word -> vector of width word_dim) start the word encoder's
     embeddings of a fresh run (see `BiLM.init_word_vectors`).
     `workers` (from `start_workers`) places the biLM on a device and, under
@@ -205,6 +213,7 @@ def pretrain(
     started = time.perf_counter()
     workers = workers or Workers()
     output_dir = Path(output_dir)
+    check_output_dir(output_dir, resume=resume, overwrite=overwrite)
     rng = random.Random(config.seed)
     corpus = _make_corpus(docs, config, rng)
     checkpoint = latest_checkpoint(output_dir) if resume else None
@@ -231,6 +240,8 @@ def pretrain(
         # Tail clusters of the adaptive softmax go unused on batches without their words.
         loss = DistributedDataParallel(loss, find_unused_parameters=True)
     if workers.is_main:  # only now: a run refused above leaves no folder behind
+        if overwrite:
+            remove_run(output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
     Pretraining(
         bilm=bilm,
@@ -264,6 +275,56 @@ def pretrain(
     if workers.is_main:
         (output_dir / LOG_FILE).write_text(json.dumps(log, indent=2) + "\n")
     return log
+
+
+def earlier_run(output_dir: Path) -> list[str]:
+    """The names of what an earlier run left in `output_dir`, if anything."""
+    if not output_dir.is_dir():
+        return []
+    return sorted(
+        p.name for p in output_dir.iterdir() if p.name in RUN_OUTPUTS or _is_checkpoint(p.name)
+    )
+
+
+def check_output_dir(output_dir: Path, resume: bool = False, overwrite: bool = False) -> None:
+    """Refuse an output folder that would lose an earlier run: one that holds a
+    run's outputs, unless `overwrite`, or with `resume`, a checkpoint to go on from."""
+    if resume and overwrite:
+        raise ValueError("resume goes on from a run and overwrite replaces it: choose one.")
+    if output_dir.exists() and not output_dir.is_dir():
+        raise NotADirectoryError(
+            f"{output_dir} is a file, not a folder: choose another output folder."
+        )
+    found = earlier_run(output_dir)
+    if overwrite or not found:
+        return
+    listed = ", ".join(found[:6]) + (", ..." if len(found) > 6 else "")
+    if not resume:
+        raise FileExistsError(
+            f"{output_dir} holds an earlier pretraining run ({listed}). Resume it "
+            "(--resume: go on from its latest checkpoint), replace it (--overwrite: its "
+            "models, checkpoints and log are deleted), or choose another output folder."
+        )
+    if latest_checkpoint(output_dir) is None:
+        raise FileExistsError(
+            f"{output_dir} holds an earlier pretraining run ({listed}) but no "
+            f"{LATEST} to resume from. Replace it (--overwrite: its models, checkpoints "
+            "and log are deleted), or choose another output folder."
+        )
+
+
+def remove_run(output_dir: Path) -> None:
+    """Delete what an earlier run left in `output_dir` (and nothing else)."""
+    for name in earlier_run(output_dir):
+        path = output_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+def _is_checkpoint(name: str) -> bool:
+    return name.startswith("checkpoint-") and name[len("checkpoint-") :].isdigit()
 
 
 def _make_corpus(docs: Sequence[Tokens], config: PretrainConfig, rng: random.Random) -> Corpus:
