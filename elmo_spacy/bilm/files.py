@@ -19,13 +19,22 @@ def write_directory(
     stops the write, so no other data is lost.
     """
     path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(
+            f"{path} is a file, not a folder: choose another output folder (a new one), or "
+            "move that file away first."
+        )
     if path.exists():
-        others = sorted(p.name for p in path.iterdir()) if path.is_dir() else [path.name]
-        others = [name for name in others if name not in owned]
-        if others or not path.is_dir():
+        others = sorted(
+            p.name + ("/" if p.is_dir() else "") for p in path.iterdir() if p.name not in owned
+        )
+        if others:
+            listed = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if others[5:] else "")
+            it, they, are = ("it", "it", "is") if len(others) == 1 else ("them", "they", "are")
             raise FileExistsError(
-                f"{path} exists and holds {others[:5]}, which this would overwrite: choose "
-                "another output folder, or delete it first."
+                f"{path} already holds {listed}, which {are} not part of what is written "
+                f"there. The folder is written as a whole, so {they} would be deleted: choose "
+                f"another output folder (a new or empty one), or move {it} out of {path} first."
             )
     temporary = path.with_name(f".{path.name}.tmp")
     shutil.rmtree(temporary, ignore_errors=True)
