@@ -1,5 +1,6 @@
 """Command lines as a user runs them: `elmo-spacy`, `spacy train`, entry points."""
 
+import errno
 import hashlib
 import json
 import re
@@ -282,3 +283,53 @@ def test_pretrain_into_an_earlier_run_needs_resume_or_overwrite(tmp_path):
         "model-best",
         "pretrain_log.json",
     ]
+
+
+def tiny_bilm():
+    from elmo_spacy.bilm import BiLM, WordVocab
+
+    return BiLM(TINY_BILM, WordVocab.build([["a", "b"]], max_size=10, min_count=1))
+
+
+def test_an_output_path_through_a_file_says_which_path_is_wrong(tmp_path):
+    """Not the OS's "[Errno 20] Not a directory: 'afile/.sub.tmp'" (a temporary name)."""
+    from elmo_spacy.bilm import save_bilm
+
+    (tmp_path / "afile").write_text("mine")
+    (tmp_path / "text.txt").write_text("Some text.\nMore text.\n", encoding="utf-8")
+    for out in (tmp_path / "afile", tmp_path / "afile" / "sub"):
+        code, output = elmo_spacy("pretrain", CONFIGS / "bilm_tiny.cfg", tmp_path / "text.txt", out)
+        assert code == 1, output
+        assert "Errno" not in output and ".tmp" not in output
+        if out.name == "afile":
+            assert f"{out} is a file, not a folder: choose another output folder" in output
+        else:
+            assert f"Cannot make the folder {out}: {tmp_path / 'afile'} is a file" in output
+    with pytest.raises(NotADirectoryError) as refused:
+        save_bilm(tiny_bilm(), tmp_path / "afile" / "sub")
+    assert "Errno" not in str(refused.value) and ".sub.tmp" not in str(refused.value)
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_an_os_error_while_writing_names_the_folder_not_its_temporary_name(tmp_path, monkeypatch):
+    from elmo_spacy.bilm import save_bilm
+
+    def denied(self, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", denied)
+    with pytest.raises(PermissionError) as refused:
+        save_bilm(tiny_bilm(), tmp_path / "bilm")
+    message = str(refused.value)
+    assert message.startswith(f"Cannot write {tmp_path / 'bilm'}: permission denied: choose")
+    assert "Errno" not in message and ".bilm.tmp" not in message
+
+
+def test_errors_straight_from_the_os_name_the_path_and_what_to_do():
+    from elmo_spacy.cli import _message
+
+    message = _message(FileExistsError(errno.EEXIST, "File exists", "afile"))
+    assert message == "afile: it exists already: choose another path, or move it away first"
+    message = _message(NotADirectoryError(errno.ENOTDIR, "Not a directory", "afile/x"))
+    assert message.startswith("afile/x: a part of the path is a file, not a folder")
+    assert _message(FileExistsError("a message of our own")) == "a message of our own"

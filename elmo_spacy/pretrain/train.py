@@ -18,6 +18,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from ..bilm import BiLM, BiLMConfig, WordVocab, save_bilm
+from ..bilm.files import check_output_folder
 from ..bilm.precision import resolve_precision
 from .batching import Tokens, bucketed_batches, split_long
 from .checkpoint import (
@@ -287,14 +288,12 @@ def earlier_run(output_dir: Path) -> list[str]:
 
 
 def check_output_dir(output_dir: Path, resume: bool = False, overwrite: bool = False) -> None:
-    """Refuse an output folder that would lose an earlier run: one that holds a
-    run's outputs, unless `overwrite`, or with `resume`, a checkpoint to go on from."""
+    """Refuse an output folder that cannot be made (see `check_output_folder`),
+    or that would lose an earlier run: one that holds a run's outputs, unless
+    `overwrite`, or with `resume`, a checkpoint to go on from."""
     if resume and overwrite:
         raise ValueError("resume goes on from a run and overwrite replaces it: choose one.")
-    if output_dir.exists() and not output_dir.is_dir():
-        raise NotADirectoryError(
-            f"{output_dir} is a file, not a folder: choose another output folder."
-        )
+    check_output_folder(output_dir)
     found = earlier_run(output_dir)
     if overwrite or not found:
         return
