@@ -333,3 +333,29 @@ def test_errors_straight_from_the_os_name_the_path_and_what_to_do():
     message = _message(NotADirectoryError(errno.ENOTDIR, "Not a directory", "afile/x"))
     assert message.startswith("afile/x: a part of the path is a file, not a folder")
     assert _message(FileExistsError("a message of our own")) == "a message of our own"
+
+
+def test_ctrl_c_during_pretraining_says_how_to_resume_and_exits_130(tmp_path, monkeypatch):
+    import elmo_spacy.pretrain.train as train_module
+
+    real_save = train_module.save_checkpoint
+
+    def save_then_ctrl_c(output_dir, bilm, optimizer, state):
+        path = real_save(output_dir, bilm, optimizer, state)
+        if state.step == 2:
+            raise KeyboardInterrupt
+        return path
+
+    monkeypatch.setattr(train_module, "save_checkpoint", save_then_ctrl_c)
+    lines = (DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()[:40]
+    (tmp_path / "text.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    options = ["--training.checkpoint_every", "1", "--training.batch_tokens", "300"]
+    args = ("pretrain", CONFIGS / "bilm_tiny.cfg", tmp_path / "text.txt", tmp_path / "out")
+    code, output = elmo_spacy(*args, *options)
+    assert code == 130, output
+    checkpoint = tmp_path / "out" / "checkpoint-2"
+    assert "Interrupted. Run the same command with --resume to go on from the last " in output
+    assert f"checkpoint, {checkpoint} " in output
+    assert checkpoint.is_dir()
+    code, output = elmo_spacy(*args, *options, "--overwrite")
+    assert code == 130 and "--resume instead of --overwrite" in output

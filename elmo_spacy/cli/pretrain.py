@@ -71,6 +71,10 @@ def pretrain_command(
             )
         except NotEnoughText as err:
             raise ValueError(f"{text_path}: {err}") from err
+        except KeyboardInterrupt as interrupt:
+            if workers.is_main:
+                typer.secho(_how_to_resume(output_dir, overwrite), fg="yellow", err=True)
+            raise typer.Exit(130) from interrupt
     stop_workers(workers)
     if not workers.is_main:
         return
@@ -83,6 +87,28 @@ def pretrain_command(
     typer.echo(
         f"Best dev perplexity {log['best_dev_perplexity']:.2f} after {len(log['epochs'])} "
         f"epoch(s), {log['wall_seconds']:.0f} s. biLM: {output_dir / 'model-best'}"
+    )
+
+
+def _how_to_resume(output_dir: Path, overwrite: bool) -> str:
+    """What a user who stopped a run (Ctrl-C) can do next."""
+    from ..pretrain.checkpoint import latest_checkpoint
+    from ..pretrain.train import earlier_run
+
+    try:
+        checkpoint = latest_checkpoint(output_dir)
+    except ValueError as err:  # a pointer to a checkpoint that is gone
+        return f"\nInterrupted. {err}"
+    if checkpoint is None:
+        again = " with --overwrite" if earlier_run(output_dir) else ""
+        return (
+            f"\nInterrupted before the first checkpoint in {output_dir}: nothing to resume. "
+            f"Run the command again{again} to start over."
+        )
+    instead = " instead of --overwrite" if overwrite else ""
+    return (
+        f"\nInterrupted. Run the same command with --resume{instead} to go on from the last "
+        f"checkpoint, {checkpoint} ([training] checkpoint_every sets how often one is written)."
     )
 
 
