@@ -1,6 +1,7 @@
 """Pretraining: checkpoints, resume, the log."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -167,3 +168,19 @@ def test_a_finished_run_is_replaced_only_when_asked(tmp_path):
     (tmp_path / LATEST).unlink()
     with pytest.raises(FileExistsError, match=f"no {LATEST} to resume from"):
         pretrain(DOCS, BILM, one_epoch, tmp_path, progress=False, resume=True)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_written_files_have_the_usual_permissions_so_others_can_read_them(tmp_path, umask):
+    """As open() makes them (0666 less the umask), weights.safetensors too (safetensors: 0600)."""
+    old_umask = os.umask(umask)
+    try:
+        pretrain(
+            DOCS, BILM, PretrainConfig(max_epochs=1, batch_tokens=600), tmp_path, progress=False
+        )
+    finally:
+        os.umask(old_umask)
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert {p.name for p in files} >= {"weights.safetensors", "training_state.safetensors"}
+    modes = {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777) for p in files}
+    assert set(modes.values()) == {oct(0o666 & ~umask)}, modes

@@ -38,6 +38,7 @@ def write_directory(
         temporary.mkdir(parents=True)
         try:
             write(temporary)
+            _usual_permissions(temporary)
         except BaseException:
             shutil.rmtree(temporary, ignore_errors=True)
             raise
@@ -53,6 +54,17 @@ def write_directory(
         raise type(err)(f"Cannot write {path}: {describe_os_error(err)}") from err
     shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+def _usual_permissions(folder: Path) -> None:
+    """Give the files under `folder` the mode a plain open() gives (0666 less
+    the umask): some writers (safetensors) make theirs 0600, which other users
+    of a shared model cannot read."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for file in folder.rglob("*"):
+        if file.is_file() and not file.is_symlink():
+            os.chmod(file, 0o666 & ~umask)
 
 
 def check_output_folder(path: str | Path) -> None:
