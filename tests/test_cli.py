@@ -359,3 +359,46 @@ def test_ctrl_c_during_pretraining_says_how_to_resume_and_exits_130(tmp_path, mo
     assert checkpoint.is_dir()
     code, output = elmo_spacy(*args, *options, "--overwrite")
     assert code == 130 and "--resume instead of --overwrite" in output
+
+
+def test_help_keeps_sentences_whole_and_shows_no_bool_type_for_flags():
+    """typer's rich help kept the docstrings' line breaks ("format) into a" / "biLM
+    directory"); on a wide terminal each description is one line."""
+    from typer.testing import CliRunner
+
+    from elmo_spacy.cli import app
+
+    def help_lines(*command):
+        result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "400"})
+        assert result.exit_code == 0, result.output
+        return [" ".join(line.strip("│ ").split()) for line in result.output.splitlines()]
+
+    lines = help_lines()
+    assert (
+        "convert-elmo Convert a bilm-tf ELMo model (the published ELMo models' format) into a "
+        "biLM directory for the `elmo` pipe (bilm_path) and `load_bilm`." in lines
+    )
+    assert any(
+        line.startswith("pretrain Pretrain a biLM. ") and "torchrun" in line for line in lines
+    )
+    for command in ((), ("pretrain",), ("convert-elmo",), ("export-elmo",)):
+        lines = help_lines(*command)
+        assert "--help Show this message and exit." in lines
+        assert not [line for line in lines if "<bool>" in line], command
+    lines = help_lines("convert-elmo")
+    assert any(
+        line.startswith("MODEL_PATH is a folder") and "as downloaded." in line for line in lines
+    )
+
+
+def test_version():
+    import spacy
+
+    from elmo_spacy import __version__
+
+    code, output = elmo_spacy("--version")
+    assert code == 0
+    assert (
+        output
+        == f"elmo-spacy {__version__} (spaCy {spacy.__version__}, PyTorch {torch.__version__})"
+    )

@@ -17,18 +17,26 @@ from . import app, errors_to_exit
 def pretrain_command(
     ctx: typer.Context,
     config_path: Path = typer.Argument(
-        ..., exists=True, dir_okay=False, help="Pretraining config (.cfg)"
+        ..., exists=True, dir_okay=False, metavar="CONFIG_PATH", help="Pretraining config (.cfg)"
     ),
     text_path: Path = typer.Argument(
-        ..., exists=True, dir_okay=False, help="Text: .txt (a doc per line) or .jsonl"
+        ...,
+        exists=True,
+        dir_okay=False,
+        metavar="TEXT_PATH",
+        help="Text: .txt (a doc per line) or .jsonl",
     ),
     output_dir: Path = typer.Argument(
-        ..., help="Writes model-best/, model-last/ and pretrain_log.json"
+        ..., metavar="OUTPUT_DIR", help="Writes model-best/, model-last/ and pretrain_log.json"
     ),
     lang: str = typer.Option("en", help="Language of the spaCy tokenizer"),
-    resume: bool = typer.Option(False, help="Go on from the latest checkpoint in OUTPUT_DIR"),
+    resume: bool = typer.Option(
+        False, "--resume", help="Go on from the latest checkpoint in OUTPUT_DIR"
+    ),
     overwrite: bool = typer.Option(
-        False, help="Replace an earlier run in OUTPUT_DIR (its models, checkpoints and log)"
+        False,
+        "--overwrite",
+        help="Replace an earlier run in OUTPUT_DIR (its models, checkpoints and log)",
     ),
     init_vectors: Path = typer.Option(
         None,
