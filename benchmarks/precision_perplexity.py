@@ -59,7 +59,12 @@ def main() -> None:
         output = args.output_dir / precision
         started = time.perf_counter()
         log = pretrain(
-            docs, bilm_config, replace(settings, precision=precision), output, progress=False
+            docs,
+            bilm_config,
+            replace(settings, precision=precision),
+            output,
+            progress=False,
+            overwrite=True,
         )
         wall = time.perf_counter() - started
         line = {

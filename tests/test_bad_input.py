@@ -4,6 +4,8 @@ import pytest
 import spacy
 from spacy.training import Example
 
+from elmo_spacy.pretrain import load_pretrain_config
+
 from .conftest import CONFIGS, run
 
 
@@ -104,3 +106,23 @@ def test_a_config_that_is_not_utf8_is_named(tmp_path, corpus_dir):
     assert "Traceback" not in result.stderr
     result = run("scripts", "train", str(tmp_path / "utf16.cfg"), str(tmp_path / "out"))
     assert result.returncode == 1 and "UTF-8" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (("[training]", "[training"), "bad.cfg:18: cannot read '[training': sections are [name]"),
+        (("max_epochs = 2", "max_epochs 2"), "bad.cfg:25: cannot read 'max_epochs 2'"),
+        (("seed = 0", "seed = 0\nseed = 1"), "bad.cfg:20: [training] sets seed a second time"),
+        (("[training]", "[bilm]"), "bad.cfg:18: a second [bilm] section"),
+        (("[bilm]", "junk\n[bilm]"), "bad.cfg:3: 'junk' comes before any [section]"),
+    ],
+)
+def test_a_pretraining_config_syntax_error_names_the_file_and_line(tmp_path, edit, message):
+    text = (CONFIGS / "bilm_tiny.cfg").read_text(encoding="utf-8")
+    assert text.splitlines()[17] == "[training]" and text.splitlines()[24] == "max_epochs = 2"
+    (tmp_path / "bad.cfg").write_text(text.replace(*edit, 1), encoding="utf-8")
+    with pytest.raises(ValueError) as refused:
+        load_pretrain_config(tmp_path / "bad.cfg")
+    assert str(refused.value).startswith(f"{tmp_path / message}")
+    assert "<string>" not in str(refused.value)

@@ -313,3 +313,25 @@ def test_errors_in_a_zipped_model_name_the_member(tmp_path, source):
     with pytest.raises(ValueError, match="use_peepholes") as error:
         load_bilm(archive)
     assert f"{archive}:m/options.json" in str(error.value)
+
+
+def test_convert_elmo_into_a_folder_of_other_files_says_what_is_there_and_what_to_do(
+    tmp_path, source
+):
+    (tmp_path / "out" / "runs").mkdir(parents=True)
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    result = convert(*source, tmp_path / "out")
+    message = " ".join(result.output.split())
+    assert result.exit_code == 1, message
+    assert f"{tmp_path / 'out'} already holds notes.txt, runs/, which are not part of" in message
+    assert "they would be deleted: choose another output folder (a new or empty one)" in message
+    assert f"or move them out of {tmp_path / 'out'} first" in message
+    assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
+    (tmp_path / "file").write_text("mine")
+    result = convert(*source, tmp_path / "file")
+    assert result.exit_code == 1
+    assert f"{tmp_path / 'file'} is a file, not a folder" in " ".join(result.output.split())
+    assert (tmp_path / "file").read_text() == "mine"
+    (tmp_path / "out" / "notes.txt").unlink()
+    (tmp_path / "out" / "runs").rmdir()
+    assert convert(*source, tmp_path / "out").exit_code == 0  # an empty folder is fine

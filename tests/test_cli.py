@@ -1,5 +1,6 @@
 """Command lines as a user runs them: `elmo-spacy`, `spacy train`, entry points."""
 
+import errno
 import hashlib
 import json
 import re
@@ -208,3 +209,196 @@ def test_corpus_command_names_a_missing_or_altered_file(tmp_path):
     assert f"train.csv: md5 is {actual}, expected b1a00f826fdfbd249f79597b59e1dc12" in message
     assert "--no-verify" in message
     assert not (tmp_path / "out").exists()
+
+
+def elmo_spacy(*args) -> tuple[int, str]:
+    """`elmo-spacy ARGS` in this process: exit code and output (stdout and
+    stderr), words joined by single spaces, without the boxes rich draws."""
+    from typer.testing import CliRunner
+
+    from elmo_spacy.cli import app
+
+    result = CliRunner().invoke(app, [str(arg) for arg in args])
+    output = result.output
+    for box in "│╭╮╰╯─":
+        output = output.replace(box, " ")
+    return result.exit_code, " ".join(output.split())
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--epochs", "2"], "No such option: --epochs. Did you mean --training.max_epochs?"),
+        (["--resum"], "No such option: --resum. Did you mean --resume?"),
+        (["--training.max_epochs", "1", "stray"], "Got unexpected extra argument (stray)."),
+    ],
+)
+def test_pretrain_usage_errors_are_short_and_show_the_usage(tmp_path, extra, message):
+    (tmp_path / "text.txt").write_text("Some text to pretrain on.\n", encoding="utf-8")
+    code, output = elmo_spacy(
+        "pretrain", CONFIGS / "bilm_tiny.cfg", tmp_path / "text.txt", tmp_path / "out", *extra
+    )
+    assert code == 2, output
+    assert message in output
+    assert "Usage: elmo-spacy pretrain" in output and "--section.setting VALUE" in output
+    assert "Traceback" not in output and "NoSuchOption" not in output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("content", ["", "\n  \n\t\n"])
+def test_pretrain_on_an_empty_text_names_it_and_leaves_no_folder(tmp_path, content):
+    (tmp_path / "empty.txt").write_text(content, encoding="utf-8")
+    code, output = elmo_spacy(
+        "pretrain", CONFIGS / "bilm_tiny.cfg", tmp_path / "empty.txt", tmp_path / "out"
+    )
+    assert code == 1, output
+    assert f"{tmp_path / 'empty.txt'}: no tokens to pretrain on" in output
+    assert not (tmp_path / "out").exists()
+
+
+def test_pretrain_on_a_text_too_short_to_split_says_how_much_is_needed(tmp_path):
+    (tmp_path / "one.txt").write_text("\nJust one line of text.\n\n", encoding="utf-8")
+    code, output = elmo_spacy(
+        "pretrain", CONFIGS / "bilm_tiny.cfg", tmp_path / "one.txt", tmp_path / "out"
+    )
+    assert code == 1, output
+    assert f"{tmp_path / 'one.txt'}: 1 doc(s) (non-blank lines) are too few" in output
+    assert "Give at least 2 docs, or set dev_fraction = 0" in output
+    assert "Best dev perplexity" not in output
+    assert not (tmp_path / "out").exists()
+
+
+def test_pretrain_into_an_earlier_run_needs_resume_or_overwrite(tmp_path):
+    (tmp_path / "text.txt").write_text("Some text.\nMore text.\n", encoding="utf-8")
+    (tmp_path / "out" / "model-best").mkdir(parents=True)
+    (tmp_path / "out" / "pretrain_log.json").write_text("{}", encoding="utf-8")
+    args = ("pretrain", CONFIGS / "bilm_tiny.cfg", tmp_path / "text.txt", tmp_path / "out")
+    code, output = elmo_spacy(*args)
+    assert code == 1, output
+    assert f"{tmp_path / 'out'} holds an earlier pretraining run (model-best, " in output
+    assert "--resume" in output and "--overwrite" in output
+    code, output = elmo_spacy(*args, "--resume", "--overwrite")
+    assert code == 1 and "choose one" in output
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "model-best",
+        "pretrain_log.json",
+    ]
+
+
+def tiny_bilm():
+    from elmo_spacy.bilm import BiLM, WordVocab
+
+    return BiLM(TINY_BILM, WordVocab.build([["a", "b"]], max_size=10, min_count=1))
+
+
+def test_an_output_path_through_a_file_says_which_path_is_wrong(tmp_path):
+    """Not the OS's "[Errno 20] Not a directory: 'afile/.sub.tmp'" (a temporary name)."""
+    from elmo_spacy.bilm import save_bilm
+
+    (tmp_path / "afile").write_text("mine")
+    (tmp_path / "text.txt").write_text("Some text.\nMore text.\n", encoding="utf-8")
+    for out in (tmp_path / "afile", tmp_path / "afile" / "sub"):
+        code, output = elmo_spacy("pretrain", CONFIGS / "bilm_tiny.cfg", tmp_path / "text.txt", out)
+        assert code == 1, output
+        assert "Errno" not in output and ".tmp" not in output
+        if out.name == "afile":
+            assert f"{out} is a file, not a folder: choose another output folder" in output
+        else:
+            assert f"Cannot make the folder {out}: {tmp_path / 'afile'} is a file" in output
+    with pytest.raises(NotADirectoryError) as refused:
+        save_bilm(tiny_bilm(), tmp_path / "afile" / "sub")
+    assert "Errno" not in str(refused.value) and ".sub.tmp" not in str(refused.value)
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_an_os_error_while_writing_names_the_folder_not_its_temporary_name(tmp_path, monkeypatch):
+    from elmo_spacy.bilm import save_bilm
+
+    def denied(self, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", denied)
+    with pytest.raises(PermissionError) as refused:
+        save_bilm(tiny_bilm(), tmp_path / "bilm")
+    message = str(refused.value)
+    assert message.startswith(f"Cannot write {tmp_path / 'bilm'}: permission denied: choose")
+    assert "Errno" not in message and ".bilm.tmp" not in message
+
+
+def test_errors_straight_from_the_os_name_the_path_and_what_to_do():
+    from elmo_spacy.cli import _message
+
+    message = _message(FileExistsError(errno.EEXIST, "File exists", "afile"))
+    assert message == "afile: it exists already: choose another path, or move it away first"
+    message = _message(NotADirectoryError(errno.ENOTDIR, "Not a directory", "afile/x"))
+    assert message.startswith("afile/x: a part of the path is a file, not a folder")
+    assert _message(FileExistsError("a message of our own")) == "a message of our own"
+
+
+def test_ctrl_c_during_pretraining_says_how_to_resume_and_exits_130(tmp_path, monkeypatch):
+    import elmo_spacy.pretrain.train as train_module
+
+    real_save = train_module.save_checkpoint
+
+    def save_then_ctrl_c(output_dir, bilm, optimizer, state):
+        path = real_save(output_dir, bilm, optimizer, state)
+        if state.step == 2:
+            raise KeyboardInterrupt
+        return path
+
+    monkeypatch.setattr(train_module, "save_checkpoint", save_then_ctrl_c)
+    lines = (DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()[:40]
+    (tmp_path / "text.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    options = ["--training.checkpoint_every", "1", "--training.batch_tokens", "300"]
+    args = ("pretrain", CONFIGS / "bilm_tiny.cfg", tmp_path / "text.txt", tmp_path / "out")
+    code, output = elmo_spacy(*args, *options)
+    assert code == 130, output
+    checkpoint = tmp_path / "out" / "checkpoint-2"
+    assert "Interrupted. Run the same command with --resume to go on from the last " in output
+    assert f"checkpoint, {checkpoint} " in output
+    assert checkpoint.is_dir()
+    code, output = elmo_spacy(*args, *options, "--overwrite")
+    assert code == 130 and "--resume instead of --overwrite" in output
+
+
+def test_help_keeps_sentences_whole_and_shows_no_bool_type_for_flags():
+    """typer's rich help kept the docstrings' line breaks ("format) into a" / "biLM
+    directory"); on a wide terminal each description is one line."""
+    from typer.testing import CliRunner
+
+    from elmo_spacy.cli import app
+
+    def help_lines(*command):
+        result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "400"})
+        assert result.exit_code == 0, result.output
+        return [" ".join(line.strip("│ ").split()) for line in result.output.splitlines()]
+
+    lines = help_lines()
+    assert (
+        "convert-elmo Convert a bilm-tf ELMo model (the published ELMo models' format) into a "
+        "biLM directory for the `elmo` pipe (bilm_path) and `load_bilm`." in lines
+    )
+    assert any(
+        line.startswith("pretrain Pretrain a biLM. ") and "torchrun" in line for line in lines
+    )
+    for command in ((), ("pretrain",), ("convert-elmo",), ("export-elmo",)):
+        lines = help_lines(*command)
+        assert "--help Show this message and exit." in lines
+        assert not [line for line in lines if "<bool>" in line], command
+    lines = help_lines("convert-elmo")
+    assert any(
+        line.startswith("MODEL_PATH is a folder") and "as downloaded." in line for line in lines
+    )
+
+
+def test_version():
+    import spacy
+
+    from elmo_spacy import __version__
+
+    code, output = elmo_spacy("--version")
+    assert code == 0
+    assert (
+        output
+        == f"elmo-spacy {__version__} (spaCy {spacy.__version__}, PyTorch {torch.__version__})"
+    )

@@ -244,3 +244,14 @@ def test_pretraining_configs_say_float32_and_the_command_line_overrides_it():
     assert load_pretrain_config(CONFIGS / "bilm.cfg", overrides)[1].precision == "bfloat16"
     with pytest.raises(ValueError, match="precision = 'fp16'"):
         load_pretrain_config(CONFIGS / "bilm.cfg", {"training.precision": "fp16"})
+
+
+def test_the_onednn_probe_leaves_torchs_random_numbers_alone():
+    """It runs once per process (cached): drawing from torch's global generator
+    gave the first pretraining run in a process other dropout masks than the next."""
+    torch.manual_seed(0)
+    expected = torch.rand(4)
+    onednn_packing.cache_clear()
+    torch.manual_seed(0)
+    onednn_packing()
+    assert torch.equal(torch.rand(4), expected)

@@ -1,6 +1,7 @@
 """Pretraining: checkpoints, resume, the log."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -9,6 +10,8 @@ import elmo_spacy.pretrain.train as train_module
 from elmo_spacy.bilm import BiLMConfig, load_bilm
 from elmo_spacy.pretrain import PretrainConfig, pretrain
 from elmo_spacy.pretrain.checkpoint import LATEST
+from elmo_spacy.pretrain.texts import read_texts
+from elmo_spacy.pretrain.train import NotEnoughText
 
 from .conftest import DATA, TINY_BILM, tokenize
 
@@ -114,3 +117,70 @@ def test_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(tmp_path, corp
     b = load_bilm(tmp_path / "b" / "model-last").state_dict()
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6, msg=key)
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"])
+@pytest.mark.parametrize("bad_line", [1, 51, 401])
+def test_text_that_is_not_utf8_names_the_line_column_and_offset_of_the_bad_byte(
+    tmp_path, newline, bad_line
+):
+    """Far past the text reader's first chunk too (8 KiB): the position is the file's."""
+    lines = [f"line {n} of plain text, ascii only".encode() for n in range(1, 501)]
+    lines[bad_line - 1] = "café au lait".encode("latin-1")  # é is 0xe9
+    data = newline.join(lines) + newline
+    offset = data.index(b"\xe9")
+    (tmp_path / "latin.txt").write_bytes(data)
+    with pytest.raises(ValueError) as raised:
+        list(read_texts(tmp_path / "latin.txt"))
+    message = str(raised.value)
+    assert f"latin.txt:{bad_line}:4: not valid UTF-8: byte 0xe9 at byte offset {offset} " in message
+    assert "Re-encode the file as UTF-8" in message
+
+
+def test_too_few_docs_for_a_dev_split_are_refused_and_say_how_many_are_needed(tmp_path):
+    settings = PretrainConfig(max_epochs=1, dev_fraction=0.9)
+    with pytest.raises(NotEnoughText, match="3 doc.* too few.* at least 5 docs"):
+        pretrain(DOCS[:3], BILM, settings, tmp_path / "a", progress=False)
+    assert not (tmp_path / "a").exists()
+    log = pretrain(DOCS[:5], BILM, settings, tmp_path / "b", progress=False)
+    assert log["train_docs"] == 1 and log["steps"] == 1
+    held_in = PretrainConfig(max_epochs=1, dev_fraction=0.0)
+    log = pretrain(DOCS[:1], BILM, held_in, tmp_path / "c", progress=False)
+    assert log["steps"] == 1 and not log["dev_is_held_out"]
+
+
+def test_a_finished_run_is_replaced_only_when_asked(tmp_path):
+    one_epoch = PretrainConfig(max_epochs=1, batch_tokens=600)
+    pretrain(DOCS, BILM, one_epoch, tmp_path, progress=False)
+    (tmp_path / "notes.txt").write_text("mine", encoding="utf-8")
+    best = (tmp_path / "model-best" / "weights.safetensors").read_bytes()
+    with pytest.raises(FileExistsError, match="holds an earlier pretraining run") as refused:
+        pretrain(DOCS, BILM, one_epoch, tmp_path, progress=False)
+    assert "--resume" in str(refused.value) and "--overwrite" in str(refused.value)
+    assert (tmp_path / "model-best" / "weights.safetensors").read_bytes() == best
+    with pytest.raises(ValueError, match="choose one"):
+        pretrain(DOCS, BILM, one_epoch, tmp_path, progress=False, resume=True, overwrite=True)
+    other_seed = PretrainConfig(max_epochs=1, batch_tokens=600, seed=1)
+    log = pretrain(DOCS, BILM, other_seed, tmp_path, progress=False, overwrite=True)
+    assert log["resumed_from"] is None
+    assert (tmp_path / "model-best" / "weights.safetensors").read_bytes() != best
+    assert (tmp_path / "notes.txt").read_text(encoding="utf-8") == "mine"  # not the run's
+    (tmp_path / LATEST).unlink()
+    with pytest.raises(FileExistsError, match=f"no {LATEST} to resume from"):
+        pretrain(DOCS, BILM, one_epoch, tmp_path, progress=False, resume=True)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_written_files_have_the_usual_permissions_so_others_can_read_them(tmp_path, umask):
+    """As open() makes them (0666 less the umask), weights.safetensors too (safetensors: 0600)."""
+    old_umask = os.umask(umask)
+    try:
+        pretrain(
+            DOCS, BILM, PretrainConfig(max_epochs=1, batch_tokens=600), tmp_path, progress=False
+        )
+    finally:
+        os.umask(old_umask)
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert {p.name for p in files} >= {"weights.safetensors", "training_state.safetensors"}
+    modes = {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777) for p in files}
+    assert set(modes.values()) == {oct(0o666 & ~umask)}, modes

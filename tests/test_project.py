@@ -96,3 +96,20 @@ def test_representation_baselines_share_the_elmo_head_and_schedule():
     elmo = head_and_schedule("scalar")
     for name in ("static", "minilm"):
         assert head_and_schedule(name) == elmo, name
+
+
+def test_the_default_pytest_output_says_why_tests_were_skipped(tmp_path):
+    """`make test` (pytest -q) showed `sssssss` and no reason: addopts has -rs."""
+    (tmp_path / "test_skips.py").write_text(
+        "import pytest\n\n\n"
+        "@pytest.mark.skip(reason='the AllenNLP fixtures are not here')\n"
+        "def test_skipped():\n"
+        "    pass\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c",
+         str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), str(tmp_path)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SKIPPED [1] test_skips.py:4: the AllenNLP fixtures are not here" in result.stdout

@@ -19,26 +19,87 @@ def write_directory(
     stops the write, so no other data is lost.
     """
     path = Path(path)
+    check_output_folder(path)
     if path.exists():
-        others = sorted(p.name for p in path.iterdir()) if path.is_dir() else [path.name]
-        others = [name for name in others if name not in owned]
-        if others or not path.is_dir():
+        others = sorted(
+            p.name + ("/" if p.is_dir() else "") for p in path.iterdir() if p.name not in owned
+        )
+        if others:
+            listed = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if others[5:] else "")
+            it, they, are = ("it", "it", "is") if len(others) == 1 else ("them", "they", "are")
             raise FileExistsError(
-                f"{path} exists and holds {others[:5]}, which this would overwrite: choose "
-                "another output folder, or delete it first."
+                f"{path} already holds {listed}, which {are} not part of what is written "
+                f"there. The folder is written as a whole, so {they} would be deleted: choose "
+                f"another output folder (a new or empty one), or move {it} out of {path} first."
             )
     temporary = path.with_name(f".{path.name}.tmp")
     shutil.rmtree(temporary, ignore_errors=True)
-    temporary.mkdir(parents=True)
     try:
-        write(temporary)
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
-    old = path.with_name(f".{path.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if path.exists():
-        os.replace(path, old)
-    os.replace(temporary, path)
+        temporary.mkdir(parents=True)
+        try:
+            write(temporary)
+            _usual_permissions(temporary)
+        except BaseException:
+            shutil.rmtree(temporary, ignore_errors=True)
+            raise
+        old = path.with_name(f".{path.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        if path.exists():
+            os.replace(path, old)
+        os.replace(temporary, path)
+    except OSError as err:
+        if err.errno is None:  # raised with a message of its own
+            raise
+        # The OS names the temporary folder, which the user never chose.
+        raise type(err)(f"Cannot write {path}: {describe_os_error(err)}") from err
     shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+def _usual_permissions(folder: Path) -> None:
+    """Give the files under `folder` the mode a plain open() gives (0666 less
+    the umask): some writers (safetensors) make theirs 0600, which other users
+    of a shared model cannot read."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for file in folder.rglob("*"):
+        if file.is_file() and not file.is_symlink():
+            os.chmod(file, 0o666 & ~umask)
+
+
+def check_output_folder(path: str | Path) -> None:
+    """Refuse an output folder that cannot be made: `path`, or a folder it
+    would be made in, is a file."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(
+            f"{path} is a file, not a folder: choose another output folder (a new one), or "
+            "move that file away first."
+        )
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise NotADirectoryError(
+                    f"Cannot make the folder {path}: {parent} is a file, not a folder. "
+                    "Choose another output folder."
+                )
+            return
+
+
+def describe_os_error(err: OSError) -> str:
+    """What an error of the OS means and what to do, without its "[Errno N]"
+    and without the path (which may be a temporary one the user never chose)."""
+    import errno
+
+    what = {
+        errno.ENOENT: "no such file or folder: check the path",
+        errno.EEXIST: "it exists already: choose another path, or move it away first",
+        errno.ENOTDIR: "a part of the path is a file, not a folder: choose another path",
+        errno.EISDIR: "it is a folder, not a file: give the path of a file",
+        errno.EACCES: "permission denied: choose a place you may write to (or read), or "
+        "change the permissions",
+        errno.EPERM: "operation not permitted: choose another place",
+        errno.ENOSPC: "no space left on the disk: free some space, or choose another disk",
+        errno.EROFS: "the file system is read-only: choose another place",
+    }
+    return what.get(err.errno, err.strerror or str(err))

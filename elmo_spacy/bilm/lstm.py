@@ -241,7 +241,10 @@ def onednn_packing() -> bool:
     """Whether this torch has oneDNN's packed linear (torch's CPU builds for x86
     and ARM do) and it gives the plain GEMM's results."""
     try:
-        weight, x = torch.randn(8, 4), torch.randn(3, 4)
+        # Its own generator: drawing from torch's global one would shift the dropout
+        # masks of the first run in a process (the answer is cached), not of later ones.
+        generator = torch.Generator().manual_seed(0)
+        weight, x = torch.randn(8, 4, generator=generator), torch.randn(3, 4, generator=generator)
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, 3)
         y = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
         with torch.autocast("cpu", enabled=False):  # the check may run under autocast

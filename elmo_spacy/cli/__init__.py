@@ -1,8 +1,32 @@
 """The `elmo-spacy` command line: thin typer commands that call the library."""
 
+import inspect
+
 import typer
+from typer.core import TyperCommand, TyperGroup
+
+
+class _NoFlagTypes:
+    """Flags (--help, --resume, ...) take no value: no `<bool>` type in the help."""
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        return params
+
+
+class _Command(_NoFlagTypes, TyperCommand):
+    pass
+
+
+class _Group(_NoFlagTypes, TyperGroup):
+    pass
+
 
 app = typer.Typer(
+    cls=_Group,
     name="elmo-spacy",
     help="ELMo for spaCy: pretrain a biLM, convert and export bilm-tf models.",
     no_args_is_help=True,
@@ -10,8 +34,29 @@ app = typer.Typer(
 )
 
 
+def _show_version(show: bool) -> None:
+    if show:
+        import spacy
+        import torch
+
+        from .. import __version__
+
+        typer.echo(
+            f"elmo-spacy {__version__} (spaCy {spacy.__version__}, PyTorch {torch.__version__})"
+        )
+        raise typer.Exit()
+
+
 @app.callback()
-def main() -> None:
+def main(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_show_version,
+        is_eager=True,
+        help="Show the versions of elmo-spacy, spaCy and PyTorch, and exit.",
+    ),
+) -> None:
     """ELMo for spaCy: pretrain a biLM, convert and export bilm-tf models."""
 
 
@@ -24,9 +69,34 @@ class errors_to_exit:
 
     def __exit__(self, kind, error, traceback) -> bool:
         if isinstance(error, (ValueError, OSError)):
-            typer.secho(str(error), fg="red", err=True)
+            typer.secho(_message(error), fg="red", err=True)
             raise typer.Exit(1) from error
         return False
 
 
+def _message(error: Exception) -> str:
+    """The error's own message, or for an error straight from the OS ("[Errno
+    17] File exists: 'x'"), the path it names, what that means and what to do."""
+    if not isinstance(error, OSError) or error.errno is None:
+        return str(error)
+    from ..bilm.files import describe_os_error
+
+    paths = [p for p in (error.filename, error.filename2) if p is not None]
+    where = " -> ".join(str(p) for p in paths)
+    return f"{where}: {describe_os_error(error)}" if where else describe_os_error(error)
+
+
 from . import elmo_format, embed, pretrain  # noqa: E402,F401  (registers the commands)
+
+
+def _reflowed(text: str) -> str:
+    """`text` with each paragraph on one line: typer's rich help keeps a
+    docstring's line breaks, which the terminal then breaks again."""
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split()) for p in paragraphs)
+
+
+for _info in app.registered_commands:
+    _info.help = _reflowed(_info.help or inspect.getdoc(_info.callback) or "")
+    if _info.cls in (None, TyperCommand):
+        _info.cls = _Command

@@ -1,6 +1,9 @@
 """`elmo-spacy pretrain`: tokenise a text file with spaCy and pretrain a biLM on it."""
 
+import difflib
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import typer
 from spacy.cli._util import parse_config_overrides
@@ -14,16 +17,27 @@ from . import app, errors_to_exit
 def pretrain_command(
     ctx: typer.Context,
     config_path: Path = typer.Argument(
-        ..., exists=True, dir_okay=False, help="Pretraining config (.cfg)"
+        ..., exists=True, dir_okay=False, metavar="CONFIG_PATH", help="Pretraining config (.cfg)"
     ),
     text_path: Path = typer.Argument(
-        ..., exists=True, dir_okay=False, help="Text: .txt (a doc per line) or .jsonl"
+        ...,
+        exists=True,
+        dir_okay=False,
+        metavar="TEXT_PATH",
+        help="Text: .txt (a doc per line) or .jsonl",
     ),
     output_dir: Path = typer.Argument(
-        ..., help="Writes model-best/, model-last/ and pretrain_log.json"
+        ..., metavar="OUTPUT_DIR", help="Writes model-best/, model-last/ and pretrain_log.json"
     ),
     lang: str = typer.Option("en", help="Language of the spaCy tokenizer"),
-    resume: bool = typer.Option(False, help="Go on from the latest checkpoint in OUTPUT_DIR"),
+    resume: bool = typer.Option(
+        False, "--resume", help="Go on from the latest checkpoint in OUTPUT_DIR"
+    ),
+    overwrite: bool = typer.Option(
+        False,
+        "--overwrite",
+        help="Replace an earlier run in OUTPUT_DIR (its models, checkpoints and log)",
+    ),
     init_vectors: Path = typer.Option(
         None,
         exists=True,
@@ -39,9 +53,11 @@ def pretrain_command(
     Data-parallel on N processes: torchrun --nproc_per_node N --no-python elmo-spacy pretrain ..."""
     from ..pretrain import load_pretrain_config, pretrain, start_workers, stop_workers
     from ..pretrain.texts import read_tokenised_texts
+    from ..pretrain.train import NotEnoughText, check_output_dir
 
     with errors_to_exit():
-        bilm_config, training = load_pretrain_config(config_path, parse_config_overrides(ctx.args))
+        bilm_config, training = load_pretrain_config(config_path, config_overrides(ctx))
+        check_output_dir(output_dir, resume=resume, overwrite=overwrite)  # before tokenising
         workers = start_workers(gpu_id)
         docs = read_tokenised_texts(text_path, lang)
         vectors = None
@@ -50,15 +66,23 @@ def pretrain_command(
 
             table = spacy.load(init_vectors).vocab.vectors
             vectors = {table.strings[key]: table.data[row] for key, row in table.key2row.items()}
-        log = pretrain(
-            docs,
-            bilm_config,
-            training,
-            output_dir,
-            resume=resume,
-            init_vectors=vectors,
-            workers=workers,
-        )
+        try:
+            log = pretrain(
+                docs,
+                bilm_config,
+                training,
+                output_dir,
+                resume=resume,
+                overwrite=overwrite,
+                init_vectors=vectors,
+                workers=workers,
+            )
+        except NotEnoughText as err:
+            raise ValueError(f"{text_path}: {err}") from err
+        except KeyboardInterrupt as interrupt:
+            if workers.is_main:
+                typer.secho(_how_to_resume(output_dir, overwrite), fg="yellow", err=True)
+            raise typer.Exit(130) from interrupt
     stop_workers(workers)
     if not workers.is_main:
         return
@@ -72,3 +96,63 @@ def pretrain_command(
         f"Best dev perplexity {log['best_dev_perplexity']:.2f} after {len(log['epochs'])} "
         f"epoch(s), {log['wall_seconds']:.0f} s. biLM: {output_dir / 'model-best'}"
     )
+
+
+def _how_to_resume(output_dir: Path, overwrite: bool) -> str:
+    """What a user who stopped a run (Ctrl-C) can do next."""
+    from ..pretrain.checkpoint import latest_checkpoint
+    from ..pretrain.train import earlier_run
+
+    try:
+        checkpoint = latest_checkpoint(output_dir)
+    except ValueError as err:  # a pointer to a checkpoint that is gone
+        return f"\nInterrupted. {err}"
+    if checkpoint is None:
+        again = " with --overwrite" if earlier_run(output_dir) else ""
+        return (
+            f"\nInterrupted before the first checkpoint in {output_dir}: nothing to resume. "
+            f"Run the command again{again} to start over."
+        )
+    instead = " instead of --overwrite" if overwrite else ""
+    return (
+        f"\nInterrupted. Run the same command with --resume{instead} to go on from the last "
+        f"checkpoint, {checkpoint} ([training] checkpoint_every sets how often one is written)."
+    )
+
+
+def config_overrides(ctx: typer.Context) -> dict[str, Any]:
+    """The extra arguments as config overrides (--section.setting VALUE or
+    --section.setting=VALUE). Anything else is a usage error, shown with the
+    usage and a close option or setting if there is one (spaCy's own parser
+    raises a click exception that typer does not catch: a traceback)."""
+    args, position = ctx.args, 0
+    while position < len(args):
+        arg = args[position]
+        if not arg.startswith("--"):
+            ctx.fail(
+                f"Got unexpected extra argument ({arg}). Config settings are overridden as "
+                "--section.setting VALUE, e.g. --training.max_epochs 2."
+            )
+        if "." not in arg.split("=", 1)[0]:
+            ctx.fail(
+                f"No such option: {arg}.{_close_option(ctx, arg)} Config settings are "
+                "overridden as --section.setting VALUE, e.g. --training.max_epochs 2."
+            )
+        has_value = "=" not in arg and position + 1 < len(args)
+        position += 2 if has_value and not args[position + 1].startswith("--") else 1
+    return parse_config_overrides(list(args))
+
+
+def _close_option(ctx: typer.Context, arg: str) -> str:
+    """' Did you mean --x?' for the command's option or config setting closest to `arg`."""
+    from ..bilm import BiLMConfig
+    from ..pretrain import PretrainConfig
+
+    name = arg[2:].split("=", 1)[0]
+    candidates = {f.name: f"bilm.{f.name}" for f in fields(BiLMConfig)}
+    candidates |= {f.name: f"training.{f.name}" for f in fields(PretrainConfig)}
+    options = [o[2:] for p in ctx.command.params for o in p.opts if o.startswith("--")]
+    candidates |= {o: o for o in options if o != "help"}
+    close = difflib.get_close_matches(name, candidates, n=1)
+    close = close or difflib.get_close_matches(name.replace("-", "_"), candidates, n=1)
+    return f" Did you mean --{candidates[close[0]]}?" if close else ""

@@ -1,10 +1,12 @@
 """The pretraining config file: [bilm] sizes and [training] settings."""
 
+import ast
+import configparser
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from confection import Config
+from confection import Config, ConfigValidationError
 
 from ..bilm import BiLMConfig
 from ..bilm.config import from_known_fields
@@ -86,6 +88,33 @@ class PretrainConfig:
         return asdict(self)
 
 
+def _syntax_error(path: str | Path, err: Exception) -> str:
+    """`path:line: what is wrong` for a config that confection cannot read (its
+    parser names the text '<string>', not the file)."""
+    # confection raises ConfigValidationError "from None" over configparser's error.
+    cause = err if isinstance(err, configparser.Error) else err.__context__
+    fix = "sections are [name], settings are name = value, each on a line of its own"
+    if isinstance(cause, configparser.DuplicateOptionError):
+        return (
+            f"{path}:{cause.lineno}: [{cause.section}] sets {cause.option} a second time: keep one"
+        )
+    if isinstance(cause, configparser.DuplicateSectionError):
+        return f"{path}:{cause.lineno}: a second [{cause.section}] section: merge the two"
+    if isinstance(cause, configparser.MissingSectionHeaderError):
+        return f"{path}:{cause.lineno}: {cause.line.strip()!r} comes before any [section]: {fix}"
+    if isinstance(cause, configparser.ParsingError) and cause.errors:
+        lineno, line = cause.errors[0]
+        try:
+            line = ast.literal_eval(line)  # configparser keeps the line's repr
+        except (ValueError, SyntaxError):
+            pass
+        return f"{path}:{lineno}: cannot read {str(line).strip()!r}: {fix}"
+    if isinstance(err, ConfigValidationError):
+        title = err.title or "invalid config"
+        return f"{path}: {title}: {' '.join(str(err.desc or err).split())}"
+    return f"{path}: {err}"
+
+
 def load_pretrain_config(
     path: str | Path, overrides: dict[str, Any] = None
 ) -> tuple[BiLMConfig, PretrainConfig]:
@@ -95,6 +124,8 @@ def load_pretrain_config(
         config = Config().from_disk(path, overrides=overrides or {})
     except UnicodeDecodeError as err:
         raise ValueError(f"{path} is not UTF-8 text ({err.reason}): save it as UTF-8") from err
+    except (configparser.Error, ConfigValidationError) as err:
+        raise ValueError(_syntax_error(path, err)) from err
     unknown = sorted(set(config) - {"bilm", "training"})
     if unknown:
         raise ValueError(f"{path}: unknown sections {unknown}; expected [bilm] and [training]")

@@ -29,19 +29,40 @@ def read_texts(path: str | Path) -> Iterator[str]:
 
 
 def _decoded(lines, path: Path) -> Iterator[str]:
-    number = 0
     while True:
         try:
             line = next(lines)
         except StopIteration:
             return
         except UnicodeDecodeError as err:
-            raise ValueError(
-                f"{path}:{number + 1}: not valid UTF-8 ({err.reason} at byte {err.start}); "
-                "re-encode the file as UTF-8"
-            ) from err
-        number += 1
+            # The text reader decodes in chunks: err.start counts from the chunk,
+            # not the file, so find the first bad byte again from the start.
+            raise ValueError(_where_not_utf8(path, err)) from err
         yield line
+
+
+def _where_not_utf8(path: Path, err: UnicodeDecodeError) -> str:
+    """`path:line:column: ...` for the first byte of `path` that is not UTF-8.
+    Lines end at LF, CRLF or CR (as when reading the text); the column counts
+    bytes from 1, and the offset counts bytes of the file from 0."""
+    offset, line_number = 0, 1
+    with path.open("rb") as raw:
+        for line in raw:  # a UTF-8 sequence never holds the byte \n
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                before = line[: bad.start]
+                line_number += before.count(b"\r")
+                column = bad.start - (before.rfind(b"\r") + 1) + 1
+                found = line[bad.start : bad.start + 1].hex()
+                return (
+                    f"{path}:{line_number}:{column}: not valid UTF-8: byte 0x{found} at byte "
+                    f"offset {offset + bad.start} of the file ({bad.reason}). Re-encode the "
+                    "file as UTF-8 (from Latin-1: iconv -f latin1 -t utf-8), or fix that line."
+                )
+            line_number += 1 + line.count(b"\r") - line.endswith(b"\r\n")
+            offset += len(line)
+    return f"{path}: not valid UTF-8 ({err.reason}); re-encode the file as UTF-8"
 
 
 def read_tokenised_texts(

@@ -4,6 +4,7 @@ stopping, and checkpoints that a killed run resumes from."""
 import json
 import math
 import random
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,9 +18,11 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from ..bilm import BiLM, BiLMConfig, WordVocab, save_bilm
+from ..bilm.files import check_output_folder
 from ..bilm.precision import resolve_precision
 from .batching import Tokens, bucketed_batches, split_long
 from .checkpoint import (
+    LATEST,
     Progress,
     latest_checkpoint,
     load_checkpoint,
@@ -29,6 +32,12 @@ from .config import PretrainConfig
 from .distributed import Workers
 
 LOG_FILE = "pretrain_log.json"
+# What a run writes in its output folder (`elmo-spacy pretrain` adds the plot).
+RUN_OUTPUTS = ("model-best", "model-last", LOG_FILE, LATEST, "perplexity.png")
+
+
+class NotEnoughText(ValueError):
+    """The docs are too few to pretrain on (the message says how many are needed)."""
 
 
 @dataclass
@@ -174,6 +183,7 @@ def pretrain(
     output_dir: Path,
     progress: bool = True,
     resume: bool = False,
+    overwrite: bool = False,
     init_vectors: Mapping[str, numpy.ndarray] | None = None,
     workers: Workers | None = None,
 ) -> dict[str, Any]:
@@ -186,6 +196,9 @@ def pretrain(
     With `resume`, training goes on from the latest checkpoint in `output_dir`
     (weights, Adam state, step, random states, position in the epoch) and ends
     with the same weights as an uninterrupted run on the CPU.
+    An `output_dir` that holds an earlier run (see `check_output_dir`) is
+    refused unless `resume` goes on from it or `overwrite` replaces it: the
+    earlier run's outputs are removed before the new run starts.
     `init_vectors` (word -> vector of width word_dim) start the word encoder's
     embeddings of a fresh run (see `BiLM.init_word_vectors`).
     `workers` (from `start_workers`) places the biLM on a device and, under
@@ -201,8 +214,7 @@ def pretrain(
     started = time.perf_counter()
     workers = workers or Workers()
     output_dir = Path(output_dir)
-    if workers.is_main:
-        output_dir.mkdir(parents=True, exist_ok=True)
+    check_output_dir(output_dir, resume=resume, overwrite=overwrite)
     rng = random.Random(config.seed)
     corpus = _make_corpus(docs, config, rng)
     checkpoint = latest_checkpoint(output_dir) if resume else None
@@ -228,6 +240,10 @@ def pretrain(
         torch.manual_seed(config.seed + 7919 * state.step + workers.rank)  # own dropout masks
         # Tail clusters of the adaptive softmax go unused on batches without their words.
         loss = DistributedDataParallel(loss, find_unused_parameters=True)
+    if workers.is_main:  # only now: a run refused above leaves no folder behind
+        if overwrite:
+            remove_run(output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
     Pretraining(
         bilm=bilm,
         optimizer=optimizer,
@@ -262,20 +278,83 @@ def pretrain(
     return log
 
 
+def earlier_run(output_dir: Path) -> list[str]:
+    """The names of what an earlier run left in `output_dir`, if anything."""
+    if not output_dir.is_dir():
+        return []
+    return sorted(
+        p.name for p in output_dir.iterdir() if p.name in RUN_OUTPUTS or _is_checkpoint(p.name)
+    )
+
+
+def check_output_dir(output_dir: Path, resume: bool = False, overwrite: bool = False) -> None:
+    """Refuse an output folder that cannot be made (see `check_output_folder`),
+    or that would lose an earlier run: one that holds a run's outputs, unless
+    `overwrite`, or with `resume`, a checkpoint to go on from."""
+    if resume and overwrite:
+        raise ValueError("resume goes on from a run and overwrite replaces it: choose one.")
+    check_output_folder(output_dir)
+    found = earlier_run(output_dir)
+    if overwrite or not found:
+        return
+    listed = ", ".join(found[:6]) + (", ..." if len(found) > 6 else "")
+    if not resume:
+        raise FileExistsError(
+            f"{output_dir} holds an earlier pretraining run ({listed}). Resume it "
+            "(--resume: go on from its latest checkpoint), replace it (--overwrite: its "
+            "models, checkpoints and log are deleted), or choose another output folder."
+        )
+    if latest_checkpoint(output_dir) is None:
+        raise FileExistsError(
+            f"{output_dir} holds an earlier pretraining run ({listed}) but no "
+            f"{LATEST} to resume from. Replace it (--overwrite: its models, checkpoints "
+            "and log are deleted), or choose another output folder."
+        )
+
+
+def remove_run(output_dir: Path) -> None:
+    """Delete what an earlier run left in `output_dir` (and nothing else)."""
+    for name in earlier_run(output_dir):
+        path = output_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+def _is_checkpoint(name: str) -> bool:
+    return name.startswith("checkpoint-") and name[len("checkpoint-") :].isdigit()
+
+
 def _make_corpus(docs: Sequence[Tokens], config: PretrainConfig, rng: random.Random) -> Corpus:
     docs = [d for d in docs if len(d)]
     if not docs:
-        raise ValueError("No tokens to pretrain on: the pretraining text is empty.")
+        raise NotEnoughText(
+            "no tokens to pretrain on: the text is empty or holds only blank lines."
+        )
     if config.dev_fraction <= 0:
         train = split_long(docs, config.max_length)
         return Corpus(train, train, dev_is_held_out=False)
+    n_dev = _dev_size(len(docs), config.dev_fraction)
+    if n_dev >= len(docs):
+        need = next(n for n in range(len(docs) + 1, 10**6) if _dev_size(n, config.dev_fraction) < n)
+        raise NotEnoughText(
+            f"{len(docs)} doc(s) (non-blank lines) are too few: [training] dev_fraction = "
+            f"{config.dev_fraction} holds out {n_dev} for dev perplexity, which leaves none to "
+            f"train on. Give at least {need} docs, or set dev_fraction = 0 "
+            "(--training.dev_fraction 0) to measure perplexity on the training docs."
+        )
     order = list(range(len(docs)))
     rng.shuffle(order)
-    n_dev = max(1, int(round(len(docs) * config.dev_fraction)))
     dev = set(order[:n_dev])
     train = [d for i, d in enumerate(docs) if i not in dev]
     dev_docs = [docs[i] for i in sorted(dev)]
     return Corpus(split_long(train, config.max_length), split_long(dev_docs, config.max_length))
+
+
+def _dev_size(n_docs: int, dev_fraction: float) -> int:
+    """How many of `n_docs` docs a dev_fraction > 0 holds out: at least one."""
+    return max(1, int(round(n_docs * dev_fraction)))
 
 
 def perplexity(nll: float, n_tokens: int) -> float:
