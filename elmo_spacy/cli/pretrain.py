@@ -43,7 +43,7 @@ def pretrain_command(
         exists=True,
         file_okay=False,
         help="Start the word embeddings from these vectors (a spaCy pipeline with vectors, "
-        "e.g. from `spacy init vectors`); word encoder only",
+        "e.g. from `spacy init vectors`); encoders word and word_char",
     ),
     gpu_id: int = typer.Option(
         -1, help="GPU to train on (-1: CPU). Under torchrun, >= 0 puts rank r on GPU LOCAL_RANK"
