@@ -1,25 +1,29 @@
-"""`doc._.elmo`, `span._.elmo`, `token._.elmo`, and the vector hooks that read them.
+"""`doc._.elmo`, `span._.elmo` and `token._.elmo`, and `doc.tensor` from them.
 
-The layers live in `doc.user_data` with the offsets and orth ids of the tokens
-they were computed for, so that whatever spaCy lets a user do to a Doc, no
-token ever reads another token's vectors:
+The plugin registers these three extensions and changes nothing of spaCy's:
+no class replaced, no function or method wrapped, no user hooks. The `elmo`
+pipe keeps the layers in `doc.user_data`, with the offsets and orth ids of the
+tokens they were computed for, and sets `doc.tensor` to their default mix
+(the mean of the layers), which spaCy's `.vector` and `.similarity` read where
+the vocab has no static vectors, as they read the tensor of spaCy's own
+tok2vec. Whatever spaCy lets a user do to a Doc, no token ever reads another
+token's layers:
 
 - slicing: `span._.elmo` and `token._.elmo` are views of the doc's layers;
-- `doc.retokenize()`: the layers follow the tokens as the retokenizer exits
-  (a merged token gets the mean of its parts' layers, the pieces of a split
-  token its layers), and `doc.tensor` with them. spaCy's own handling of
-  `doc.tensor` would keep the last row of a merged span and, on a split, leave
-  the tensor a row longer than the doc, which `Doc.from_docs` then joins out
-  of step; `install_extensions` has spaCy's retokenizer realign instead;
+- `doc.retokenize()`: reading `doc._.elmo` (or a span's, or a token's)
+  aligns the layers with the current tokens by character offsets, without
+  writing to the doc: a merged token gets the mean of its parts' layers, the
+  pieces of a split token its layers. spaCy itself keeps the last part's row
+  of `doc.tensor` for a merged token, zeros for the pieces of a split one
+  (and one row too many): `restore_views(doc)` sets the tensor from the
+  aligned layers again;
 - `Span.as_doc()`, `Doc.from_docs()`: spaCy copies no doc-level user data
   (unless `as_doc(copy_user_data=True)`: then the layers are another doc's,
-  below), so the new doc has no layers, and its vectors are spaCy's own (its
-  tensor, the joined default mixes);
-- DocBin (`store_user_data=True`), `nlp.pipe(n_process=...)`, `to_bytes`,
-  pickle: the layers travel with the doc. Serialised docs lose their user
-  hooks (spaCy's W109), so `install_extensions` has `DocBin.get_docs` and
-  spaCy's multiprocessing pipe attach them again; after `Doc.from_bytes`
-  call `restore_views(doc)`;
+  below), so the new doc has no layers, and its vectors are spaCy's own
+  (the slice, or the join, of the tensors);
+- pickle, `to_bytes`, `nlp.pipe(n_process=...)`: the layers and the tensor
+  travel with the doc. DocBin (`store_user_data=True`) keeps the layers but
+  not the tensor: `restore_views(doc)` sets it again;
 - layers that belong to other tokens (copied by hand between docs) raise a
   `StaleLayersError` when read.
 
@@ -27,16 +31,12 @@ token ever reads another token's vectors:
 `Doc.to_json(underscore=["elmo"])` can write (as nested lists).
 """
 
-import functools
 import zlib
 
 import numpy
-import spacy.tokens.doc
 import srsly
 from spacy.attrs import IDX, LENGTH, ORTH
-from spacy.language import Language
-from spacy.tokens import Doc, DocBin, Span, Token
-from spacy.tokens._retokenize import Retokenizer
+from spacy.tokens import Doc, Span, Token
 
 KEY = ("._.", "elmo", None, None)  # spaCy's key of a doc-level extension in user_data
 
@@ -58,61 +58,37 @@ class ElmoLayers(JsonArray):
 
 
 def install_extensions() -> None:
-    """Register `doc._.elmo`, `span._.elmo` and `token._.elmo`; have spaCy's
-    retokenizer realign the layers of the docs it changes, and DocBin.get_docs
-    and the multiprocessing `nlp.pipe` restore the vector views of the docs
-    they deserialise (each patch once)."""
+    """Register `doc._.elmo`, `span._.elmo` and `token._.elmo` (once)."""
     if not Doc.has_extension("elmo"):
         Doc.set_extension("elmo", getter=get_layers, setter=set_layers)
     if not Span.has_extension("elmo"):
         Span.set_extension("elmo", getter=_span_layers)
     if not Token.has_extension("elmo"):
         Token.set_extension("elmo", getter=_token_layers)
-    if not issubclass(spacy.tokens.doc.Retokenizer, RealigningRetokenizer):
-        spacy.tokens.doc.Retokenizer = RealigningRetokenizer
-    if not getattr(DocBin.get_docs, "restores_elmo_views", False):
-        DocBin.get_docs = _restoring_views(DocBin.get_docs)
-    pipe = getattr(Language, "_multiprocessing_pipe", None)
-    if pipe is not None and not getattr(pipe, "restores_elmo_views", False):
-        Language._multiprocessing_pipe = _restoring_views(pipe)
-
-
-class RealigningRetokenizer(Retokenizer):
-    """spaCy's Retokenizer (what `doc.retokenize()` returns), which realigns
-    the doc's layers and `doc.tensor` with the new tokens once it has run."""
-
-    def __init__(self, doc: Doc) -> None:
-        super().__init__(doc)
-        self.elmo_doc = doc
-
-    def __exit__(self, *args) -> None:
-        super().__exit__(*args)
-        if self.elmo_doc.user_data.get(KEY) is not None:
-            restore_views(self.elmo_doc)
 
 
 def restore_views(doc: Doc) -> None:
-    """Realign the layers of a doc whose tokens changed, and set `doc.tensor`
-    and the vector hooks from them again (e.g. after `Doc.from_bytes`, which
-    keeps `doc._.elmo` but not the hooks). Layers that belong to another text
-    are left as they are: reading them raises `StaleLayersError`."""
+    """Align the layers with the doc's current tokens and set `doc.tensor`
+    to their default mix again: after `doc.retokenize()` (where spaCy moves
+    the tensor rows its own way) and after DocBin (which does not store the
+    tensor). Layers that belong to another text are left as they are:
+    reading them raises `StaleLayersError`."""
     if doc.user_data.get(KEY) is None:
         return
     try:
-        get_layers(doc)
+        layers = get_layers(doc)
     except StaleLayersError:
         return
-    attach_views(doc)
+    set_layers(doc, numpy.array(layers))
 
 
 def set_layers(doc: Doc, layers: numpy.ndarray | None) -> None:
     """`doc._.elmo = layers`: attach (n_layers, len(doc), width) layers to the
-    doc's current tokens, set `doc.tensor` to their default mix and make
-    `.vector` and `.similarity` use it. None takes the layers (and the
-    hooks) away again."""
+    doc's current tokens and set `doc.tensor` to their default mix. None
+    takes the layers away again, and the tensor they set."""
     if layers is None:
-        doc.user_data.pop(KEY, None)
-        _remove_hooks(doc)
+        if doc.user_data.pop(KEY, None) is not None:
+            doc.tensor = numpy.zeros((0,), dtype="float32")  # spaCy's empty tensor
         return
     layers = numpy.asarray(layers)
     if layers.ndim != 3 or layers.shape[1] != len(doc):
@@ -128,43 +104,23 @@ def set_layers(doc: Doc, layers: numpy.ndarray | None) -> None:
         "text": _checksum(doc.text),
         "text_length": _text_length(doc),
     }
-    attach_views(doc)
+    doc.tensor = default_mix(layers)
 
 
 def get_layers(doc: Doc) -> ElmoLayers | None:
-    """`doc._.elmo`, aligned with the doc's tokens (see the module docstring)."""
+    """`doc._.elmo`, aligned with the doc's current tokens (see the module
+    docstring). Reading never writes to the doc: layers of tokens that a
+    retokenize changed are aligned anew at every read (`restore_views`
+    stores them aligned)."""
     record = doc.user_data.get(KEY)
     if record is None:
         return None
-    if not isinstance(record, dict):  # an older plain array, unchecked
-        record = {"layers": record, "starts": None, "orths": None, "text": None}
-    layers = record["layers"]
-    if record["starts"] is None:
-        if layers.shape[1] != len(doc):
-            raise StaleLayersError(_stale(doc, "were computed for another number of tokens"))
-        return layers.view(ElmoLayers)
     offsets = doc.to_array([IDX, ORTH])
     starts, orths = offsets[:, 0].astype("int64"), offsets[:, 1].astype("uint64")
     if numpy.array_equal(starts, record["starts"]) and numpy.array_equal(orths, record["orths"]):
-        return layers.view(ElmoLayers)
-    if record["text"] != _checksum(doc.text):
-        raise StaleLayersError(_stale(doc, "belong to another text"))
-    set_layers(doc, _realign(doc, record))
-    return doc.user_data[KEY]["layers"].view(ElmoLayers)
-
-
-def attach_views(doc: Doc) -> None:
-    """Set `doc.tensor` to the default mix of `doc._.elmo` and the hooks behind
-    `.vector`, `.has_vector` and `.similarity` of the doc, its spans and tokens."""
-    doc.tensor = default_mix(doc.user_data[KEY]["layers"])
-    for hooks, vector in (
-        (doc.user_hooks, _doc_vector),
-        (doc.user_span_hooks, _span_vector),
-        (doc.user_token_hooks, _token_vector),
-    ):
-        hooks["vector"] = vector
-        hooks["has_vector"] = _has_vector
-        hooks["similarity"] = _cosine_similarity
+        return record["layers"].view(ElmoLayers)
+    _check_text(doc, record)
+    return _realign(doc, record).view(ElmoLayers)
 
 
 def default_mix(layers: numpy.ndarray) -> numpy.ndarray:
@@ -175,18 +131,28 @@ def default_mix(layers: numpy.ndarray) -> numpy.ndarray:
 
 def _realign(doc: Doc, record: dict) -> numpy.ndarray:
     """The layers of the same text's earlier tokens, carried to its current
-    tokens by character offsets: each token gets the mean of the earlier
-    tokens it overlaps (a merged token the mean of its parts, a piece of a
-    split token that token's layers)."""
-    layers, starts, ends = record["layers"], record["starts"], record["ends"]
+    tokens by character offsets: (n_layers, len(doc), width)."""
+    layers = record["layers"]
     aligned = numpy.empty((layers.shape[0], len(doc), layers.shape[2]), dtype=layers.dtype)
     for token in doc:
-        start, end = token.idx, token.idx + len(token.text)
-        overlapping = numpy.flatnonzero((starts < end) & (ends > start))
-        if not len(overlapping):
-            raise StaleLayersError(_stale(doc, f"have no token at {token.text!r}"))
-        aligned[:, token.i] = layers[:, overlapping].mean(axis=1)
+        aligned[:, token.i] = _token_rows(token, record)
     return aligned
+
+
+def _token_rows(token: Token, record: dict) -> numpy.ndarray:
+    """The layers of one token of the same text: the mean of the earlier
+    tokens it overlaps (a merged token the mean of its parts, a piece of a
+    split token that token's layers). (n_layers, width)."""
+    start, end = token.idx, token.idx + len(token.text)
+    overlapping = numpy.flatnonzero((record["starts"] < end) & (record["ends"] > start))
+    if not len(overlapping):
+        raise StaleLayersError(_stale(token.doc, f"have no token at {token.text!r}"))
+    return record["layers"][:, overlapping].mean(axis=1)
+
+
+def _check_text(doc: Doc, record: dict) -> None:
+    if record["text"] != _checksum(doc.text):
+        raise StaleLayersError(_stale(doc, "belong to another text"))
 
 
 def _stale(doc: Doc, why: str) -> str:
@@ -205,20 +171,6 @@ def _checksum(text: str) -> int:
     return zlib.crc32(text.encode("utf-8", errors="surrogatepass"))
 
 
-def _restoring_views(make_docs):
-    """A method that yields docs (DocBin.get_docs, Language._multiprocessing_pipe),
-    restoring the vector views of every doc with layers."""
-
-    @functools.wraps(make_docs)
-    def make_docs_with_views(*args, **kwargs):
-        for doc in make_docs(*args, **kwargs):
-            restore_views(doc)
-            yield doc
-
-    make_docs_with_views.restores_elmo_views = True
-    return make_docs_with_views
-
-
 def _span_layers(span: Span) -> ElmoLayers | None:
     layers = span.doc._.elmo
     return None if layers is None else layers[:, span.start : span.end]
@@ -230,68 +182,11 @@ def _token_layers(token: Token) -> ElmoLayers | None:
         return None
     i, doc = token.i, token.doc
     if (
-        isinstance(record, dict)
-        and record["starts"] is not None
-        and len(record["starts"]) == len(doc)
-        and record.get("text_length") == _text_length(doc)
+        len(record["starts"]) == len(doc)
+        and record["text_length"] == _text_length(doc)
         and record["starts"][i] == token.idx
         and record["orths"][i] == token.orth
     ):  # the token it was computed for, in a doc of the same shape: no need to check every token
         return record["layers"][:, i].view(ElmoLayers)
-    layers = token.doc._.elmo
-    return layers[:, i]
-
-
-def _token_vector(token: Token) -> numpy.ndarray:
-    layers = token._.elmo
-    if layers is None:
-        return _without_hooks(token.doc, lambda: token.vector)
-    return default_mix(layers[:, None])[0]
-
-
-def _span_vector(span: Span) -> numpy.ndarray:
-    layers = span._.elmo
-    if layers is None:
-        return _without_hooks(span.doc, lambda: span.vector)
-    return _mean_rows(default_mix(layers))
-
-
-def _doc_vector(doc: Doc) -> numpy.ndarray:
-    layers = doc._.elmo
-    if layers is None:
-        return _without_hooks(doc, lambda: doc.vector)
-    return _mean_rows(default_mix(layers))
-
-
-def _has_vector(obj) -> bool:
-    doc = obj if isinstance(obj, Doc) else obj.doc
-    if doc.user_data.get(KEY) is None:
-        return _without_hooks(doc, lambda: obj.has_vector)
-    return True
-
-
-def _cosine_similarity(obj, other) -> float:
-    """Cosine of the two objects' vectors (0.0 if either is all zeros)."""
-    a, b = obj.vector, other.vector
-    norms = float(numpy.linalg.norm(a) * numpy.linalg.norm(b))
-    return float(numpy.dot(a, b) / norms) if norms else 0.0
-
-
-def _mean_rows(rows: numpy.ndarray) -> numpy.ndarray:
-    return rows.mean(axis=0) if len(rows) else numpy.zeros(rows.shape[1], dtype="float32")
-
-
-def _without_hooks(doc: Doc, read):
-    """A doc without layers (e.g. from Span.as_doc, or after doc._.elmo = None)
-    keeps hooks that have nothing to read: take them away and read what spaCy
-    reads without them."""
-    _remove_hooks(doc)
-    return read()
-
-
-def _remove_hooks(doc: Doc) -> None:
-    ours = (_doc_vector, _span_vector, _token_vector, _has_vector, _cosine_similarity)
-    for hooks in (doc.user_hooks, doc.user_span_hooks, doc.user_token_hooks):
-        for name in ("vector", "has_vector", "similarity"):
-            if hooks.get(name) in ours:
-                del hooks[name]
+    _check_text(doc, record)
+    return _token_rows(token, record).view(ElmoLayers)
