@@ -1,6 +1,5 @@
 """The `elmo` pipe, its listeners and the mixes inside spaCy pipelines."""
 
-
 import numpy
 import pytest
 import spacy
