@@ -28,7 +28,7 @@ class _Group(_NoFlagTypes, TyperGroup):
 app = typer.Typer(
     cls=_Group,
     name="elmo-spacy",
-    help="ELMo for spaCy: pretrain a biLM, convert and export bilm-tf models.",
+    help="ELMo for spaCy: pretrain a biLM; convert bilm-tf and ELMoForManyLangs models, export bilm-tf; embed a corpus.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -57,7 +57,7 @@ def main(
         help="Show the versions of elmo-spacy, spaCy and PyTorch, and exit.",
     ),
 ) -> None:
-    """ELMo for spaCy: pretrain a biLM, convert and export bilm-tf models."""
+    """ELMo for spaCy: pretrain a biLM; convert bilm-tf and ELMoForManyLangs models, export bilm-tf; embed a corpus."""
 
 
 class errors_to_exit:
