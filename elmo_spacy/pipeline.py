@@ -20,6 +20,7 @@ from .bilm.inference import check_state, resolve_layers
 from .bilm.io import bilm_from_bytes, bilm_to_bytes, load_bilm, save_bilm
 from .bilm.precision import check_precision, resolve_precision
 from .cache import FrozenOutputCache
+from .errors import ElmoSpacyError
 from .extensions import install_extensions, set_layers
 from .layers import ElmoListener, get_bilm, set_bilm
 from .layers.bilm_model import ElmoOutput, no_backprop, set_initial_state
@@ -124,9 +125,9 @@ class Elmo(TrainablePipe):
         precision: str = "float32",
     ) -> None:
         if dtype not in DTYPES:
-            raise ValueError(f"[components.{name}] dtype = {dtype!r}: use one of {DTYPES}")
+            raise ElmoSpacyError(f"[components.{name}] dtype = {dtype!r}: use one of {DTYPES}")
         if layers is not None and not layers:
-            raise ValueError(f"[components.{name}] layers is empty: name at least one, or null")
+            raise ElmoSpacyError(f"[components.{name}] layers is empty: name at least one, or null")
         self.vocab = vocab
         self.model = model
         self.name = name
@@ -165,12 +166,12 @@ class Elmo(TrainablePipe):
         check_state(state, f"[components.{self.name}] state")
         if warmup is not None:
             if isinstance(warmup, str) or not all(isinstance(s, str) for s in warmup):
-                raise ValueError(
+                raise ElmoSpacyError(
                     f"[components.{self.name}] warmup must be a list of sentences (strings, "
                     f"tokens separated by spaces); got {warmup!r}"
                 )
             if not any(s.split() for s in warmup):
-                raise ValueError(
+                raise ElmoSpacyError(
                     f"[components.{self.name}] warmup holds no token: give at least one "
                     "sentence, or null for the default warm-up"
                 )
@@ -348,7 +349,7 @@ class Elmo(TrainablePipe):
             docs = [eg.reference for eg in islice(get_examples(), 1000)]
             self.model.initialize(X=docs)
         else:
-            raise ValueError(
+            raise ElmoSpacyError(
                 f"The '{self.name}' pipe needs a pretrained biLM: set "
                 f"[initialize.components.{self.name}] bilm_path (e.g. training/bilm/model-best, "
                 "or --paths.bilm if the config reads it from [paths]). For a biLM of random "
@@ -409,5 +410,5 @@ class Elmo(TrainablePipe):
     def _require_bilm(self):
         bilm = get_bilm(self.model)
         if bilm is None:
-            raise ValueError(f"The '{self.name}' pipe has no biLM to save: initialize it first.")
+            raise ElmoSpacyError(f"The '{self.name}' pipe has no biLM to save: initialize it first.")
         return bilm

@@ -87,7 +87,7 @@ def test_pretrain_starts_the_word_embeddings_from_static_vectors(tmp_path, corpu
     log = json.loads((tmp_path / "bilm" / "pretrain_log.json").read_text())
     assert log["words_from_init_vectors"] > 100
     result = run(*args, str(tmp_path / "bad"), "--init-vectors", str(vectors))  # char CNN
-    assert result.returncode != 0 and "word encoder" in result.stderr
+    assert result.returncode == 1 and "need a word embedding (encoder 'word'" in result.stderr
 
 
 @pytest.fixture(scope="module")
@@ -402,3 +402,66 @@ def test_version():
         output
         == f"elmo-spacy {__version__} (spaCy {spacy.__version__}, PyTorch {torch.__version__})"
     )
+
+
+def test_only_user_errors_become_one_line_and_a_bug_keeps_its_traceback(tmp_path, monkeypatch):
+    """A ValueError from inside the library (numpy's shape errors are ValueErrors)
+    is a bug: the command must not hide it behind a one-line message."""
+    from typer.testing import CliRunner
+
+    import elmo_spacy.pretrain as pretrain_package
+    from elmo_spacy.cli import app
+    from elmo_spacy.errors import ElmoSpacyError
+
+    (tmp_path / "text.txt").write_text("Some text.\nMore text.\n", encoding="utf-8")
+    args = ["pretrain", str(CONFIGS / "bilm_tiny.cfg"), str(tmp_path / "text.txt")]
+    args.append(str(tmp_path / "out"))
+
+    def fails_with(error):
+        def load(*_args, **_kwargs):
+            raise error
+
+        monkeypatch.setattr(pretrain_package, "load_pretrain_config", load)
+        return CliRunner().invoke(app, args)
+
+    result = fails_with(ValueError("operands could not be broadcast together (shape mismatch)"))
+    assert result.exit_code != 0
+    assert type(result.exception) is ValueError  # propagated, not turned into an exit
+    assert "shape mismatch" not in result.output
+    result = fails_with(ElmoSpacyError("bilm_tiny.cfg: [training] lr = -1: give a rate > 0"))
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    assert result.output.strip() == "bilm_tiny.cfg: [training] lr = -1: give a rate > 0"
+
+
+def test_pretrain_stops_its_workers_after_an_error_too(tmp_path, monkeypatch):
+    import elmo_spacy.pretrain as pretrain_package
+    import elmo_spacy.pretrain.texts as texts
+    from elmo_spacy.errors import ElmoSpacyError
+
+    stopped = []
+    monkeypatch.setattr(pretrain_package, "stop_workers", stopped.append)
+
+    def unreadable(path, lang):
+        raise ElmoSpacyError(f"{path}: not UTF-8")
+
+    monkeypatch.setattr(texts, "read_tokenised_texts", unreadable)
+    (tmp_path / "text.txt").write_text("Some text.\nMore text.\n", encoding="utf-8")
+    code, output = elmo_spacy(
+        "pretrain", CONFIGS / "bilm_tiny.cfg", tmp_path / "text.txt", tmp_path / "out"
+    )
+    assert code == 1 and "not UTF-8" in output
+    assert len(stopped) == 1 and stopped[0].world_size == 1
+
+
+def test_the_librarys_user_errors_are_one_type_and_still_value_errors():
+    from elmo_spacy.bilm.bilm_tf import BilmTfFormatError
+    from elmo_spacy.bilm.locate import BiLMLoadError
+    from elmo_spacy.errors import ElmoSpacyError
+    from elmo_spacy.pretrain.train import NotEnoughText
+
+    for error in (BilmTfFormatError, BiLMLoadError, NotEnoughText):
+        assert issubclass(error, ElmoSpacyError) and issubclass(error, ValueError)
+    with pytest.raises(ElmoSpacyError, match="window = 4, window_overlap = 2"):
+        from elmo_spacy.bilm.inference import check_window
+
+        check_window(4, 2)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy
 import torch
 
+from ..errors import ElmoSpacyError
 from .config import BiLMConfig
 from .files import write_directory
 from .model import BiLM
@@ -61,7 +62,7 @@ TRAINING_OPTIONS = {
 }
 
 
-class BilmTfFormatError(ValueError):
+class BilmTfFormatError(ElmoSpacyError):
     """An options.json / weights.hdf5 pair that cannot be read, with what and where."""
 
 

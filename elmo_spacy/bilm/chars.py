@@ -29,6 +29,8 @@ from collections.abc import Sequence
 import numpy
 import torch
 
+from ..errors import ElmoSpacyError
+
 SCHEMES = ("masked", "bilm_tf", "char_vocab")
 
 
@@ -167,7 +169,7 @@ class VocabCharIds(CharIds):
         self.index = {c: i for i, c in enumerate(chars)}
         missing = [s for s in CHAR_VOCAB_SPECIALS if s not in self.index]
         if missing or len(self.index) != len(chars):
-            raise ValueError(
+            raise ElmoSpacyError(
                 f"A character vocabulary holds each entry once, including {CHAR_VOCAB_SPECIALS}"
                 + (f"; it lacks {missing}" if missing else "; it repeats an entry")
             )
@@ -195,6 +197,6 @@ def char_ids_for(
         return BilmTfCharIds(max_chars, min_width)
     if scheme == "char_vocab":
         if not chars:
-            raise ValueError("char_ids = 'char_vocab' needs the biLM's character vocabulary")
+            raise ElmoSpacyError("char_ids = 'char_vocab' needs the biLM's character vocabulary")
         return VocabCharIds(chars, max_chars, min_width)
-    raise ValueError(f"char_ids = {scheme!r}; use one of {SCHEMES}")
+    raise ElmoSpacyError(f"char_ids = {scheme!r}; use one of {SCHEMES}")

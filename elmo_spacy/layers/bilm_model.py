@@ -16,6 +16,7 @@ from ..bilm.inference import (
     initial_states_for,
 )
 from ..bilm.model import States
+from ..errors import ElmoSpacyError
 
 ElmoOutput = list[Floats3d]
 
@@ -103,7 +104,7 @@ def init(model: Model, X: list[Doc] | None = None, Y=None) -> None:
 def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[ElmoOutput, Callable]:
     bilm = get_bilm(model)
     if bilm is None:
-        raise ValueError(
+        raise ElmoSpacyError(
             "The elmo pipe has no biLM yet: call nlp.initialize() (with "
             "[initialize.components.elmo] bilm_path set) or load a trained pipeline."
         )

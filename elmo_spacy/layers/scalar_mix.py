@@ -6,6 +6,7 @@ import numpy
 from thinc.api import Model, chain
 from thinc.types import Floats1d, Floats2d, Floats3d
 
+from ..errors import ElmoSpacyError
 from .layer_norm import normalize_layers
 
 
@@ -34,7 +35,7 @@ def build_scalar_mix(
         A rate of the mix itself: spaCy's [training] dropout does not change it.
     """
     if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"scalar mix: dropout = {dropout}, must be in [0, 1)")
+        raise ElmoSpacyError(f"scalar mix: dropout = {dropout}, must be in [0, 1)")
     mix = Model(
         "scalar_mix",
         forward,
@@ -60,7 +61,7 @@ def init(model: Model, X: list[Floats3d] | None = None, Y=None) -> None:
     weights = model.attrs["weights"]
     if weights:
         if len(weights) != n_layers:
-            raise ValueError(f"scalar mix: {len(weights)} weights for {n_layers} layers")
+            raise ElmoSpacyError(f"scalar mix: {len(weights)} weights for {n_layers} layers")
         lambdas = numpy.log(numpy.asarray(weights, dtype="f") / sum(weights))
     elif model.attrs["trainable"]:
         lambdas = numpy.zeros(n_layers, dtype="f")
@@ -80,7 +81,7 @@ def scalar_mix_node(model: Model) -> Model:
     for node in model.walk():
         if node.name == "scalar_mix":
             return node
-    raise ValueError(f"{model.name} is not a scalar mix")
+    raise ElmoSpacyError(f"{model.name} is not a scalar mix")
 
 
 def forward(model: Model, X: list[Floats3d], is_train: bool) -> tuple[list[Floats2d], Callable]:

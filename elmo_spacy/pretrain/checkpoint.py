@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 from ..bilm import BiLM, BiLMConfig, load_bilm
 from ..bilm.files import write_directory
 from ..bilm.io import BILM_FILES, BiLMLoadError, state_tensors, write_bilm_files
+from ..errors import ElmoSpacyError
 from .config import PretrainConfig
 
 LATEST = "latest-checkpoint"
@@ -82,7 +83,7 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
         return None
     path = output_dir / pointer.read_text().strip()
     if not (path / PROGRESS_FILE).is_file():
-        raise ValueError(
+        raise ElmoSpacyError(
             f"{pointer} names {path.name}, which is missing or incomplete. Delete {pointer} "
             "to start over."
         )
@@ -97,7 +98,7 @@ def load_checkpoint(
 ) -> tuple[BiLM, torch.optim.Optimizer, Progress]:
     bilm = load_bilm(path).to(device)
     if bilm.config != bilm_config:
-        raise ValueError(
+        raise ElmoSpacyError(
             f"{path} was trained with another [bilm] config; resume with the same config "
             "or start over in a new output directory."
         )

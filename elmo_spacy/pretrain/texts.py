@@ -4,6 +4,8 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..errors import ElmoSpacyError
+
 
 def read_texts(path: str | Path) -> Iterator[str]:
     """Yield the texts of a .txt file (one per line, blank lines skipped) or of a
@@ -23,7 +25,7 @@ def read_texts(path: str | Path) -> Iterator[str]:
                 record = json.loads(line)
                 yield record["text"]
             except (ValueError, KeyError, TypeError) as err:
-                raise ValueError(
+                raise ElmoSpacyError(
                     f'{path}:{number}: expected a JSON object with a "text" field ({err})'
                 ) from err
 
@@ -37,7 +39,7 @@ def _decoded(lines, path: Path) -> Iterator[str]:
         except UnicodeDecodeError as err:
             # The text reader decodes in chunks: err.start counts from the chunk,
             # not the file, so find the first bad byte again from the start.
-            raise ValueError(_where_not_utf8(path, err)) from err
+            raise ElmoSpacyError(_where_not_utf8(path, err)) from err
         yield line
 
 

@@ -20,6 +20,7 @@ from tqdm import tqdm
 from ..bilm import BiLM, BiLMConfig, WordVocab, save_bilm
 from ..bilm.files import check_output_folder
 from ..bilm.precision import resolve_precision
+from ..errors import ElmoSpacyError
 from .batching import Tokens, bucketed_batches, split_long
 from .checkpoint import (
     LATEST,
@@ -36,7 +37,7 @@ LOG_FILE = "pretrain_log.json"
 RUN_OUTPUTS = ("model-best", "model-last", LOG_FILE, LATEST, "perplexity.png")
 
 
-class NotEnoughText(ValueError):
+class NotEnoughText(ElmoSpacyError):
     """The docs are too few to pretrain on (the message says how many are needed)."""
 
 
@@ -292,7 +293,7 @@ def check_output_dir(output_dir: Path, resume: bool = False, overwrite: bool = F
     or that would lose an earlier run: one that holds a run's outputs, unless
     `overwrite`, or with `resume`, a checkpoint to go on from."""
     if resume and overwrite:
-        raise ValueError("resume goes on from a run and overwrite replaces it: choose one.")
+        raise ElmoSpacyError("resume goes on from a run and overwrite replaces it: choose one.")
     check_output_folder(output_dir)
     found = earlier_run(output_dir)
     if overwrite or not found:
