@@ -54,11 +54,11 @@ class CharIds:
     masked: bool  # padding left out of the char CNN's max-pooling
 
     boundary_tokens: dict[str, int] = {}  # token strings read as sentence boundaries
+    max_cached = 100_000  # token strings whose ids are kept; the cache is emptied when full
 
-    def __init__(self, max_chars: int, min_width: int, cache_size: int = 100_000) -> None:
+    def __init__(self, max_chars: int, min_width: int) -> None:
         self.max_chars = max_chars
         self.min_width = min_width
-        self.cache_size = cache_size
         self._cache: dict[str, numpy.ndarray] = {}
 
     def encode(self, token: str) -> bytes | str:
@@ -81,7 +81,7 @@ class CharIds:
             ids[0] = self.begin_of_word
             ids[1:-1] = self.unit_ids(units)
             ids[-1] = self.end_of_word
-            if len(self._cache) >= self.cache_size:
+            if len(self._cache) >= self.max_cached:
                 self._cache.clear()
             self._cache[token] = ids
         return ids

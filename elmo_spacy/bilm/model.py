@@ -303,10 +303,6 @@ class BiLM(nn.Module):
         )
 
     @property
-    def _weights_like(self) -> torch.Tensor:
-        return self.forward_lstm.layers[0].weight_ih_l0
-
-    @property
     def _device(self) -> torch.device:
         return next(self.parameters()).device
 
