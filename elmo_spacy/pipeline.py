@@ -24,6 +24,7 @@ from .errors import ElmoSpacyError
 from .extensions import install_extensions, set_layers
 from .layers import ElmoListener, get_bilm, set_bilm
 from .layers.bilm_model import ElmoOutput, no_backprop, set_initial_state
+from .layers.dims import N_OUTPUT_LAYERS
 
 DEFAULT_ELMO_MODEL = """
 [model]
@@ -207,7 +208,7 @@ class Elmo(TrainablePipe):
         """Layers per doc on `doc._.elmo` and for the listeners."""
         if self.layers is not None:
             return len(self.layers)
-        return self.model.get_dim("n_layers")
+        return self.model.get_dim(N_OUTPUT_LAYERS)
 
     # -- listeners (the protocol of spaCy's Tok2Vec) -------------------------
 
@@ -246,7 +247,7 @@ class Elmo(TrainablePipe):
         listener.upstream_pipe = self
         if self.model.has_dim("nO"):
             listener.set_dim("nO", self.model.get_dim("nO"), force=True)
-            listener.set_dim("n_layers", self.n_output_layers, force=True)
+            listener.set_dim(N_OUTPUT_LAYERS, self.n_output_layers, force=True)
 
     # -- prediction ----------------------------------------------------------
 
@@ -401,7 +402,7 @@ class Elmo(TrainablePipe):
 
     def _bilm_changed(self) -> None:
         self._apply_precision()
-        n_layers = self.model.get_dim("n_layers")
+        n_layers = self.model.get_dim(N_OUTPUT_LAYERS)
         self.layers = resolve_layers(self.layers, n_layers, f"[components.{self.name}] layers")
         self.frozen_cache.clear()
         for listener in self.listeners:
@@ -410,5 +411,7 @@ class Elmo(TrainablePipe):
     def _require_bilm(self):
         bilm = get_bilm(self.model)
         if bilm is None:
-            raise ElmoSpacyError(f"The '{self.name}' pipe has no biLM to save: initialize it first.")
+            raise ElmoSpacyError(
+                f"The '{self.name}' pipe has no biLM to save: initialize it first."
+            )
         return bilm

@@ -92,7 +92,7 @@ def bilm_dir(tmp_path_factory, corpus_dir) -> Path:
     out = tmp_path_factory.mktemp("bilm")
     docs = tokenize(read_texts(corpus_dir / "pretrain.txt"))
     settings = PretrainConfig(max_epochs=3, batch_tokens=1500, learning_rate=0.005, patience=0)
-    pretrain(docs, TINY_BILM, settings, out, progress=False)
+    pretrain(docs, TINY_BILM, settings, out, show_progress=False)
     return out / "model-best"
 
 

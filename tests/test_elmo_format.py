@@ -260,7 +260,7 @@ def test_export_then_convert_a_biLM_trained_here(tmp_path):
     docs = SENTENCES * 4
     settings = PretrainConfig(max_epochs=1, batch_tokens=200, dev_fraction=0.0, patience=0)
     bilm_config = BiLMConfig(**{**TINY_ELMO.to_dict(), "softmax": "full"})
-    pretrain(docs, bilm_config, settings, tmp_path / "run", progress=False)
+    pretrain(docs, bilm_config, settings, tmp_path / "run", show_progress=False)
     trained = load_bilm(tmp_path / "run" / "model-best", with_softmax=False)
     assert not torch.equal(
         trained.forward_lstm.layers[0].bias_ih_l0, tiny_elmo().forward_lstm.layers[0].bias_ih_l0

@@ -34,7 +34,7 @@ def test_keep_some_layers_in_float16(bilm_dir, corpus_dir):
     assert doc[1]._.elmo.shape == (2, WIDTH)
     assert doc[1].vector.dtype == numpy.float32
     listener = nlp.get_pipe("textcat").model.get_ref("tok2vec").get_ref("listener")
-    assert listener.get_dim("n_layers") == 2
+    assert listener.get_dim("n_output_layers") == 2
     nlp.update(train[:8], sgd=optimizer)
     assert sum(nlp(text).cats.values()) == pytest.approx(1.0, abs=1e-5)
 

@@ -161,7 +161,7 @@ def test_type_cache_works_inside_the_pipe_and_never_goes_stale(bilm_dir, corpus_
     bilm = get_bilm(nlp.get_pipe("elmo").model)
     encoded = []
     encode = bilm.encoder.forward
-    bilm.encoder.forward = lambda ids, n: (encoded.append(len(ids)), encode(ids, n))[1]
+    bilm.encoder.forward = lambda ids, *rest: (encoded.append(len(ids)), encode(ids, *rest))[1]
     texts = [eg.reference.text for eg in train[:20]]
     first = [doc._.elmo for doc in nlp.pipe(texts)]
     assert encoded and not bilm.training  # the pipe leaves the biLM in eval mode
@@ -275,6 +275,27 @@ def test_round_trip_is_bit_identical(trained, tmp_path):
     assert from_bytes(texts[0]).cats == trained(texts[0]).cats
 
 
+def test_a_textcat_saved_with_the_old_dim_name_still_loads(trained, tmp_path):
+    """Before 0.1.0's rename, the listener's and the scalar mix's layer count
+    was the thinc dim `n_layers`; thinc saves dims by name."""
+    import srsly
+
+    textcat = trained.get_pipe("textcat")
+    msg = textcat.model.to_dict()
+    renamed = 0
+    for node in msg["nodes"]:
+        if "n_output_layers" in node["dims"]:
+            node["dims"]["n_layers"] = node["dims"].pop("n_output_layers")
+            renamed += 1
+    assert renamed == 2  # the listener and the scalar mix
+    loaded = spacy.blank("en").from_config(trained.config).from_bytes(trained.to_bytes())
+    loaded.get_pipe("textcat").model.from_bytes(srsly.msgpack_dumps(msg))
+    nodes = {node.name: node for node in loaded.get_pipe("textcat").model.walk()}
+    assert nodes["scalar_mix"].get_dim("n_output_layers") == N_LAYERS
+    text = "Oil prices rose again."
+    assert loaded(text).cats == trained(text).cats
+
+
 def test_multiprocessing_gives_the_same_results(trained):
     texts = [f"Story number {i} about markets and sport." for i in range(12)]
     single = list(trained.pipe(texts))
@@ -327,3 +348,18 @@ def test_frozen_training_runs_the_bilm_once_per_doc(bilm_dir, corpus_dir):
     nlp.get_pipe("textcat").model.get_ref("tok2vec").get_ref("listener").attrs["grad_factor"] = 1.0
     nlp.update(train[:16], sgd=optimizer)
     assert len(elmo.frozen_cache) == 0
+
+
+def test_the_textcat_scores_empty_docs_under_its_name_and_its_old_one(trained):
+    from elmo_spacy.textcat import EveryDocTextCategorizer
+
+    assert trained.config["components"]["textcat"]["factory"] == "textcat_every_doc"
+    assert isinstance(trained.get_pipe("textcat"), EveryDocTextCategorizer)
+    assert sum(trained("").cats.values()) == pytest.approx(1.0, abs=1e-5)
+    config = trained.config.copy()
+    config["components"]["textcat"]["factory"] = "elmo_textcat"  # a config saved before
+    with pytest.warns(DeprecationWarning, match='old name of "textcat_every_doc"'):
+        old = spacy.blank("en").from_config(config)
+    assert isinstance(old.get_pipe("textcat"), EveryDocTextCategorizer)
+    old.from_bytes(trained.to_bytes())
+    assert old("").cats == trained("").cats

@@ -8,9 +8,10 @@ from thinc.api import Model
 
 from ..errors import ElmoSpacyError
 from .bilm_model import ElmoOutput, no_backprop
+from .dims import N_OUTPUT_LAYERS, ReadsOldDimNames
 
 
-class ElmoListener(Model):
+class ElmoListener(ReadsOldDimNames, Model):
     """A layer that receives the `elmo` pipe's outputs instead of computing them.
 
     In training the upstream pipe broadcasts each batch's outputs and a
@@ -31,7 +32,7 @@ class ElmoListener(Model):
             self,
             name=self.name,
             forward=forward,
-            dims={"nO": None, "n_layers": None},
+            dims={"nO": None, N_OUTPUT_LAYERS: None},
             attrs={"grad_factor": grad_factor},
         )
         self.upstream_name = upstream_name

@@ -7,7 +7,13 @@ from thinc.api import Model, chain
 from thinc.types import Floats1d, Floats2d, Floats3d
 
 from ..errors import ElmoSpacyError
+from .dims import N_OUTPUT_LAYERS, ReadsOldDimNames
 from .layer_norm import normalize_layers
+
+
+class ScalarMix(ReadsOldDimNames, Model):
+    """The thinc Model of the mix itself (λ and γ); a class of its own only so
+    that pipelines saved with the dim's old name still load."""
 
 
 def build_scalar_mix(
@@ -36,11 +42,11 @@ def build_scalar_mix(
     """
     if not 0.0 <= dropout < 1.0:
         raise ElmoSpacyError(f"scalar mix: dropout = {dropout}, must be in [0, 1)")
-    mix = Model(
+    mix = ScalarMix(
         "scalar_mix",
         forward,
         init=init,
-        dims={"nO": None, "n_layers": len(weights) if weights else None},
+        dims={"nO": None, N_OUTPUT_LAYERS: len(weights) if weights else None},
         params={"lambdas": None, "gamma": None},
         attrs={
             "trainable": trainable,
@@ -55,9 +61,9 @@ def build_scalar_mix(
 
 def init(model: Model, X: list[Floats3d] | None = None, Y=None) -> None:
     if X:
-        model.set_dim("n_layers", X[0].shape[0], force=True)
+        model.set_dim(N_OUTPUT_LAYERS, X[0].shape[0], force=True)
         model.set_dim("nO", X[0].shape[2], force=True)
-    n_layers = model.get_dim("n_layers")
+    n_layers = model.get_dim(N_OUTPUT_LAYERS)
     weights = model.attrs["weights"]
     if weights:
         if len(weights) != n_layers:

@@ -33,7 +33,7 @@ PROGRESS_FILE = "progress.json"
 
 
 @dataclass
-class Progress:
+class RunState:
     """Where a pretraining run is; saved in every checkpoint."""
 
     step: int = 0
@@ -56,7 +56,7 @@ class Progress:
 
 
 def save_checkpoint(
-    output_dir: Path, bilm: BiLM, optimizer: torch.optim.Optimizer, state: Progress
+    output_dir: Path, bilm: BiLM, optimizer: torch.optim.Optimizer, state: RunState
 ) -> Path:
     final = output_dir / f"checkpoint-{state.step}"
     bilm_state = state_tensors(bilm)
@@ -95,7 +95,7 @@ def load_checkpoint(
     bilm_config: BiLMConfig,
     config: PretrainConfig,
     device: torch.device = torch.device("cpu"),
-) -> tuple[BiLM, torch.optim.Optimizer, Progress]:
+) -> tuple[BiLM, torch.optim.Optimizer, RunState]:
     bilm = load_bilm(path).to(device)
     if bilm.config != bilm_config:
         raise ElmoSpacyError(
@@ -117,7 +117,7 @@ def load_checkpoint(
     progress = saved["progress"]
     version, internal, gauss = progress["epoch_rng"]
     progress["epoch_rng"] = (version, tuple(internal), gauss)
-    return bilm, optimizer, Progress(**progress)
+    return bilm, optimizer, RunState(**progress)
 
 
 def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], Any]:

@@ -68,15 +68,15 @@ def _where_not_utf8(path: Path, err: UnicodeDecodeError) -> str:
 
 
 def read_tokenised_texts(
-    path: str | Path, lang: str = "en", progress: bool = True
+    path: str | Path, lang: str = "en", show_progress: bool = True
 ) -> list[list[str]]:
     """The texts of `path` (see `read_texts`), each cut into tokens by spaCy's
     tokenizer for `lang`: the tokens a pipeline will later see. With
-    `progress`, a progress bar counts the docs on stderr."""
+    `show_progress`, a progress bar counts the docs on stderr."""
     import spacy
     from tqdm import tqdm
 
     tokenizer = spacy.blank(lang).tokenizer
     docs = tokenizer.pipe(read_texts(path), batch_size=1000)
-    bar = tqdm(docs, desc=f"tokenising {Path(path).name}", unit="doc", disable=not progress)
+    bar = tqdm(docs, desc=f"tokenising {Path(path).name}", unit="doc", disable=not show_progress)
     return [[t.text for t in doc] for doc in bar]
