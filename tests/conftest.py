@@ -1,5 +1,6 @@
 """Shared fixtures: a tiny pretrained biLM and a tiny AG News corpus, built once per session."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +64,13 @@ def run(*args: str, **kwargs) -> subprocess.CompletedProcess:
         args = (sys.executable, "-m", "scripts", *args[1:])
         kwargs.setdefault("cwd", ROOT)
     return subprocess.run(args, capture_output=True, text=True, timeout=600, **kwargs)
+
+
+def command_names(help_text: str) -> list[str]:
+    """The command names in the "Commands" box of a typer --help, in order (the
+    first word of each row that starts one; continuation rows start with spaces)."""
+    box = help_text.split("Commands")[1].split("╰")[0]
+    return re.findall(r"^│ (\S+)  ", box, flags=re.M)
 
 
 def tokenize(texts):
