@@ -8,8 +8,7 @@ import spacy
 import torch
 from spacy.training import Example
 
-from elmo_spacy.layers import get_bilm, layer_weights
-from scripts.evaluate import branch_accuracy
+from elmo_spacy.layers import get_bilm, layer_weights, read_scalar_mix, score_parts
 
 from .conftest import SCALAR_MIX, TINY_BILM, examples, make_nlp, with_bag_of_words
 
@@ -254,7 +253,9 @@ def test_bag_of_words_scores_are_added_and_can_be_left_out(
     nlp = make_nlp(bilm_dir, SCALAR_MIX, 0.0, textcat_model=with_bag_of_words(linear_model_dropout))
     train = examples(nlp, corpus_dir / "train.spacy")
     optimizer = nlp.initialize(lambda: train)
-    linear, deep = nlp.get_pipe("textcat").model.layers[0].layers
+    parts = score_parts(nlp.get_pipe("textcat").model)
+    linear, deep = parts["linear_model"], parts["bilstm"]
+    assert [linear, deep] == nlp.get_pipe("textcat").model.layers[0].layers
     linear0, deep0 = _params(linear), _params(deep)
     for start in range(0, 48, 16):
         nlp.update(train[start : start + 16], sgd=optimizer)
@@ -267,14 +268,24 @@ def test_bag_of_words_scores_are_added_and_can_be_left_out(
     scores = linear.predict(docs) + deep.predict(docs)
     expected = numpy.exp(scores) / numpy.exp(scores).sum(axis=1, keepdims=True)
     numpy.testing.assert_allclose(nlp.get_pipe("textcat").model.predict(docs), expected, rtol=1e-5)
-    # Each part's accuracy alone, here against the labels the linear part picks.
-    labels = list(nlp.get_pipe("textcat").labels)
-    gold = [labels[i] for i in linear.predict(docs).argmax(axis=1)]
-    parts = branch_accuracy(nlp.get_pipe("textcat").model, docs, gold, labels)
-    assert parts["linear_model"] == 1.0
-    assert parts["bilstm"] == numpy.mean(
-        deep.predict(docs).argmax(axis=1) == [labels.index(g) for g in gold]
-    )
+    assert linear.predict(docs)[1].tolist() == [0.0] * len(nlp.get_pipe("textcat").labels)
+
+
+def test_the_public_readers_of_the_mix_the_score_parts_and_the_cache(trained, bilm_dir):
+    mix = read_scalar_mix(trained.get_pipe("textcat").model)
+    node = trained.get_pipe("textcat").model.get_ref("tok2vec").get_ref("mix")
+    assert mix["layer_weights"] == pytest.approx(layer_weights(node).tolist())
+    assert sum(mix["layer_weights"]) == pytest.approx(1.0) and len(mix["layer_weights"]) == 3
+    assert mix["trainable"] is True and mix["gamma"] > 0 and mix["layer_norm"] is True
+    bilstm_only = {"@architectures": "elmo_spacy.TextCatBiLSTM.v1", "hidden_width": 8}
+    learned = make_nlp(bilm_dir, LEARNED, 0.0, textcat_model=bilstm_only)
+    assert read_scalar_mix(learned.get_pipe("textcat").model) is None
+    assert score_parts(learned.get_pipe("textcat").model) is None  # no linear_model
+    bilm = get_bilm(trained.get_pipe("elmo").model)
+    bilm.weights_changed()
+    assert bilm.cache_info() == {"types": 0, "primed": 0, "packed": 0}
+    doc = trained("Oil rose and oil fell.")
+    assert bilm.cache_info()["types"] == len({t.text for t in doc})
 
 
 def test_round_trip_is_bit_identical(trained, tmp_path):

@@ -383,6 +383,16 @@ class BiLM(nn.Module):
         self._weights_generation += 1
         self._cache = None
 
+    def cache_info(self) -> dict[str, int]:
+        """What the inference cache holds now (all 0 when there is none):
+        `types`, token strings whose encodings are kept; `primed`, warm-up
+        texts whose primed states are kept; `packed`, LSTM layers whose weights
+        are packed for oneDNN."""
+        cache = self._cache
+        if cache is None:
+            return {"types": 0, "primed": 0, "packed": 0}
+        return {"types": len(cache.types), "primed": len(cache.primed), "packed": len(cache.packed)}
+
     def inference_cache(self) -> "InferenceCache | None":
         """The cache for the current weights; None in training mode or with
         gradients enabled, where nothing is kept."""
