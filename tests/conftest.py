@@ -11,8 +11,8 @@ import spacy
 from elmo_spacy.bilm import BiLMConfig
 from elmo_spacy.pretrain import PretrainConfig, pretrain
 from elmo_spacy.pretrain.texts import read_texts
-from scripts.agnews import CLASS_NAMES
-from scripts.agnews_corpus import build_corpus
+
+from .fixture_corpus import build_fixture_corpus
 
 TESTS = Path(__file__).parent
 DATA = TESTS / "data"
@@ -82,15 +82,7 @@ def tokenize(texts):
 def corpus_dir(tmp_path_factory) -> Path:
     """train/dev .spacy files and pretrain.txt from the fixture CSV (120 rows)."""
     out = tmp_path_factory.mktemp("corpus")
-    build_corpus(
-        spacy.blank("en"),
-        DATA / "train.csv",
-        out,
-        unlabeled=DATA / "unlabeled.txt",
-        class_names=CLASS_NAMES,
-        dev_fraction=0.2,
-        seed=0,
-    )
+    build_fixture_corpus(DATA / "train.csv", DATA / "unlabeled.txt", out, dev_fraction=0.2, seed=0)
     return out
 
 
