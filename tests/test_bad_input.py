@@ -6,7 +6,7 @@ from spacy.training import Example
 
 from elmo_spacy.pretrain import load_pretrain_config
 
-from .conftest import CONFIGS, run
+from .conftest import CONFIGS, cli
 
 
 def test_no_biLM_path_is_refused_and_untrained_must_be_asked_for(corpus_dir):
@@ -28,8 +28,7 @@ def test_no_biLM_path_is_refused_and_untrained_must_be_asked_for(corpus_dir):
     ],
 )
 def test_a_bad_pretraining_value_stops_before_work(tmp_path, corpus_dir, setting, value, message):
-    result = run(
-        "elmo-spacy",
+    result = cli(
         "pretrain",
         str(CONFIGS / "bilm_tiny.cfg"),
         str(corpus_dir / "pretrain.txt"),
@@ -46,8 +45,7 @@ def test_a_bad_pretraining_value_stops_before_work(tmp_path, corpus_dir, setting
 def test_a_config_that_is_not_utf8_is_named(tmp_path, corpus_dir):
     text = (CONFIGS / "bilm_tiny.cfg").read_text(encoding="utf-8")
     (tmp_path / "utf16.cfg").write_text(text, encoding="utf-16")
-    result = run(
-        "elmo-spacy",
+    result = cli(
         "pretrain",
         str(tmp_path / "utf16.cfg"),
         str(corpus_dir / "pretrain.txt"),

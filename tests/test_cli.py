@@ -16,7 +16,7 @@ from spacy.cli.train import train as spacy_train
 from elmo_spacy.bilm import load_bilm
 from elmo_spacy.layers.scalar_mix import scalar_mix_node
 
-from .conftest import CONFIGS, DATA, TINY_BILM, command_names, run
+from .conftest import CONFIGS, DATA, TINY_BILM, cli, command_names, run
 
 
 def test_help_lists_the_commands():
@@ -121,12 +121,12 @@ def test_pretrain_starts_the_word_embeddings_from_static_vectors(tmp_path, corpu
     with_vectors.vocab.vectors = Vectors(data=table, keys=keys)
     with_vectors.to_disk(vectors)
     word_encoder = ["--bilm.encoder", "word", "--bilm.word_dim", "16", "--training.max_epochs", "1"]
-    args = ("elmo-spacy", "pretrain", str(CONFIGS / "bilm_tiny.cfg"), text)
-    result = run(*args, str(tmp_path / "bilm"), *word_encoder, "--init-vectors", str(vectors))
+    args = ("pretrain", str(CONFIGS / "bilm_tiny.cfg"), text)
+    result = cli(*args, str(tmp_path / "bilm"), *word_encoder, "--init-vectors", str(vectors))
     assert result.returncode == 0, result.stderr[-2000:]
     log = json.loads((tmp_path / "bilm" / "pretrain_log.json").read_text())
     assert log["words_from_init_vectors"] > 100
-    result = run(*args, str(tmp_path / "bad"), "--init-vectors", str(vectors))  # char CNN
+    result = cli(*args, str(tmp_path / "bad"), "--init-vectors", str(vectors))  # char CNN
     assert result.returncode == 1 and "need a word embedding (encoder 'word'" in result.stderr
 
 

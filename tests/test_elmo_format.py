@@ -16,7 +16,7 @@ from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm, save_bilm
 from elmo_spacy.bilm.bilm_tf import BilmTfFormatError, read_bilm_tf, write_bilm_tf
 from elmo_spacy.bilm.chars import BilmTfCharIds
 
-from .conftest import CONFIGS, ROOT, run, tokenize
+from .conftest import CONFIGS, ROOT, cli, tokenize
 
 FIXTURES = ROOT.parent / "shared" / "data" / "allennlp_elmo"
 needs_fixtures = pytest.mark.skipif(
@@ -123,15 +123,14 @@ def test_clipping_binds_on_the_reference_inputs(reference_bilm):
 
 @needs_fixtures
 def test_convert_then_export_gives_back_every_dataset(tmp_path):
-    result = run(
-        "elmo-spacy",
+    result = cli(
         "convert-elmo",
         str(FIXTURES / "options.json"),
         str(FIXTURES / "lm_weights.hdf5"),
         str(tmp_path / "bilm"),
     )
     assert result.returncode == 0, result.stderr
-    result = run("elmo-spacy", "export-elmo", str(tmp_path / "bilm"), str(tmp_path / "tf"))
+    result = cli("export-elmo", str(tmp_path / "bilm"), str(tmp_path / "tf"))
     assert result.returncode == 0, result.stderr
     with (
         h5py.File(FIXTURES / "lm_weights.hdf5") as original,
@@ -271,7 +270,7 @@ def test_export_then_convert_a_biLM_trained_here(tmp_path):
 
 
 def test_export_refuses_what_the_format_cannot_hold(tmp_path, bilm_dir):
-    result = run("elmo-spacy", "export-elmo", str(bilm_dir), str(tmp_path / "out"))
+    result = cli("export-elmo", str(bilm_dir), str(tmp_path / "out"))
     assert result.returncode == 1
     assert "char_ids = 'masked'" in result.stderr and "configs/bilm_elmo.cfg" in result.stderr
     word_config = BiLMConfig(encoder="word", word_dim=8, projection_dim=8, lstm_dim=16)
@@ -288,8 +287,7 @@ def exported(tmp_path) -> Path:
 
 
 def convert(folder: Path, tmp_path: Path):
-    return run(
-        "elmo-spacy",
+    return cli(
         "convert-elmo",
         str(folder / "options.json"),
         str(folder / "weights.hdf5"),
@@ -364,8 +362,7 @@ def test_pretrain_with_the_exportable_config_then_export(tmp_path, corpus_dir):
         "--bilm.min_count": "1",
         "--training.max_steps": "3",
     }
-    result = run(
-        "elmo-spacy",
+    result = cli(
         "pretrain",
         str(CONFIGS / "bilm_elmo.cfg"),
         str(corpus_dir / "pretrain.txt"),
@@ -373,9 +370,7 @@ def test_pretrain_with_the_exportable_config_then_export(tmp_path, corpus_dir):
         *[part for item in small.items() for part in item],
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    result = run(
-        "elmo-spacy", "export-elmo", str(tmp_path / "bilm" / "model-best"), str(tmp_path / "tf")
-    )
+    result = cli("export-elmo", str(tmp_path / "bilm" / "model-best"), str(tmp_path / "tf"))
     assert result.returncode == 0, result.stderr[-2000:]
     trained = load_bilm(tmp_path / "bilm" / "model-best", with_softmax=False)
     assert trained.config.cell_clip == 3.0 and trained.config.char_ids == "bilm_tf"

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parent.parent
 
 
+@pytest.mark.slow  # the whole smoke workflow, 6 processes: make test-slow (and make smoke)
 def test_smoke_workflow_produces_every_output(tmp_path):
     for name in ("project.yml", "configs", "scripts", "tests/data"):
         source = ROOT / name
