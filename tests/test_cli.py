@@ -1,10 +1,8 @@
 """Command lines as a user runs them: `elmo-spacy`, `spacy train`, entry points."""
 
 import errno
-import hashlib
 import json
 import re
-import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -18,17 +16,23 @@ from spacy.cli.train import train as spacy_train
 from elmo_spacy.bilm import load_bilm
 from elmo_spacy.layers.scalar_mix import scalar_mix_node
 
-from .conftest import CONFIGS, DATA, TINY_BILM, run
+from .conftest import CONFIGS, DATA, TINY_BILM, cli, command_names, run
 
 
 def test_help_lists_the_commands():
-    result = run("elmo-spacy", "--help")
-    assert result.returncode == 0, result.stderr
-    assert "pretrain" in result.stdout
-    result = run("scripts", "--help")
-    assert result.returncode == 0, result.stderr
-    for command in ("corpus", "vectors", "tfidf", "train", "evaluate", "compare", "contexts"):
-        assert command in result.stdout
+    from typer.testing import CliRunner
+
+    from elmo_spacy.cli import app
+
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert command_names(result.output) == [
+        "convert-elmo",
+        "convert-efml",
+        "export-elmo",
+        "embed",
+        "pretrain",
+    ]
 
 
 def test_the_installed_package_holds_the_plugin_and_not_the_study():
@@ -41,6 +45,32 @@ def test_the_installed_package_holds_the_plugin_and_not_the_study():
         assert study not in modules
     for path in package.rglob("*.py"):
         assert not re.search(r"^\s*(from|import) scripts\b", path.read_text(), re.M), path
+
+
+# The tests of the study (scripts/) and of the benchmarks; every other test file
+# tests the plugin alone.
+STUDY_TESTS = {
+    "test_baselines.py",
+    "test_benchmark_primed_state.py",
+    "test_contexts.py",
+    "test_corpus.py",
+    "test_evaluate.py",
+    "test_memory.py",
+    "test_project.py",
+    "test_study_commands.py",
+    "test_tokens.py",
+}
+
+
+def test_the_plugins_tests_import_neither_the_study_nor_the_benchmarks():
+    tests = Path(__file__).parent
+    assert STUDY_TESTS <= {p.name for p in tests.glob("test_*.py")}
+    for path in tests.glob("*.py"):
+        if path.name not in STUDY_TESTS:
+            text = path.read_text(encoding="utf-8")
+            assert not re.search(r"^\s*(from|import) (scripts|benchmarks)\b", text, re.M), path
+            if path.name != Path(__file__).name:  # this file names them to look for them
+                assert '"benchmarks"' not in text, path
 
 
 def test_entry_points_work_in_a_fresh_process():
@@ -76,18 +106,28 @@ def test_pretrain_command_writes_a_loadable_bilm(tmp_path, corpus_dir):
 
 
 def test_pretrain_starts_the_word_embeddings_from_static_vectors(tmp_path, corpus_dir):
-    vectors = tmp_path / "vectors"
+    from spacy.vectors import Vectors
+
+    from elmo_spacy.pretrain.texts import read_tokenised_texts
+
+    vectors = tmp_path / "vectors"  # a spaCy pipeline with vectors, as `spacy init vectors` writes
     text = str(corpus_dir / "pretrain.txt")
-    result = run("scripts", "vectors", "svd", text, str(vectors), "--dim", "16")
-    assert result.returncode == 0, result.stderr[-2000:]
+    words = sorted(
+        {token for doc in read_tokenised_texts(text, show_progress=False) for token in doc}
+    )
+    table = numpy.random.default_rng(0).normal(size=(len(words), 16)).astype("f")
+    with_vectors = spacy.blank("en")
+    keys = [with_vectors.vocab.strings.add(word) for word in words]
+    with_vectors.vocab.vectors = Vectors(data=table, keys=keys)
+    with_vectors.to_disk(vectors)
     word_encoder = ["--bilm.encoder", "word", "--bilm.word_dim", "16", "--training.max_epochs", "1"]
-    args = ("elmo-spacy", "pretrain", str(CONFIGS / "bilm_tiny.cfg"), text)
-    result = run(*args, str(tmp_path / "bilm"), *word_encoder, "--init-vectors", str(vectors))
+    args = ("pretrain", str(CONFIGS / "bilm_tiny.cfg"), text)
+    result = cli(*args, str(tmp_path / "bilm"), *word_encoder, "--init-vectors", str(vectors))
     assert result.returncode == 0, result.stderr[-2000:]
     log = json.loads((tmp_path / "bilm" / "pretrain_log.json").read_text())
     assert log["words_from_init_vectors"] > 100
-    result = run(*args, str(tmp_path / "bad"), "--init-vectors", str(vectors))  # char CNN
-    assert result.returncode != 0 and "word encoder" in result.stderr
+    result = cli(*args, str(tmp_path / "bad"), "--init-vectors", str(vectors))  # char CNN
+    assert result.returncode == 1 and "need a word embedding (encoder 'word'" in result.stderr
 
 
 @pytest.fixture(scope="module")
@@ -174,41 +214,6 @@ def test_frozen_annotating_elmo_is_read_from_docs_and_never_changes(tmp_path, co
     nlp = spacy.load(tmp_path / "out" / "model-last")
     mix = scalar_mix_node(nlp.get_pipe("textcat").model.get_ref("tok2vec").get_ref("mix"))
     assert not numpy.array_equal(mix.get_param("lambdas"), numpy.zeros(3, dtype="f"))
-
-
-def test_corpus_command_stops_at_a_bad_row_and_can_skip_it(tmp_path):
-    source = tmp_path / "src"
-    source.mkdir()
-    good = (DATA / "train.csv").read_text(encoding="utf-8").splitlines()[:8]
-    bad = good[:3] + ['"9","Unknown class","text"'] + good[3:]
-    (source / "train.csv").write_text("\n".join(bad) + "\n", encoding="utf-8")
-    command = ["scripts", "corpus", str(source), str(tmp_path / "out"), "--no-verify"]
-    result = run(*command, "--dev-fraction", "0.25")
-    assert result.returncode == 1
-    assert "train.csv:4: unknown class '9'" in result.stderr
-    result = run(*command, "--dev-fraction", "0.25", "--skip-bad-rows")
-    assert result.returncode == 0, result.stderr
-    assert "Skipped 1 bad row(s)" in result.stdout
-    assert "No test split" in result.stdout
-    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
-    assert stats["docs"]["train"] + stats["docs"]["dev"] == 8
-
-
-def test_corpus_command_names_a_missing_or_altered_file(tmp_path):
-    source = tmp_path / "ag_news"
-    source.mkdir()
-    result = run("scripts", "corpus", str(source), str(tmp_path / "out"))
-    assert result.returncode == 1
-    assert f"{source / 'train.csv'} is missing" in result.stderr
-    assert "spacy project assets" in result.stderr
-    shutil.copy(DATA / "train.csv", source / "train.csv")
-    result = run("scripts", "corpus", str(source), str(tmp_path / "out"))
-    assert result.returncode == 1
-    actual = hashlib.md5((DATA / "train.csv").read_bytes()).hexdigest()
-    message = " ".join(result.stderr.split())
-    assert f"train.csv: md5 is {actual}, expected b1a00f826fdfbd249f79597b59e1dc12" in message
-    assert "--no-verify" in message
-    assert not (tmp_path / "out").exists()
 
 
 def elmo_spacy(*args) -> tuple[int, str]:
@@ -402,3 +407,66 @@ def test_version():
         output
         == f"elmo-spacy {__version__} (spaCy {spacy.__version__}, PyTorch {torch.__version__})"
     )
+
+
+def test_only_user_errors_become_one_line_and_a_bug_keeps_its_traceback(tmp_path, monkeypatch):
+    """A ValueError from inside the library (numpy's shape errors are ValueErrors)
+    is a bug: the command must not hide it behind a one-line message."""
+    from typer.testing import CliRunner
+
+    import elmo_spacy.pretrain as pretrain_package
+    from elmo_spacy.cli import app
+    from elmo_spacy.errors import ElmoSpacyError
+
+    (tmp_path / "text.txt").write_text("Some text.\nMore text.\n", encoding="utf-8")
+    args = ["pretrain", str(CONFIGS / "bilm_tiny.cfg"), str(tmp_path / "text.txt")]
+    args.append(str(tmp_path / "out"))
+
+    def fails_with(error):
+        def load(*_args, **_kwargs):
+            raise error
+
+        monkeypatch.setattr(pretrain_package, "load_pretrain_config", load)
+        return CliRunner().invoke(app, args)
+
+    result = fails_with(ValueError("operands could not be broadcast together (shape mismatch)"))
+    assert result.exit_code != 0
+    assert type(result.exception) is ValueError  # propagated, not turned into an exit
+    assert "shape mismatch" not in result.output
+    result = fails_with(ElmoSpacyError("bilm_tiny.cfg: [training] lr = -1: give a rate > 0"))
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    assert result.output.strip() == "bilm_tiny.cfg: [training] lr = -1: give a rate > 0"
+
+
+def test_pretrain_stops_its_workers_after_an_error_too(tmp_path, monkeypatch):
+    import elmo_spacy.pretrain as pretrain_package
+    import elmo_spacy.pretrain.texts as texts
+    from elmo_spacy.errors import ElmoSpacyError
+
+    stopped = []
+    monkeypatch.setattr(pretrain_package, "stop_workers", stopped.append)
+
+    def unreadable(path, lang):
+        raise ElmoSpacyError(f"{path}: not UTF-8")
+
+    monkeypatch.setattr(texts, "read_tokenised_texts", unreadable)
+    (tmp_path / "text.txt").write_text("Some text.\nMore text.\n", encoding="utf-8")
+    code, output = elmo_spacy(
+        "pretrain", CONFIGS / "bilm_tiny.cfg", tmp_path / "text.txt", tmp_path / "out"
+    )
+    assert code == 1 and "not UTF-8" in output
+    assert len(stopped) == 1 and stopped[0].world_size == 1
+
+
+def test_the_librarys_user_errors_are_one_type_and_still_value_errors():
+    from elmo_spacy.bilm.bilm_tf import BilmTfFormatError
+    from elmo_spacy.bilm.locate import BiLMLoadError
+    from elmo_spacy.errors import ElmoSpacyError
+    from elmo_spacy.pretrain.train import NotEnoughText
+
+    for error in (BilmTfFormatError, BiLMLoadError, NotEnoughText):
+        assert issubclass(error, ElmoSpacyError) and issubclass(error, ValueError)
+    with pytest.raises(ElmoSpacyError, match="window = 4, window_overlap = 2"):
+        from elmo_spacy.bilm.inference import check_window
+
+        check_window(4, 2)

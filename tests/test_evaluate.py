@@ -88,3 +88,27 @@ def test_compare_reads_every_metrics_file_of_a_folder(tmp_path):
     with pytest.raises(ValueError, match="No text classification metrics"):
         (tmp_path / "empty").mkdir()
         load_runs([tmp_path / "empty"])
+
+
+def test_branch_accuracy_scores_each_part_alone(bilm_dir, corpus_dir):
+    import numpy
+
+    from scripts.evaluate import branch_accuracy
+
+    from .conftest import SCALAR_MIX, examples, make_nlp, with_bag_of_words
+
+    nlp = make_nlp(bilm_dir, SCALAR_MIX, 0.0, textcat_model=with_bag_of_words())
+    train = examples(nlp, corpus_dir / "train.spacy")
+    optimizer = nlp.initialize(lambda: train)
+    nlp.update(train[:16], sgd=optimizer)
+    nlp.update(train[16:32], sgd=optimizer)
+    linear, deep = nlp.get_pipe("textcat").model.layers[0].layers
+    docs = list(nlp.pipe([eg.reference.text for eg in train[:12]]))
+    # Against the labels the linear part picks: it scores 1, the BiLSTM its share.
+    labels = list(nlp.get_pipe("textcat").labels)
+    gold = [labels[i] for i in linear.predict(docs).argmax(axis=1)]
+    parts = branch_accuracy(nlp.get_pipe("textcat").model, docs, gold, labels)
+    assert parts["linear_model"] == 1.0
+    assert parts["bilstm"] == numpy.mean(
+        deep.predict(docs).argmax(axis=1) == [labels.index(g) for g in gold]
+    )

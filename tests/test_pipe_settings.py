@@ -1,5 +1,6 @@
 """The `elmo` pipe's settings and the seams between it, its listeners and spaCy's loop."""
 
+import copy
 import os
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import numpy
 import pytest
 import spacy
 import torch
+from spacy.training import Example
 from spacy.training.initialize import init_nlp
 from spacy.training.loop import train as spacy_train_loop
 
@@ -34,7 +36,7 @@ def test_keep_some_layers_in_float16(bilm_dir, corpus_dir):
     assert doc[1]._.elmo.shape == (2, WIDTH)
     assert doc[1].vector.dtype == numpy.float32
     listener = nlp.get_pipe("textcat").model.get_ref("tok2vec").get_ref("listener")
-    assert listener.get_dim("n_layers") == 2
+    assert listener.get_dim("n_output_layers") == 2
     nlp.update(train[:8], sgd=optimizer)
     assert sum(nlp(text).cats.values()) == pytest.approx(1.0, abs=1e-5)
 
@@ -170,3 +172,112 @@ def test_no_onednn_projection_warning(bilm_dir):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         nlp("No warning from the LSTM with projections, please.")
+
+
+def _bilm_grads(bilm) -> dict[str, torch.Tensor]:
+    return {n: p.grad.clone() for n, p in bilm.named_parameters() if p.grad is not None}
+
+
+def test_two_pipes_listening_to_one_elmo_pipe_both_reach_its_weights(bilm_dir, corpus_dir):
+    """The biLM's gradient for a batch is the sum of what each listener sends."""
+    overrides = {"paths.bilm": str(bilm_dir), "components.textcat.model.tok2vec.grad_factor": 1.0}
+    config = spacy.util.load_config(CONFIGS / "textcat_tiny.cfg", overrides=overrides)
+    second = copy.deepcopy(dict(config["components"]["textcat"]))
+    second["model"]["tok2vec"]["grad_factor"] = 0.5
+    config["components"]["textcat2"] = second
+    config["nlp"]["pipeline"] = ["elmo", "textcat", "textcat2"]
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+    train = examples(nlp, corpus_dir / "train.spacy")
+    nlp.initialize(lambda: train)
+    elmo = nlp.get_pipe("elmo")
+    assert elmo.listening_components == ["textcat", "textcat2"]
+    bilm = get_bilm(elmo.model)
+    batch = train[:4]
+    docs = [eg.predicted for eg in batch]
+    rng = numpy.random.default_rng(0)
+    shapes = [(N_LAYERS, len(doc), WIDTH) for doc in docs]
+    sent = {
+        listener: [rng.normal(size=shape).astype("f") for shape in shapes]
+        for listener in elmo.listeners
+    }
+
+    def gradient(senders) -> dict[str, torch.Tensor]:
+        bilm.zero_grad(set_to_none=True)
+        elmo.update(batch, drop=0.0)  # broadcasts the batch; no sgd: the grads stay
+        for listener in elmo.listeners:  # the last one's backprop runs the biLM's
+            outputs, backprop = listener(docs, is_train=True)
+            backprop(sent[listener] if listener in senders else [0 * d for d in outputs])
+        return _bilm_grads(bilm)
+
+    first, second = elmo.listeners
+    both, alone_1, alone_2 = gradient({first, second}), gradient({first}), gradient({second})
+    assert both.keys() == alone_1.keys() == alone_2.keys()
+    assert "encoder.projection.weight" in both and "forward_lstm.layers.1.weight_hh_l0" in both
+    for name in both:
+        torch.testing.assert_close(both[name], alone_1[name] + alone_2[name], rtol=1e-3, atol=1e-5)
+    assert not torch.allclose(
+        both["encoder.projection.weight"], alone_1["encoder.projection.weight"]
+    )
+    assert not torch.allclose(
+        both["encoder.projection.weight"], alone_2["encoder.projection.weight"]
+    )
+
+
+def _count_rows(bilm) -> list[int]:
+    """The rows (pieces of docs) of each batch that `bilm` runs, from now on."""
+    rows, batch = [], bilm.batch
+
+    def counting_batch(tokens, *args, **kwargs):
+        rows.append(len(tokens))
+        return batch(tokens, *args, **kwargs)
+
+    bilm.batch = counting_batch
+    return rows
+
+
+def test_a_small_max_batch_tokens_gives_what_a_large_one_gives(bilm_dir, corpus_dir):
+    texts = [eg.reference.text for eg in examples(spacy.blank("en"), corpus_dir / "dev.spacy")]
+    texts += ["", "Short.", " ".join(["Markets rallied again ."] * 40)]
+    results, rows = {}, {}
+    for max_batch_tokens in (4096, 16):
+        nlp = spacy.blank("en")
+        elmo = nlp.add_pipe("elmo", config={"model": {"max_batch_tokens": max_batch_tokens}})
+        elmo.initialize(lambda: [], bilm_path=str(bilm_dir))
+        rows[max_batch_tokens] = _count_rows(get_bilm(elmo.model))
+        results[max_batch_tokens] = [doc._.elmo for doc in nlp.pipe(texts, batch_size=64)]
+    assert max(rows[16]) < max(rows[4096]) and len(rows[16]) > len(rows[4096])
+    assert len(results[16]) == len(texts)
+    for small, large in zip(results[16], results[4096]):
+        assert small.shape == large.shape
+        numpy.testing.assert_allclose(small, large, rtol=1e-5, atol=1e-5)
+
+
+def test_fine_tuning_runs_a_doc_longer_than_the_window_whole(bilm_dir, corpus_dir):
+    """Windows bound memory at prediction; in training a doc runs whole (as
+    the biLM was pretrained on it), and its gradient reaches the biLM."""
+    nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0)
+    train = examples(nlp, corpus_dir / "train.spacy")
+    nlp.initialize(lambda: train)
+    elmo = nlp.get_pipe("elmo")
+    elmo.model.attrs.update(window=40, window_overlap=8)
+    text = " ".join(["Oil", "prices", "rose", "as", "markets", "fell", "."] * 30)
+    doc = nlp.make_doc(text)
+    example = Example(doc, nlp.make_doc(text))
+    example.reference.cats = dict(train[0].reference.cats)
+    whole = spacy.blank("en")
+    whole.add_pipe("elmo").initialize(lambda: [], bilm_path=str(bilm_dir))  # window 1024
+    bilm = get_bilm(elmo.model)
+    bilm.zero_grad(set_to_none=True)
+    elmo.update([example], drop=0.0)
+    (listener,) = elmo.listeners
+    (outputs,), backprop = listener([doc], is_train=True)
+    assert outputs.shape == (N_LAYERS, 210, WIDTH)
+    numpy.testing.assert_allclose(outputs, whole(text)._.elmo, rtol=1e-4, atol=1e-5)
+    assert not numpy.allclose(outputs, nlp(text)._.elmo, atol=1e-5)  # predicted in windows
+    d_outputs = numpy.zeros_like(outputs)
+    d_outputs[:, -1] = 1.0  # the last token only, far past the first window
+    backprop([d_outputs])
+    grads = _bilm_grads(bilm)
+    assert all(torch.isfinite(g).all() for g in grads.values())
+    for name in ("encoder.projection.weight", "forward_lstm.layers.0.weight_ih_l0"):
+        assert grads[name].abs().sum() > 0

@@ -195,7 +195,7 @@ def test_pretraining_in_bfloat16_learns_and_saves_float32(tmp_path):
         dev_fraction=0.0,
         precision="bfloat16",
     )
-    log = pretrain(DOCS, config, settings, tmp_path, progress=False)
+    log = pretrain(DOCS, config, settings, tmp_path, show_progress=False)
     assert log["precision"] == "bfloat16"
     dev = [epoch["dev_perplexity"]["mean"] for epoch in log["epochs"]]
     assert dev[1] < dev[0]

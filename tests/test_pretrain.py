@@ -27,7 +27,7 @@ class Crash(Exception):
 
 
 def test_resume_after_a_crash_ends_with_the_uninterrupted_weights(tmp_path, monkeypatch):
-    uninterrupted = pretrain(DOCS, BILM, SETTINGS, tmp_path / "a", progress=False)
+    uninterrupted = pretrain(DOCS, BILM, SETTINGS, tmp_path / "a", show_progress=False)
     real_save = train_module.save_checkpoint
 
     def save_then_crash(output_dir, bilm, optimizer, state):
@@ -38,10 +38,10 @@ def test_resume_after_a_crash_ends_with_the_uninterrupted_weights(tmp_path, monk
 
     monkeypatch.setattr(train_module, "save_checkpoint", save_then_crash)
     with pytest.raises(Crash):
-        pretrain(DOCS, BILM, SETTINGS, tmp_path / "b", progress=False)
+        pretrain(DOCS, BILM, SETTINGS, tmp_path / "b", show_progress=False)
     assert (tmp_path / "b" / LATEST).read_text().strip() == "checkpoint-6"
     monkeypatch.setattr(train_module, "save_checkpoint", real_save)
-    resumed = pretrain(DOCS, BILM, SETTINGS, tmp_path / "b", progress=False, resume=True)
+    resumed = pretrain(DOCS, BILM, SETTINGS, tmp_path / "b", show_progress=False, resume=True)
     assert resumed["resumed_from"].endswith("checkpoint-6")
     assert resumed["steps"] == uninterrupted["steps"]
     a = load_bilm(tmp_path / "a" / "model-last").state_dict()
@@ -54,7 +54,7 @@ def test_resume_after_a_crash_ends_with_the_uninterrupted_weights(tmp_path, monk
 
 
 def test_only_the_latest_checkpoint_is_kept_and_the_log_is_written(tmp_path):
-    log = pretrain(DOCS, BILM, SETTINGS, tmp_path, progress=False)
+    log = pretrain(DOCS, BILM, SETTINGS, tmp_path, show_progress=False)
     checkpoints = sorted(p.name for p in tmp_path.glob("checkpoint-*"))
     assert checkpoints == [f"checkpoint-{log['steps']}"]
     assert not list(tmp_path.glob(".*"))  # no temporary directories left
@@ -66,10 +66,14 @@ def test_only_the_latest_checkpoint_is_kept_and_the_log_is_written(tmp_path):
 
 
 def test_resume_refuses_another_bilm_config(tmp_path):
-    pretrain(DOCS, BILM, PretrainConfig(max_epochs=1, batch_tokens=600), tmp_path, progress=False)
+    pretrain(
+        DOCS, BILM, PretrainConfig(max_epochs=1, batch_tokens=600), tmp_path, show_progress=False
+    )
     other = BiLMConfig(**{**BILM.to_dict(), "lstm_dim": 48})
     with pytest.raises(ValueError, match="another \\[bilm\\] config"):
-        pretrain(DOCS, other, PretrainConfig(max_epochs=2), tmp_path, progress=False, resume=True)
+        pretrain(
+            DOCS, other, PretrainConfig(max_epochs=2), tmp_path, show_progress=False, resume=True
+        )
 
 
 @pytest.mark.slow  # over 30 s: make test-slow
@@ -140,34 +144,34 @@ def test_text_that_is_not_utf8_names_the_line_column_and_offset_of_the_bad_byte(
 def test_too_few_docs_for_a_dev_split_are_refused_and_say_how_many_are_needed(tmp_path):
     settings = PretrainConfig(max_epochs=1, dev_fraction=0.9)
     with pytest.raises(NotEnoughText, match="3 doc.* too few.* at least 5 docs"):
-        pretrain(DOCS[:3], BILM, settings, tmp_path / "a", progress=False)
+        pretrain(DOCS[:3], BILM, settings, tmp_path / "a", show_progress=False)
     assert not (tmp_path / "a").exists()
-    log = pretrain(DOCS[:5], BILM, settings, tmp_path / "b", progress=False)
+    log = pretrain(DOCS[:5], BILM, settings, tmp_path / "b", show_progress=False)
     assert log["train_docs"] == 1 and log["steps"] == 1
     held_in = PretrainConfig(max_epochs=1, dev_fraction=0.0)
-    log = pretrain(DOCS[:1], BILM, held_in, tmp_path / "c", progress=False)
+    log = pretrain(DOCS[:1], BILM, held_in, tmp_path / "c", show_progress=False)
     assert log["steps"] == 1 and not log["dev_is_held_out"]
 
 
 def test_a_finished_run_is_replaced_only_when_asked(tmp_path):
     one_epoch = PretrainConfig(max_epochs=1, batch_tokens=600)
-    pretrain(DOCS, BILM, one_epoch, tmp_path, progress=False)
+    pretrain(DOCS, BILM, one_epoch, tmp_path, show_progress=False)
     (tmp_path / "notes.txt").write_text("mine", encoding="utf-8")
     best = (tmp_path / "model-best" / "weights.safetensors").read_bytes()
     with pytest.raises(FileExistsError, match="holds an earlier pretraining run") as refused:
-        pretrain(DOCS, BILM, one_epoch, tmp_path, progress=False)
+        pretrain(DOCS, BILM, one_epoch, tmp_path, show_progress=False)
     assert "--resume" in str(refused.value) and "--overwrite" in str(refused.value)
     assert (tmp_path / "model-best" / "weights.safetensors").read_bytes() == best
     with pytest.raises(ValueError, match="choose one"):
-        pretrain(DOCS, BILM, one_epoch, tmp_path, progress=False, resume=True, overwrite=True)
+        pretrain(DOCS, BILM, one_epoch, tmp_path, show_progress=False, resume=True, overwrite=True)
     other_seed = PretrainConfig(max_epochs=1, batch_tokens=600, seed=1)
-    log = pretrain(DOCS, BILM, other_seed, tmp_path, progress=False, overwrite=True)
+    log = pretrain(DOCS, BILM, other_seed, tmp_path, show_progress=False, overwrite=True)
     assert log["resumed_from"] is None
     assert (tmp_path / "model-best" / "weights.safetensors").read_bytes() != best
     assert (tmp_path / "notes.txt").read_text(encoding="utf-8") == "mine"  # not the run's
     (tmp_path / LATEST).unlink()
     with pytest.raises(FileExistsError, match=f"no {LATEST} to resume from"):
-        pretrain(DOCS, BILM, one_epoch, tmp_path, progress=False, resume=True)
+        pretrain(DOCS, BILM, one_epoch, tmp_path, show_progress=False, resume=True)
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o027])
@@ -176,7 +180,11 @@ def test_written_files_have_the_usual_permissions_so_others_can_read_them(tmp_pa
     old_umask = os.umask(umask)
     try:
         pretrain(
-            DOCS, BILM, PretrainConfig(max_epochs=1, batch_tokens=600), tmp_path, progress=False
+            DOCS,
+            BILM,
+            PretrainConfig(max_epochs=1, batch_tokens=600),
+            tmp_path,
+            show_progress=False,
         )
     finally:
         os.umask(old_umask)

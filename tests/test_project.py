@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parent.parent
 
 
+@pytest.mark.slow  # the whole smoke workflow, 6 processes: make test-slow (and make smoke)
 def test_smoke_workflow_produces_every_output(tmp_path):
     for name in ("project.yml", "configs", "scripts", "tests/data"):
         source = ROOT / name
@@ -113,3 +116,27 @@ def test_the_default_pytest_output_says_why_tests_were_skipped(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SKIPPED [1] test_skips.py:4: the AllenNLP fixtures are not here" in result.stdout
+
+
+def test_the_studys_help_lists_its_commands():
+    from typer.testing import CliRunner
+
+    from scripts.commands import app
+
+    from .conftest import command_names
+
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert sorted(command_names(result.output)) == [
+        "compare",
+        "compare-tokens",
+        "contexts",
+        "corpus",
+        "evaluate",
+        "evaluate-tokens",
+        "ner-corpus",
+        "tag-corpus",
+        "tfidf",
+        "train",
+        "vectors",
+    ]

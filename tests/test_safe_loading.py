@@ -53,7 +53,7 @@ def test_a_pickle_in_a_pipeline_directory_is_refused(tmp_path, saved_pipeline, v
 
 def test_a_pickle_in_a_checkpoint_is_refused(tmp_path):
     docs = tokenize(["the cat sat on the mat", "a dog ran in the park"] * 5)
-    pretrain(docs, TINY_BILM, PretrainConfig(max_epochs=1), tmp_path, progress=False)
+    pretrain(docs, TINY_BILM, PretrainConfig(max_epochs=1), tmp_path, show_progress=False)
     checkpoint = latest_checkpoint(tmp_path)
     marker = tmp_path / "pwned"
     for victim in (STATE_FILE, "weights.safetensors"):
@@ -61,7 +61,12 @@ def test_a_pickle_in_a_checkpoint_is_refused(tmp_path):
         plant(checkpoint / victim, marker)
         with pytest.raises(BiLMLoadError, match="not a readable safetensors file"):
             pretrain(
-                docs, TINY_BILM, PretrainConfig(max_epochs=2), tmp_path, progress=False, resume=True
+                docs,
+                TINY_BILM,
+                PretrainConfig(max_epochs=2),
+                tmp_path,
+                show_progress=False,
+                resume=True,
             )
         assert not marker.exists(), "unpickling ran code"
         (checkpoint / victim).write_bytes(original)

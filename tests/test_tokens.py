@@ -97,6 +97,7 @@ def test_a_missing_split_is_named(tmp_path):
     assert result.returncode == 1 and "eng.testa is missing" in result.stderr
 
 
+@pytest.mark.slow  # the whole smoke-tokens workflow, ~20 processes: make test-slow
 def test_token_workflows_smoke_run(tmp_path):
     for name in ("project.yml", "configs", "scripts", "tests/data"):
         source = ROOT / name

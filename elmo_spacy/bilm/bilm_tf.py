@@ -26,6 +26,7 @@ from typing import Any
 import numpy
 import torch
 
+from ..errors import ElmoSpacyError
 from .config import BiLMConfig
 from .files import write_directory
 from .model import BiLM
@@ -61,7 +62,7 @@ TRAINING_OPTIONS = {
 }
 
 
-class BilmTfFormatError(ValueError):
+class BilmTfFormatError(ElmoSpacyError):
     """An options.json / weights.hdf5 pair that cannot be read, with what and where."""
 
 
@@ -189,13 +190,13 @@ def expected_shapes(config: BiLMConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-Progress = Callable[[Iterable[str]], Iterable[str]]  # e.g. tqdm, around dataset names
+DatasetProgress = Callable[[Iterable[str]], Iterable[str]]  # e.g. tqdm, around dataset names
 
 
 def read_bilm_tf(
     options_path: str | Path,
     weights_path: str | Path,
-    progress: Progress = iter,
+    progress: DatasetProgress = iter,
     names: tuple[str, str] | None = None,
 ) -> BiLM:
     """A BiLM (without softmax) that computes what bilm-tf computes from these
@@ -248,7 +249,7 @@ def _read_datasets(
     weights_path: Path,
     shapes: dict[str, tuple[int, ...]],
     names: tuple[str, str],
-    progress: Progress = iter,
+    progress: DatasetProgress = iter,
 ) -> dict[str, numpy.ndarray]:
     """The datasets named in `shapes`, as float32 arrays, once every one of
     them is found with its shape. `names`: the options and weights files, as

@@ -29,6 +29,8 @@ from collections.abc import Sequence
 import numpy
 import torch
 
+from ..errors import ElmoSpacyError
+
 SCHEMES = ("masked", "bilm_tf", "char_vocab")
 
 
@@ -52,11 +54,11 @@ class CharIds:
     masked: bool  # padding left out of the char CNN's max-pooling
 
     boundary_tokens: dict[str, int] = {}  # token strings read as sentence boundaries
+    max_cached = 100_000  # token strings whose ids are kept; the cache is emptied when full
 
-    def __init__(self, max_chars: int, min_width: int, cache_size: int = 100_000) -> None:
+    def __init__(self, max_chars: int, min_width: int) -> None:
         self.max_chars = max_chars
         self.min_width = min_width
-        self.cache_size = cache_size
         self._cache: dict[str, numpy.ndarray] = {}
 
     def encode(self, token: str) -> bytes | str:
@@ -79,7 +81,7 @@ class CharIds:
             ids[0] = self.begin_of_word
             ids[1:-1] = self.unit_ids(units)
             ids[-1] = self.end_of_word
-            if len(self._cache) >= self.cache_size:
+            if len(self._cache) >= self.max_cached:
                 self._cache.clear()
             self._cache[token] = ids
         return ids
@@ -167,7 +169,7 @@ class VocabCharIds(CharIds):
         self.index = {c: i for i, c in enumerate(chars)}
         missing = [s for s in CHAR_VOCAB_SPECIALS if s not in self.index]
         if missing or len(self.index) != len(chars):
-            raise ValueError(
+            raise ElmoSpacyError(
                 f"A character vocabulary holds each entry once, including {CHAR_VOCAB_SPECIALS}"
                 + (f"; it lacks {missing}" if missing else "; it repeats an entry")
             )
@@ -195,6 +197,6 @@ def char_ids_for(
         return BilmTfCharIds(max_chars, min_width)
     if scheme == "char_vocab":
         if not chars:
-            raise ValueError("char_ids = 'char_vocab' needs the biLM's character vocabulary")
+            raise ElmoSpacyError("char_ids = 'char_vocab' needs the biLM's character vocabulary")
         return VocabCharIds(chars, max_chars, min_width)
-    raise ValueError(f"char_ids = {scheme!r}; use one of {SCHEMES}")
+    raise ElmoSpacyError(f"char_ids = {scheme!r}; use one of {SCHEMES}")

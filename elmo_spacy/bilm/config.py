@@ -3,6 +3,8 @@
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from ..errors import ElmoSpacyError
+
 ENCODERS = ("char_cnn", "word", "word_char")
 SOFTMAXES = ("adaptive", "full")
 CHAR_IDS = ("masked", "bilm_tf", "char_vocab")
@@ -124,7 +126,7 @@ class BiLMConfig:
         if self.encoder != "word" and not self.filters:
             problems.append("filters must name at least one (width, count) pair")
         if problems:
-            raise ValueError("Invalid biLM config: " + "; ".join(problems))
+            raise ElmoSpacyError("Invalid biLM config: " + "; ".join(problems))
 
     @property
     def width(self) -> int:
@@ -149,5 +151,5 @@ def from_known_fields(cls, values: dict[str, Any], what: str):
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
-        raise ValueError(f"Unknown {what} keys {unknown}; known keys are {sorted(known)}")
+        raise ElmoSpacyError(f"Unknown {what} keys {unknown}; known keys are {sorted(known)}")
     return cls(**values)

@@ -7,6 +7,7 @@ Each maps the types of a batch (see `elmo_spacy.bilm.model.TokenBatch`) to
 import torch
 from torch import nn
 
+from ..errors import ElmoSpacyError
 from .chars import CharIds
 from .precision import widened
 
@@ -62,7 +63,7 @@ class CharCNNEncoder(nn.Module):
         super().__init__()
         max_chars = chars.max_chars
         if any(width > max_chars for width, _ in filters):
-            raise ValueError(f"A char CNN filter is wider than max_chars={max_chars}")
+            raise ElmoSpacyError(f"A char CNN filter is wider than max_chars={max_chars}")
         self.max_chars = max_chars
         self.padding = chars.padding
         self.masked = chars.masked

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy
 import torch
 
+from ..errors import ElmoSpacyError
 from .model import BiLM, States
 
 # The warm-up text of state = "primed" when none is given: a few sentences of
@@ -59,7 +60,7 @@ def embed_tokens(
     """
     check_window(window, window_overlap)
     if bilm.stateful:
-        raise ValueError(
+        raise ElmoSpacyError(
             "Inference runs the biLM stateless (sentences are batched by length, so a carried "
             "state would join unrelated sentences): set bilm.stateful = False, or use "
             "state = 'primed' for a state that every sentence starts from"
@@ -126,7 +127,7 @@ def windows(n_tokens: int, window: int, overlap: int) -> list[tuple[int, int, in
 def check_window(window: int, window_overlap: int) -> None:
     """Refuse windows whose kept parts would not advance."""
     if not 0 <= 2 * window_overlap < window:
-        raise ValueError(
+        raise ElmoSpacyError(
             f"window = {window}, window_overlap = {window_overlap}: "
             "need 0 <= 2 * window_overlap < window."
         )
@@ -148,7 +149,7 @@ def initial_states_for(
 
 def check_state(state: str, setting: str = "state") -> None:
     if state not in STATES:
-        raise ValueError(f"{setting} = {state!r}: use one of {STATES}")
+        raise ElmoSpacyError(f"{setting} = {state!r}: use one of {STATES}")
 
 
 def resolve_layers(
@@ -160,13 +161,13 @@ def resolve_layers(
         return None
     layers = [int(i) for i in layers]
     if not layers:
-        raise ValueError(f"{setting} is empty: name at least one layer, or none to keep all")
+        raise ElmoSpacyError(f"{setting} is empty: name at least one layer, or none to keep all")
     if not all(-n_layers <= i < n_layers for i in layers):
-        raise ValueError(
+        raise ElmoSpacyError(
             f"{setting} = {layers}, but the biLM has {n_layers} layers "
             f"(0 = token encoding, 1..{n_layers - 1} = LSTM layers)"
         )
     resolved = [i % n_layers for i in layers]
     if len(set(resolved)) < len(resolved):
-        raise ValueError(f"{setting} = {layers} names a layer twice")
+        raise ElmoSpacyError(f"{setting} = {layers} names a layer twice")
     return resolved

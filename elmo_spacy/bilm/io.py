@@ -18,7 +18,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load, load_file, save, save_file
 
-from .bilm_tf import Progress, read_bilm_tf
+from .bilm_tf import DatasetProgress, read_bilm_tf
 from .config import BiLMConfig
 from .efml import read_efml
 from .files import write_directory
@@ -90,7 +90,7 @@ def load_bilm(
 
 
 def load_bilm_at(
-    location: BiLMLocation, with_softmax: bool | None = None, progress: Progress = iter
+    location: BiLMLocation, with_softmax: bool | None = None, progress: DatasetProgress = iter
 ) -> BiLM:
     """Read the biLM that `resolve_bilm_path` (or `bilm_tf_pair`) found.
     `progress` wraps the names of a bilm-tf model's datasets as they are read."""

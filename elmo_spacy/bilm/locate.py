@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from ..errors import ElmoSpacyError
 from .bilm_tf import OPTIONS_FILE, WEIGHTS_FILE
 from .efml import is_efml_folder
 
@@ -60,7 +61,7 @@ LAYOUTS = (
 )
 
 
-class BiLMLoadError(ValueError):
+class BiLMLoadError(ElmoSpacyError):
     """A biLM path, directory or payload that cannot be loaded, with the reason."""
 
 
@@ -130,7 +131,7 @@ def bilm_tf_files(location: BiLMLocation) -> Iterator[tuple[Path, Path]]:
         yield Path(location.options), Path(location.weights)
         return
     if location.kind != BILM_TF_ZIP:
-        raise ValueError(f"{location.describe()} is not a bilm-tf model")
+        raise ElmoSpacyError(f"{location.describe()} is not a bilm-tf model")
     with tempfile.TemporaryDirectory(prefix="elmo-spacy-") as folder:
         copies = Path(folder) / OPTIONS_FILE, Path(folder) / WEIGHTS_FILE
         try:

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from ..errors import ElmoSpacyError
 from .precision import matmul_dtype, state_dtype, widened
 
 LstmState = tuple[torch.Tensor, torch.Tensor]  # h (B, P), c (B, H) of one layer
@@ -103,7 +104,7 @@ class LstmStack(nn.Module):
         if fused is None:
             fused = not (self.clipped or initial is not None or final or packed is not None)
         if fused and (initial is not None or final):
-            raise ValueError(
+            raise ElmoSpacyError(
                 "States in or out need the loop kernel: kernel = 'fused' cannot carry them"
             )
         outputs, states = [], []

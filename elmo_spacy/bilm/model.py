@@ -8,6 +8,7 @@ import numpy
 import torch
 from torch import nn
 
+from ..errors import ElmoSpacyError
 from .chars import char_ids_for
 from .config import BiLMConfig
 from .encoders import CharCNNEncoder, WordCharEncoder, WordEncoder
@@ -152,7 +153,7 @@ class BiLM(nn.Module):
         factor so that their mean norm is that of the rows they replace.
         Returns the number of vocabulary words found in `vectors`."""
         if self.config.encoder not in ("word", "word_char"):
-            raise ValueError(
+            raise ElmoSpacyError(
                 "Initial word vectors need a word embedding (encoder 'word' or 'word_char'); "
                 f"this biLM's encoder is {self.config.encoder!r}"
             )
@@ -163,7 +164,7 @@ class BiLM(nn.Module):
         ids = torch.tensor([i for i, _ in rows])
         given = torch.as_tensor(numpy.stack([v for _, v in rows]), dtype=table.dtype)
         if given.shape[1] != table.shape[1]:
-            raise ValueError(
+            raise ElmoSpacyError(
                 f"Initial word vectors have width {given.shape[1]}, the biLM's word_dim is "
                 f"{table.shape[1]}: make the two widths the same"
             )
@@ -235,7 +236,7 @@ class BiLM(nn.Module):
     ) -> tuple[torch.Tensor, "States"]:
         if self.stateful:
             if initial_states is not None:
-                raise ValueError(
+                raise ElmoSpacyError(
                     "A stateful biLM starts from the states it carried: pass no initial_states, "
                     "or set bilm.stateful = False"
                 )
@@ -259,7 +260,7 @@ class BiLM(nn.Module):
         (h (1, P), c (1, H)), without gradients, computed with dropout off
         and kept (in the `InferenceCache`) until the weights change."""
         if not warmup:
-            raise ValueError("A primed state needs at least one warm-up sentence")
+            raise ElmoSpacyError("A primed state needs at least one warm-up sentence")
         key = tuple(tuple(sentence) for sentence in warmup)
         was_training, stateful = self.training, self.stateful
         self.eval()
@@ -300,10 +301,6 @@ class BiLM(nn.Module):
             backward_nll=self.softmax(backward_hidden, targets[:, :-1][mask]),
             n_tokens=int(mask.sum()),
         )
-
-    @property
-    def _weights_like(self) -> torch.Tensor:
-        return self.forward_lstm.layers[0].weight_ih_l0
 
     @property
     def _device(self) -> torch.device:
@@ -385,6 +382,16 @@ class BiLM(nn.Module):
         """Forget what was derived from the weights (see `InferenceCache`)."""
         self._weights_generation += 1
         self._cache = None
+
+    def cache_info(self) -> dict[str, int]:
+        """What the inference cache holds now (all 0 when there is none):
+        `types`, token strings whose encodings are kept; `primed`, warm-up
+        texts whose primed states are kept; `packed`, LSTM layers whose weights
+        are packed for oneDNN."""
+        cache = self._cache
+        if cache is None:
+            return {"types": 0, "primed": 0, "packed": 0}
+        return {"types": len(cache.types), "primed": len(cache.primed), "packed": len(cache.packed)}
 
     def inference_cache(self) -> "InferenceCache | None":
         """The cache for the current weights; None in training mode or with
@@ -480,7 +487,7 @@ def repeat_states(states: States, n_rows: int) -> States:
         for state in layers:
             rows = len(state[0])
             if rows != n_rows and rows != 1:
-                raise ValueError(
+                raise ElmoSpacyError(
                     f"Initial states of {rows} rows for a batch of {n_rows}: give one row "
                     "per batch row, or one row for all"
                 )

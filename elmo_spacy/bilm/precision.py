@@ -30,6 +30,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from ..errors import ElmoSpacyError
+
 PRECISIONS = ("float32", "bfloat16")
 # CPU flags (Linux /proc/cpuinfo) of instructions that multiply bfloat16 natively.
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -41,7 +43,7 @@ def check_precision(precision: str, where: str = "precision") -> str:
     """`precision` if it is one of PRECISIONS; a ValueError naming `where`
     and the choices if not."""
     if precision not in PRECISIONS:
-        raise ValueError(
+        raise ElmoSpacyError(
             f"{where} = {precision!r} is not a precision this biLM runs in: use one of "
             f"{', '.join(repr(p) for p in PRECISIONS)}"
         )

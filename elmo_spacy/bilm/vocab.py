@@ -5,6 +5,8 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from ..errors import ElmoSpacyError
+
 PAD, UNK, BOS, EOS = "<PAD>", "<UNK>", "<S>", "</S>"
 SPECIALS = (PAD, UNK, BOS, EOS)
 # ELMoForManyLangs' names for the same four, kept in its converted models so that
@@ -25,14 +27,14 @@ class WordVocab:
     def __init__(self, words: Sequence[str]) -> None:
         words = list(words)
         if tuple(words[: len(SPECIALS)]) not in (SPECIALS, EFML_SPECIALS):
-            raise ValueError(
+            raise ElmoSpacyError(
                 f"A vocabulary must start with the specials {SPECIALS} (or, converted from "
                 f"ELMoForManyLangs, {EFML_SPECIALS}), got {words[: len(SPECIALS)]}"
             )
         self.words: list[str] = words
         self.index: dict[str, int] = {w: i for i, w in enumerate(words)}
         if len(self.index) != len(words):
-            raise ValueError("A vocabulary must not repeat a word")
+            raise ElmoSpacyError("A vocabulary must not repeat a word")
 
     def __len__(self) -> int:
         return len(self.words)

@@ -61,17 +61,29 @@ def main(
 
 
 class errors_to_exit:
-    """Turn the library's errors about inputs (ValueError, OSError: what was
-    wrong, where, and what to do) into a red message and exit code 1."""
+    """Turn the errors a user can act on into a red message and exit code 1:
+    the library's `ElmoSpacyError` (what was wrong, where, and what to do) and
+    errors straight from the OS (a path that is missing, not writable, ...).
+    Anything else is a bug and keeps its traceback."""
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, kind, error, traceback) -> bool:
-        if isinstance(error, (ValueError, OSError)):
+        if isinstance(error, user_errors()):
             typer.secho(_message(error), fg="red", err=True)
             raise typer.Exit(1) from error
         return False
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """The exception types the command line shows as one line.
+    EfmlFormatError is listed by name: it is an ElmoSpacyError in meaning, but
+    its module (bilm/efml.py) still derives it from ValueError alone."""
+    from ..bilm.efml import EfmlFormatError
+    from ..errors import ElmoSpacyError
+
+    return (ElmoSpacyError, EfmlFormatError, OSError)
 
 
 def _message(error: Exception) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 
+from ..errors import ElmoSpacyError
 from . import app, errors_to_exit
 
 FORMATS = ("hdf5", "spacy")
@@ -123,7 +124,7 @@ def read_lines(path: Path) -> list[str]:
         with open(path, encoding="utf-8") as file:
             return [line.strip() for line in file]
     except UnicodeDecodeError as err:
-        raise ValueError(f"{path} is not UTF-8 text ({err}): convert it to UTF-8") from err
+        raise ElmoSpacyError(f"{path} is not UTF-8 text ({err}): convert it to UTF-8") from err
 
 
 def _embedded(embedder, sentences: list[list[str]], mode: str):
@@ -210,15 +211,15 @@ def _output_mode(all_layers: bool, top: bool, average: bool) -> str:
     flags = {"all": all_layers, "top": top, "average": average}
     chosen = [name for name, flag in flags.items() if flag]
     if len(chosen) > 1:
-        raise ValueError(f"--{' and --'.join(chosen)}: choose one of --all, --top, --average")
+        raise ElmoSpacyError(f"--{' and --'.join(chosen)}: choose one of --all, --top, --average")
     return chosen[0] if chosen else "all"
 
 
 def _check_format(output_format: str, use_sentence_keys: bool, forget_sentences: bool) -> None:
     if output_format not in FORMATS:
-        raise ValueError(f"--output-format {output_format}: use one of {', '.join(FORMATS)}")
+        raise ElmoSpacyError(f"--output-format {output_format}: use one of {', '.join(FORMATS)}")
     if output_format == "spacy" and (use_sentence_keys or forget_sentences):
-        raise ValueError(
+        raise ElmoSpacyError(
             "--use-sentence-keys and --forget-sentences shape HDF5 output: a DocBin keeps the "
             "docs in line order, with their text"
         )
@@ -233,7 +234,7 @@ def _parse_shard(shard: str | None) -> tuple[int, int]:
     except ValueError:
         keep, of = -1, 0
     if not 0 <= keep < of:
-        raise ValueError(
+        raise ElmoSpacyError(
             f"--shard {shard}: give K/N with 0 <= K < N, e.g. --shard 0/4 to --shard 3/4 "
             "for four shards"
         )
@@ -246,7 +247,7 @@ def _parse_layers(layers: str | None) -> list[int] | None:
     try:
         return [int(part) for part in layers.split(",")]
     except ValueError:
-        raise ValueError(
+        raise ElmoSpacyError(
             f"--layers {layers}: give layer indices separated by commas, e.g. --layers 1,2"
         ) from None
 
@@ -265,12 +266,12 @@ def _check_sentence_keys(lines: list[str], indices: list[int]) -> None:
     for i in indices:
         sentence = lines[i]
         if not sentence or sentence == "." or "/" in sentence:
-            raise ValueError(
+            raise ElmoSpacyError(
                 f"Line {i} ({sentence!r:.60}) cannot be an HDF5 key (empty, '.' or with a '/'): "
                 "drop --use-sentence-keys to key the datasets by line index"
             )
         if sentence in seen:
-            raise ValueError(
+            raise ElmoSpacyError(
                 f"Lines {seen[sentence]} and {i} hold the same sentence, so --use-sentence-keys "
                 "would give two datasets one key: drop the flag to key them by line index"
             )
@@ -308,4 +309,4 @@ def _blank(lang: str):
     try:
         return spacy.blank(lang)
     except ImportError as err:
-        raise ValueError(f"--lang {lang}: spaCy has no such language ({err})") from err
+        raise ElmoSpacyError(f"--lang {lang}: spaCy has no such language ({err})") from err

@@ -8,6 +8,7 @@ from typing import Any
 import typer
 from spacy.cli._util import parse_config_overrides
 
+from ..errors import ElmoSpacyError
 from . import app, errors_to_exit
 
 
@@ -59,31 +60,35 @@ def pretrain_command(
         bilm_config, training = load_pretrain_config(config_path, config_overrides(ctx))
         check_output_dir(output_dir, resume=resume, overwrite=overwrite)  # before tokenising
         workers = start_workers(gpu_id)
-        docs = read_tokenised_texts(text_path, lang)
-        vectors = None
-        if init_vectors is not None:
-            import spacy
-
-            table = spacy.load(init_vectors).vocab.vectors
-            vectors = {table.strings[key]: table.data[row] for key, row in table.key2row.items()}
         try:
-            log = pretrain(
-                docs,
-                bilm_config,
-                training,
-                output_dir,
-                resume=resume,
-                overwrite=overwrite,
-                init_vectors=vectors,
-                workers=workers,
-            )
-        except NotEnoughText as err:
-            raise ValueError(f"{text_path}: {err}") from err
-        except KeyboardInterrupt as interrupt:
-            if workers.is_main:
-                typer.secho(_how_to_resume(output_dir, overwrite), fg="yellow", err=True)
-            raise typer.Exit(130) from interrupt
-    stop_workers(workers)
+            docs = read_tokenised_texts(text_path, lang)
+            vectors = None
+            if init_vectors is not None:
+                import spacy
+
+                table = spacy.load(init_vectors).vocab.vectors
+                vectors = {
+                    table.strings[key]: table.data[row] for key, row in table.key2row.items()
+                }
+            try:
+                log = pretrain(
+                    docs,
+                    bilm_config,
+                    training,
+                    output_dir,
+                    resume=resume,
+                    overwrite=overwrite,
+                    init_vectors=vectors,
+                    workers=workers,
+                )
+            except NotEnoughText as err:
+                raise ElmoSpacyError(f"{text_path}: {err}") from err
+            except KeyboardInterrupt as interrupt:
+                if workers.is_main:
+                    typer.secho(_how_to_resume(output_dir, overwrite), fg="yellow", err=True)
+                raise typer.Exit(130) from interrupt
+        finally:  # after an error or Ctrl-C too: no process group left behind
+            stop_workers(workers)
     if not workers.is_main:
         return
     try:
@@ -105,7 +110,7 @@ def _how_to_resume(output_dir: Path, overwrite: bool) -> str:
 
     try:
         checkpoint = latest_checkpoint(output_dir)
-    except ValueError as err:  # a pointer to a checkpoint that is gone
+    except ElmoSpacyError as err:  # a pointer to a checkpoint that is gone
         return f"\nInterrupted. {err}"
     if checkpoint is None:
         again = " with --overwrite" if earlier_run(output_dir) else ""

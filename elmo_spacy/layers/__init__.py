@@ -3,8 +3,8 @@
 from .bilm_model import build_bilm_model, get_bilm, set_bilm
 from .learned_mix import build_learned_mix
 from .listener import ElmoListener
-from .scalar_mix import build_scalar_mix, layer_weights
-from .textcat_bilstm import build_textcat_bilstm
+from .scalar_mix import build_scalar_mix, layer_weights, read_scalar_mix
+from .textcat_bilstm import build_textcat_bilstm, score_parts
 
 __all__ = [
     "ElmoListener",
@@ -14,5 +14,7 @@ __all__ = [
     "build_textcat_bilstm",
     "get_bilm",
     "layer_weights",
+    "read_scalar_mix",
+    "score_parts",
     "set_bilm",
 ]

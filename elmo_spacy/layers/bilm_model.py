@@ -16,6 +16,8 @@ from ..bilm.inference import (
     initial_states_for,
 )
 from ..bilm.model import States
+from ..errors import ElmoSpacyError
+from .dims import N_OUTPUT_LAYERS
 
 ElmoOutput = list[Floats3d]
 
@@ -47,7 +49,7 @@ def build_bilm_model(
         "elmo_bilm",
         forward,
         init=init,
-        dims={"nO": None, "n_layers": None},
+        dims={"nO": None, N_OUTPUT_LAYERS: None},
         attrs={
             "bilm_config": dict(bilm_config),
             "max_batch_tokens": max_batch_tokens,
@@ -83,7 +85,7 @@ def set_bilm(model: Model, bilm: BiLM) -> None:
     else:
         model.shims.append(shim)
     model.set_dim("nO", bilm.config.width, force=True)
-    model.set_dim("n_layers", bilm.config.n_output_layers, force=True)
+    model.set_dim(N_OUTPUT_LAYERS, bilm.config.n_output_layers, force=True)
 
 
 def get_bilm(model: Model) -> BiLM | None:
@@ -103,11 +105,11 @@ def init(model: Model, X: list[Doc] | None = None, Y=None) -> None:
 def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[ElmoOutput, Callable]:
     bilm = get_bilm(model)
     if bilm is None:
-        raise ValueError(
+        raise ElmoSpacyError(
             "The elmo pipe has no biLM yet: call nlp.initialize() (with "
             "[initialize.components.elmo] bilm_path set) or load a trained pipeline."
         )
-    width, n_layers = model.get_dim("nO"), model.get_dim("n_layers")
+    width, n_layers = model.get_dim("nO"), model.get_dim(N_OUTPUT_LAYERS)
     if not is_train:
         return _predict(model, bilm, docs, n_layers, width), no_backprop
     tokens = [[t.text for t in doc] for doc in docs]

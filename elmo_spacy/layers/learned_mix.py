@@ -5,6 +5,7 @@ from collections.abc import Callable
 from thinc.api import Dropout, Model, Relu, chain, with_array
 from thinc.types import Floats2d, Floats3d
 
+from ..errors import ElmoSpacyError
 from .layer_norm import normalize_layers
 
 
@@ -19,7 +20,7 @@ def build_learned_mix(
     in each layer first (see `normalize_layers`).
     """
     if depth < 1:
-        raise ValueError("learned mix: depth must be >= 1")
+        raise ElmoSpacyError("learned mix: depth must be >= 1")
     relus = [Relu(nO=nO) for _ in range(depth)]
     blocks = [chain(relu, Dropout(dropout)) if dropout else relu for relu in relus]
     mlp = blocks[0] if depth == 1 else chain(*blocks)

@@ -6,10 +6,12 @@ from typing import Any
 from spacy.tokens import Doc
 from thinc.api import Model
 
+from ..errors import ElmoSpacyError
 from .bilm_model import ElmoOutput, no_backprop
+from .dims import N_OUTPUT_LAYERS, ReadsOldDimNames
 
 
-class ElmoListener(Model):
+class ElmoListener(ReadsOldDimNames, Model):
     """A layer that receives the `elmo` pipe's outputs instead of computing them.
 
     In training the upstream pipe broadcasts each batch's outputs and a
@@ -30,7 +32,7 @@ class ElmoListener(Model):
             self,
             name=self.name,
             forward=forward,
-            dims={"nO": None, "n_layers": None},
+            dims={"nO": None, N_OUTPUT_LAYERS: None},
             attrs={"grad_factor": grad_factor},
         )
         self.upstream_name = upstream_name
@@ -63,7 +65,7 @@ def forward(model: ElmoListener, docs: list[Doc], is_train: bool) -> tuple[ElmoO
     if is_train and model._batch_id is not None:
         batch_id = model.get_batch_id(docs)
         if batch_id != model._batch_id:
-            raise ValueError(
+            raise ElmoSpacyError(
                 f"The elmo listener got a batch (id {batch_id}) other than the one the "
                 f"elmo pipe broadcast (id {model._batch_id}). Are the elmo pipe and "
                 "this pipe updated on the same batches?"
@@ -87,7 +89,7 @@ def _read_annotations(model: ElmoListener, docs: list[Doc]) -> ElmoOutput:
     missing = [i for i, output in enumerate(outputs) if output is None]
     if missing:
         if model.upstream_pipe is None:
-            raise ValueError(
+            raise ElmoSpacyError(
                 "Docs reached an elmo listener without doc._.elmo and no elmo pipe is "
                 "linked to it. Add an `elmo` pipe before this pipe (or enable it)."
             )

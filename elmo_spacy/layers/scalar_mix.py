@@ -1,12 +1,20 @@
 """ELMo's scalar mix: y = gamma * sum_l softmax(lambda)_l * h_l."""
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy
 from thinc.api import Model, chain
 from thinc.types import Floats1d, Floats2d, Floats3d
 
+from ..errors import ElmoSpacyError
+from .dims import N_OUTPUT_LAYERS, ReadsOldDimNames
 from .layer_norm import normalize_layers
+
+
+class ScalarMix(ReadsOldDimNames, Model):
+    """The thinc Model of the mix itself (λ and γ); a class of its own only so
+    that pipelines saved with the dim's old name still load."""
 
 
 def build_scalar_mix(
@@ -34,12 +42,12 @@ def build_scalar_mix(
         A rate of the mix itself: spaCy's [training] dropout does not change it.
     """
     if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"scalar mix: dropout = {dropout}, must be in [0, 1)")
-    mix = Model(
+        raise ElmoSpacyError(f"scalar mix: dropout = {dropout}, must be in [0, 1)")
+    mix = ScalarMix(
         "scalar_mix",
         forward,
         init=init,
-        dims={"nO": None, "n_layers": len(weights) if weights else None},
+        dims={"nO": None, N_OUTPUT_LAYERS: len(weights) if weights else None},
         params={"lambdas": None, "gamma": None},
         attrs={
             "trainable": trainable,
@@ -54,13 +62,13 @@ def build_scalar_mix(
 
 def init(model: Model, X: list[Floats3d] | None = None, Y=None) -> None:
     if X:
-        model.set_dim("n_layers", X[0].shape[0], force=True)
+        model.set_dim(N_OUTPUT_LAYERS, X[0].shape[0], force=True)
         model.set_dim("nO", X[0].shape[2], force=True)
-    n_layers = model.get_dim("n_layers")
+    n_layers = model.get_dim(N_OUTPUT_LAYERS)
     weights = model.attrs["weights"]
     if weights:
         if len(weights) != n_layers:
-            raise ValueError(f"scalar mix: {len(weights)} weights for {n_layers} layers")
+            raise ElmoSpacyError(f"scalar mix: {len(weights)} weights for {n_layers} layers")
         lambdas = numpy.log(numpy.asarray(weights, dtype="f") / sum(weights))
     elif model.attrs["trainable"]:
         lambdas = numpy.zeros(n_layers, dtype="f")
@@ -75,12 +83,28 @@ def layer_weights(model: Model) -> Floats1d:
     return model.ops.softmax(scalar_mix_node(model).get_param("lambdas"))
 
 
+def read_scalar_mix(model: Model) -> dict[str, Any] | None:
+    """The scalar mix inside `model` (e.g. a listening pipe's model), as numbers
+    for reports: `layer_weights` (softmax-normalised λ, one per layer), `gamma`,
+    `trainable` (whether λ and γ are trained) and `layer_norm` (whether each
+    layer is normalised first). None if `model` holds no scalar mix."""
+    node = next((n for n in model.walk() if n.name == "scalar_mix"), None)
+    if node is None:
+        return None
+    return {
+        "layer_weights": [float(w) for w in layer_weights(node)],
+        "gamma": float(node.get_param("gamma")[0]),
+        "trainable": bool(node.attrs["trainable"]),
+        "layer_norm": any(n.name == "normalize_layers" for n in model.walk()),
+    }
+
+
 def scalar_mix_node(model: Model) -> Model:
     """The layer that holds λ and γ, in a scalar mix with or without layer norm."""
     for node in model.walk():
         if node.name == "scalar_mix":
             return node
-    raise ValueError(f"{model.name} is not a scalar mix")
+    raise ElmoSpacyError(f"{model.name} is not a scalar mix")
 
 
 def forward(model: Model, X: list[Floats3d], is_train: bool) -> tuple[list[Floats2d], Callable]:

@@ -14,15 +14,17 @@ from thinc.types import Floats2d
 from torch.func import functional_call
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from ..errors import ElmoSpacyError
+
 
 def TorchBiLSTM(
     nO: int | None = None, nI: int | None = None, depth: int = 1, dropout: float = 0.0
 ) -> Model[list[Floats2d], list[Floats2d]]:
     """Sequences (n, nI) -> (n, nO); nO = 2 * units per direction."""
     if nO is not None and nO % 2:
-        raise ValueError(f"TorchBiLSTM: nO={nO} must be even (two directions)")
+        raise ElmoSpacyError(f"TorchBiLSTM: nO={nO} must be even (two directions)")
     if depth < 1:
-        raise ValueError("TorchBiLSTM: depth must be >= 1")
+        raise ElmoSpacyError("TorchBiLSTM: depth must be >= 1")
     return Model(
         "torch_bilstm",
         forward,

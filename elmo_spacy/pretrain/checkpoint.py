@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 from ..bilm import BiLM, BiLMConfig, load_bilm
 from ..bilm.files import write_directory
 from ..bilm.io import BILM_FILES, BiLMLoadError, state_tensors, write_bilm_files
+from ..errors import ElmoSpacyError
 from .config import PretrainConfig
 
 LATEST = "latest-checkpoint"
@@ -32,7 +33,7 @@ PROGRESS_FILE = "progress.json"
 
 
 @dataclass
-class Progress:
+class RunState:
     """Where a pretraining run is; saved in every checkpoint."""
 
     step: int = 0
@@ -55,7 +56,7 @@ class Progress:
 
 
 def save_checkpoint(
-    output_dir: Path, bilm: BiLM, optimizer: torch.optim.Optimizer, state: Progress
+    output_dir: Path, bilm: BiLM, optimizer: torch.optim.Optimizer, state: RunState
 ) -> Path:
     final = output_dir / f"checkpoint-{state.step}"
     bilm_state = state_tensors(bilm)
@@ -82,7 +83,7 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
         return None
     path = output_dir / pointer.read_text().strip()
     if not (path / PROGRESS_FILE).is_file():
-        raise ValueError(
+        raise ElmoSpacyError(
             f"{pointer} names {path.name}, which is missing or incomplete. Delete {pointer} "
             "to start over."
         )
@@ -94,10 +95,10 @@ def load_checkpoint(
     bilm_config: BiLMConfig,
     config: PretrainConfig,
     device: torch.device = torch.device("cpu"),
-) -> tuple[BiLM, torch.optim.Optimizer, Progress]:
+) -> tuple[BiLM, torch.optim.Optimizer, RunState]:
     bilm = load_bilm(path).to(device)
     if bilm.config != bilm_config:
-        raise ValueError(
+        raise ElmoSpacyError(
             f"{path} was trained with another [bilm] config; resume with the same config "
             "or start over in a new output directory."
         )
@@ -116,7 +117,7 @@ def load_checkpoint(
     progress = saved["progress"]
     version, internal, gauss = progress["epoch_rng"]
     progress["epoch_rng"] = (version, tuple(internal), gauss)
-    return bilm, optimizer, Progress(**progress)
+    return bilm, optimizer, RunState(**progress)
 
 
 def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], Any]:

@@ -11,6 +11,7 @@ from confection import Config, ConfigValidationError
 from ..bilm import BiLMConfig
 from ..bilm.config import from_known_fields
 from ..bilm.precision import PRECISIONS
+from ..errors import ElmoSpacyError
 
 
 @dataclass
@@ -60,7 +61,7 @@ class PretrainConfig:
             else:
                 setattr(self, spec.name, kind(value))
         if problems:
-            raise ValueError("[training] " + "; ".join(problems))
+            raise ElmoSpacyError("[training] " + "; ".join(problems))
         at_least = {
             "max_epochs": 1,
             "max_length": 1,
@@ -82,7 +83,7 @@ class PretrainConfig:
         if self.precision not in PRECISIONS:
             problems.append(f"precision = {self.precision!r}: one of {', '.join(PRECISIONS)}")
         if problems:
-            raise ValueError("[training] " + "; ".join(problems))
+            raise ElmoSpacyError("[training] " + "; ".join(problems))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,18 +124,18 @@ def load_pretrain_config(
     try:
         config = Config().from_disk(path, overrides=overrides or {})
     except UnicodeDecodeError as err:
-        raise ValueError(f"{path} is not UTF-8 text ({err.reason}): save it as UTF-8") from err
+        raise ElmoSpacyError(f"{path} is not UTF-8 text ({err.reason}): save it as UTF-8") from err
     except (configparser.Error, ConfigValidationError) as err:
-        raise ValueError(_syntax_error(path, err)) from err
+        raise ElmoSpacyError(_syntax_error(path, err)) from err
     unknown = sorted(set(config) - {"bilm", "training"})
     if unknown:
-        raise ValueError(f"{path}: unknown sections {unknown}; expected [bilm] and [training]")
+        raise ElmoSpacyError(f"{path}: unknown sections {unknown}; expected [bilm] and [training]")
     try:
         training = from_known_fields(PretrainConfig, dict(config.get("training", {})), "[training]")
     except ValueError as err:
-        raise ValueError(f"{path}: {err}") from err
+        raise ElmoSpacyError(f"{path}: {err}") from err
     try:
         bilm = BiLMConfig.from_dict(dict(config.get("bilm", {})))
     except ValueError as err:
-        raise ValueError(f"{path}: [bilm]: {err}") from err
+        raise ElmoSpacyError(f"{path}: [bilm]: {err}") from err
     return bilm, training

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from ..errors import ElmoSpacyError
+
 
 @dataclass(frozen=True)
 class Workers:
@@ -80,13 +82,13 @@ def _device(gpu_id: int) -> torch.device:
     if gpu_id < 0:
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise ValueError(
+        raise ElmoSpacyError(
             f"GPU {gpu_id} was asked for, but this torch sees no CUDA device "
             f"(torch {torch.__version__}, cuda {torch.version.cuda}). Use --gpu-id -1 for "
             "the CPU, or install a CUDA build of torch."
         )
     if gpu_id >= torch.cuda.device_count():
-        raise ValueError(
+        raise ElmoSpacyError(
             f"GPU {gpu_id} was asked for, but there are {torch.cuda.device_count()} CUDA devices"
         )
     return torch.device("cuda", gpu_id)

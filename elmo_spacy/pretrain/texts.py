@@ -4,6 +4,8 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..errors import ElmoSpacyError
+
 
 def read_texts(path: str | Path) -> Iterator[str]:
     """Yield the texts of a .txt file (one per line, blank lines skipped) or of a
@@ -23,7 +25,7 @@ def read_texts(path: str | Path) -> Iterator[str]:
                 record = json.loads(line)
                 yield record["text"]
             except (ValueError, KeyError, TypeError) as err:
-                raise ValueError(
+                raise ElmoSpacyError(
                     f'{path}:{number}: expected a JSON object with a "text" field ({err})'
                 ) from err
 
@@ -37,7 +39,7 @@ def _decoded(lines, path: Path) -> Iterator[str]:
         except UnicodeDecodeError as err:
             # The text reader decodes in chunks: err.start counts from the chunk,
             # not the file, so find the first bad byte again from the start.
-            raise ValueError(_where_not_utf8(path, err)) from err
+            raise ElmoSpacyError(_where_not_utf8(path, err)) from err
         yield line
 
 
@@ -66,15 +68,15 @@ def _where_not_utf8(path: Path, err: UnicodeDecodeError) -> str:
 
 
 def read_tokenised_texts(
-    path: str | Path, lang: str = "en", progress: bool = True
+    path: str | Path, lang: str = "en", show_progress: bool = True
 ) -> list[list[str]]:
     """The texts of `path` (see `read_texts`), each cut into tokens by spaCy's
     tokenizer for `lang`: the tokens a pipeline will later see. With
-    `progress`, a progress bar counts the docs on stderr."""
+    `show_progress`, a progress bar counts the docs on stderr."""
     import spacy
     from tqdm import tqdm
 
     tokenizer = spacy.blank(lang).tokenizer
     docs = tokenizer.pipe(read_texts(path), batch_size=1000)
-    bar = tqdm(docs, desc=f"tokenising {Path(path).name}", unit="doc", disable=not progress)
+    bar = tqdm(docs, desc=f"tokenising {Path(path).name}", unit="doc", disable=not show_progress)
     return [[t.text for t in doc] for doc in bar]

@@ -20,10 +20,11 @@ from tqdm import tqdm
 from ..bilm import BiLM, BiLMConfig, WordVocab, save_bilm
 from ..bilm.files import check_output_folder
 from ..bilm.precision import resolve_precision
+from ..errors import ElmoSpacyError
 from .batching import Tokens, bucketed_batches, split_long
 from .checkpoint import (
     LATEST,
-    Progress,
+    RunState,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
@@ -36,7 +37,7 @@ LOG_FILE = "pretrain_log.json"
 RUN_OUTPUTS = ("model-best", "model-last", LOG_FILE, LATEST, "perplexity.png")
 
 
-class NotEnoughText(ValueError):
+class NotEnoughText(ElmoSpacyError):
     """The docs are too few to pretrain on (the message says how many are needed)."""
 
 
@@ -61,7 +62,7 @@ class Pretraining:
     output_dir: Path
     workers: Workers
     show_progress: bool
-    state: Progress
+    state: RunState
 
     def run(self) -> None:
         while self.state.epoch <= self.config.max_epochs and not self.state.finished:
@@ -181,7 +182,7 @@ def pretrain(
     bilm_config: BiLMConfig,
     config: PretrainConfig,
     output_dir: Path,
-    progress: bool = True,
+    show_progress: bool = True,
     resume: bool = False,
     overwrite: bool = False,
     init_vectors: Mapping[str, numpy.ndarray] | None = None,
@@ -221,7 +222,7 @@ def pretrain(
     initialised = None
     if checkpoint is not None:
         bilm, optimizer, state = load_checkpoint(checkpoint, bilm_config, config, workers.device)
-        if progress and workers.is_main:
+        if show_progress and workers.is_main:
             tqdm.write(f"Resuming from {checkpoint} (step {state.step}, epoch {state.epoch})")
     else:
         torch.manual_seed(config.seed)
@@ -233,7 +234,7 @@ def pretrain(
             initialised = bilm.init_word_vectors(init_vectors)
         bilm.to(workers.device)
         optimizer = torch.optim.Adam(bilm.parameters(), lr=config.learning_rate)
-        state = Progress(epoch_rng=rng.getstate())
+        state = RunState(epoch_rng=rng.getstate())
     bilm.precision = resolve_precision(config.precision, workers.device, "[training] precision")
     loss: nn.Module = ShardLoss(bilm, workers.world_size)
     if workers.distributed:
@@ -253,7 +254,7 @@ def pretrain(
         rng=rng,
         output_dir=output_dir,
         workers=workers,
-        show_progress=progress and workers.is_main,
+        show_progress=show_progress and workers.is_main,
         state=state,
     ).run()
     log = {
@@ -292,7 +293,7 @@ def check_output_dir(output_dir: Path, resume: bool = False, overwrite: bool = F
     or that would lose an earlier run: one that holds a run's outputs, unless
     `overwrite`, or with `resume`, a checkpoint to go on from."""
     if resume and overwrite:
-        raise ValueError("resume goes on from a run and overwrite replaces it: choose one.")
+        raise ElmoSpacyError("resume goes on from a run and overwrite replaces it: choose one.")
     check_output_folder(output_dir)
     found = earlier_run(output_dir)
     if overwrite or not found:
