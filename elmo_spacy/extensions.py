@@ -38,10 +38,12 @@ import srsly
 from spacy.attrs import IDX, LENGTH, ORTH
 from spacy.tokens import Doc, Span, Token
 
+from .errors import ElmoSpacyError
+
 KEY = ("._.", "elmo", None, None)  # spaCy's key of a doc-level extension in user_data
 
 
-class StaleLayersError(ValueError):
+class StaleLayersError(ElmoSpacyError):
     """doc._.elmo was computed for tokens this doc no longer has."""
 
 
@@ -92,7 +94,7 @@ def set_layers(doc: Doc, layers: numpy.ndarray | None) -> None:
         return
     layers = numpy.asarray(layers)
     if layers.ndim != 3 or layers.shape[1] != len(doc):
-        raise ValueError(
+        raise ElmoSpacyError(
             f"doc._.elmo must be (n_layers, len(doc) = {len(doc)}, width); got {layers.shape}"
         )
     tokens = doc.to_array([IDX, LENGTH, ORTH])

@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from ..errors import ElmoSpacyError
 from .config import BiLMConfig
 from .model import BiLM
 from .vocab import EFML_SPECIALS, WordVocab
@@ -90,7 +91,7 @@ PUBLISHED_ARCHITECTURES: dict[str, dict[str, Any]] = {
 }
 
 
-class EfmlFormatError(ValueError):
+class EfmlFormatError(ElmoSpacyError):
     """An ELMoForManyLangs model folder that cannot be read, with what and where."""
 
 

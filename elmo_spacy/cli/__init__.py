@@ -77,13 +77,10 @@ class errors_to_exit:
 
 
 def user_errors() -> tuple[type[Exception], ...]:
-    """The exception types the command line shows as one line.
-    EfmlFormatError is listed by name: it is an ElmoSpacyError in meaning, but
-    its module (bilm/efml.py) still derives it from ValueError alone."""
-    from ..bilm.efml import EfmlFormatError
+    """The exception types the command line shows as one line."""
     from ..errors import ElmoSpacyError
 
-    return (ElmoSpacyError, EfmlFormatError, OSError)
+    return (ElmoSpacyError, OSError)
 
 
 def _message(error: Exception) -> str:
