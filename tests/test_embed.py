@@ -12,6 +12,7 @@ import torch
 from spacy.tokens import Doc, DocBin
 from typer.testing import CliRunner
 
+import elmo_spacy
 import elmo_spacy.embedder
 from elmo_spacy import Embedder
 from elmo_spacy.bilm import BiLM, WordVocab, save_bilm
@@ -288,6 +289,8 @@ def test_embed_to_a_docbin(tiny_bilm_dir, embedder, corpus, tmp_path, tokenize):
         tokens = [t.text for t in nlp(line.strip())] if tokenize else line.split()
         assert [t.text for t in doc] == tokens
         numpy.testing.assert_allclose(doc._.elmo, embedder.embed_sentence(tokens), atol=1e-6)
+        assert doc.tensor.size == 0  # DocBin does not store the tensor
+        elmo_spacy.restore_views(doc)
         assert doc.tensor.shape == (len(doc), WIDTH)
     assert [t.text for t in docs[0]][-2:] == ["Monday", "."]
 
