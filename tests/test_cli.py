@@ -32,6 +32,7 @@ def test_help_lists_the_commands():
         "export-elmo",
         "embed",
         "pretrain",
+        "init-config",
     ]
 
 
@@ -470,3 +471,19 @@ def test_the_librarys_user_errors_are_one_type_and_still_value_errors():
         from elmo_spacy.bilm.inference import check_window
 
         check_window(4, 2)
+
+
+@pytest.mark.parametrize("preset", ["default", "elmo", "tiny"])
+def test_init_config_writes_a_pretraining_config_that_loads(tmp_path, preset):
+    from elmo_spacy.cli.pretrain import PRESETS
+    from elmo_spacy.pretrain.config import load_pretrain_config
+
+    output = tmp_path / "bilm.cfg"
+    result = cli("init-config", output, "--preset", preset)
+    assert result.returncode == 0, result.stderr
+    assert output.read_text() == (CONFIGS / PRESETS[preset]).read_text()  # comments kept
+    load_pretrain_config(output)
+    again = cli("init-config", output)
+    assert again.returncode == 1 and "--overwrite" in again.stderr
+    bad = cli("init-config", tmp_path / "x.cfg", "--preset", "huge")
+    assert bad.returncode == 1 and "default, elmo, tiny" in bad.stderr

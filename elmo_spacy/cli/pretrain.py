@@ -161,3 +161,43 @@ def _close_option(ctx: typer.Context, arg: str) -> str:
     close = difflib.get_close_matches(name, candidates, n=1)
     close = close or difflib.get_close_matches(name.replace("-", "_"), candidates, n=1)
     return f" Did you mean --{candidates[close[0]]}?" if close else ""
+
+
+PRESETS = {
+    "default": "bilm.cfg",  # a word biLM sized for two CPU cores
+    "elmo": "bilm_elmo.cfg",  # bilm-tf's char-CNN architecture, exportable with export-elmo
+    "tiny": "bilm_tiny.cfg",  # seconds per epoch: for trying the pipeline out
+}
+
+
+@app.command("init-config")
+def init_config_command(
+    output_file: Path = typer.Argument(
+        ..., metavar="OUTPUT_FILE", help="Where to write the config (- for standard output)"
+    ),
+    preset: str = typer.Option(
+        "default", help="default (word biLM for two CPU cores), elmo (bilm-tf's char CNN) or tiny"
+    ),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing file"),
+) -> None:
+    """Write a pretraining config (the ones shipped with the package, comments
+    included) to edit and pass to `elmo-spacy pretrain`, as `spacy init config`
+    does for training."""
+    from importlib.resources import files
+
+    with errors_to_exit():
+        if preset not in PRESETS:
+            raise ElmoSpacyError(f"--preset {preset!r}: use one of {', '.join(PRESETS)}")
+        text = (files("elmo_spacy.pretrain") / "configs" / PRESETS[preset]).read_text("utf-8")
+        if str(output_file) == "-":
+            typer.echo(text, nl=False)
+            return
+        if output_file.exists() and not overwrite:
+            raise ElmoSpacyError(
+                f"{output_file} exists: pass --overwrite to replace it, or name another file"
+            )
+        output_file.write_text(text, encoding="utf-8")
+    typer.echo(
+        f"{output_file}: the {preset} pretraining config. Next: elmo-spacy pretrain "
+        f"{output_file} TEXT_PATH OUTPUT_DIR"
+    )
