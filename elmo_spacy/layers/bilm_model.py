@@ -14,6 +14,7 @@ from ..bilm.inference import (
     check_window,
     embed_tokens,
     initial_states_for,
+    windows,
 )
 from ..bilm.model import States
 from ..errors import ElmoSpacyError
@@ -115,17 +116,34 @@ def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[ElmoOutput, 
     tokens = [[t.text for t in doc] for doc in docs]
     if not any(tokens):
         return _empty_outputs(model, docs, n_layers, width), no_backprop
+    # The windows of prediction, so that a token sees the same context in
+    # training and prediction, and a long doc's memory stays bounded.
+    pieces = [
+        (i, first, last, keep_first, keep_last)
+        for i, doc_tokens in enumerate(tokens)
+        for first, last, keep_first, keep_last in windows(
+            len(doc_tokens), model.attrs["window"], model.attrs["window_overlap"]
+        )
+    ]
     shim = model.shims[0]
     inputs = ArgsKwargs(
-        args=(bilm.batch(tokens),), kwargs={"initial_states": _initial_states(model, bilm)}
+        args=(bilm.batch([tokens[i][first:last] for i, first, last, _, _ in pieces]),),
+        kwargs={"initial_states": _initial_states(model, bilm)},
     )
     layers, torch_backprop = shim(inputs, is_train)
-    outputs = _split(layers, tokens)
+    array = torch2xp(layers.detach().float())  # (L + 1, pieces, T, width)
+    outputs = _empty_outputs(model, docs, n_layers, width)
+    for row, (i, first, _, keep_first, keep_last) in enumerate(pieces):
+        kept = array[:, row, keep_first - first : keep_last - first]
+        outputs[i][:, keep_first:keep_last] = model.ops.asarray3f(kept)
 
     def backprop(d_outputs: ElmoOutput) -> list[Doc]:
         d_layers = torch.zeros_like(layers)
-        for i, d_doc in enumerate(d_outputs):
-            d_layers[:, i, : d_doc.shape[1]] = xp2torch(d_doc, device=d_layers.device)
+        for row, (i, first, _, keep_first, keep_last) in enumerate(pieces):
+            d_kept = d_outputs[i][:, keep_first:keep_last]
+            d_layers[:, row, keep_first - first : keep_last - first] = xp2torch(
+                d_kept, device=d_layers.device
+            )
         torch_backprop(ArgsKwargs(args=(layers,), kwargs={"grad_tensors": (d_layers,)}))
         return []
 
@@ -161,12 +179,6 @@ def set_initial_state(model: Model, state: str, warmup: Sequence[Sequence[str]] 
 
 def _initial_states(model: Model, bilm: BiLM) -> States | None:
     return initial_states_for(bilm, model.attrs.get("state", "zero"), model.attrs.get("warmup"))
-
-
-def _split(layers: torch.Tensor, tokens: Sequence[Sequence[str]]) -> ElmoOutput:
-    """(L + 1, B, T, width) tensor -> B float32 arrays (copies) (L + 1, len, width)."""
-    array = torch2xp(layers.detach().float())
-    return [array[:, i, : len(t)].copy() for i, t in enumerate(tokens)]
 
 
 def _empty_outputs(model: Model, docs: Sequence[Doc], n_layers: int, width: int) -> ElmoOutput:
