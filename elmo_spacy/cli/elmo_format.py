@@ -78,17 +78,18 @@ def convert_efml_command(
     biLM directory for the `elmo` pipe (bilm_path), `load_bilm` and `embed`,
     which also read the model folder as it is."""
     from ..bilm import save_bilm
-    from ..bilm.efml import EfmlFormatError, is_efml_folder, read_efml
-    from ..bilm.locate import resolve_bilm_path
+    from ..bilm.efml import EfmlFormatError, read_efml
+    from ..bilm.locate import EFML, resolve_bilm_path
 
     with errors_to_exit():
-        resolve_bilm_path(model_dir)  # says what is there if it is not a folder of files
-        if not is_efml_folder({p.name for p in model_dir.iterdir()}):
+        location = resolve_bilm_path(model_dir)  # says what is there if nothing is
+        if location.kind != EFML:
             raise EfmlFormatError(
-                f"{model_dir} is not an ELMoForManyLangs model: it has no token_embedder.pkl "
-                "or encoder.pkl. For a bilm-tf model, use elmo-spacy convert-elmo."
+                f"{model_dir} is {location.describe()}, not an ELMoForManyLangs model: "
+                "elmo-spacy convert-elmo converts bilm-tf models; biLM directories need no "
+                "conversion."
             )
-        bilm = read_efml(model_dir)
+        bilm = read_efml(location.path)
         save_bilm(bilm, output_dir)
     config = bilm.config
     reads = {"word_char": "words and characters", "char_cnn": "characters", "word": "words"}
