@@ -222,8 +222,8 @@ def test_clipped_recurrence_is_the_fused_lstm_when_nothing_is_clipped():
     with torch.no_grad():
         encoded = bilm.encoder(batch.type_inputs, batch.type_chars)[batch.index]
         lengths = batch.lengths + 2
-        clipped, _ = bilm.forward_lstm(encoded, lengths, fused=False)
-        fused, _ = bilm.forward_lstm(encoded, lengths, fused=True)
+        clipped, _ = bilm.forward_lstm(encoded, lengths, kernel="loop")
+        fused, _ = bilm.forward_lstm(encoded, lengths, kernel="fused")
     real = torch.arange(encoded.shape[1])[None, :] < lengths[:, None]  # past the end: unspecified
     for a, b in zip(clipped, fused):
         assert float(a.abs().max()) < 3.0

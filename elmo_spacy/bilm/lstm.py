@@ -10,6 +10,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..errors import ElmoSpacyError
 from .precision import matmul_dtype, state_dtype, widened
+from .recurrence import lstm_layer_for_training
 
 LstmState = tuple[torch.Tensor, torch.Tensor]  # h (B, P), c (B, H) of one layer
 PackedWeights = dict[int, dict[str, torch.Tensor]]  # id(layer) -> name -> packed weight
@@ -23,11 +24,14 @@ class LstmStack(nn.Module):
     The parameters are `torch.nn.LSTM`'s (per layer `weight_ih` (4H, P),
     `weight_hh` (4H, P), `bias_ih` and `bias_hh` (4H,), `weight_hr` (P, H);
     gates in the order input, forget, cell, output), so one set of weights
-    runs on either of two kernels:
+    runs on any of three kernels:
 
-    - torch's fused kernel (`run_fused_layer`), in training when it gives all
-      that is needed (no clipping, no state coming in or going out), and at
-      inference where oneDNN is missing;
+    - `lstm_layer_for_training` (bilm/recurrence.py: forward and backward
+      written out, the products over all steps in single GEMMs), in training
+      on the CPU when it gives all that is needed (no clipping, no state
+      coming in or going out);
+    - torch's fused kernel (`run_fused_layer`), for the same on other devices
+      (cuDNN), and at inference where oneDNN is missing;
     - `run_lstm_layer`: the input projections of all time steps in one GEMM,
       then a tight recurrence that clips the cell to [-cell_clip, cell_clip]
       and the projected output to [-proj_clip, proj_clip] (TensorFlow's
@@ -41,8 +45,9 @@ class LstmStack(nn.Module):
         fixes `bias_hh` at that value on the forget gate and 0 elsewhere and
         never trains it: one trained bias plus the constant forget bias that
         TensorFlow's LSTMCell adds (1.0 in bilm-tf).
-    kernel: "auto" (the fused kernel when it serves, as above), or "fused" /
-        "loop" to force one (for benchmarks and tests; "fused" ignores the clips).
+    kernel: "auto" (as above), or "training", "fused" or "loop" to force one
+        (for benchmarks and tests; "training" and "fused" ignore the clips, and
+        "training" needs gradients).
 
     Sequences are right-padded: positions after a row's length never affect
     the positions before it, so no packing is needed.
@@ -90,27 +95,30 @@ class LstmStack(nn.Module):
         lengths: torch.Tensor,
         initial: list[LstmState] | None = None,
         final: bool = False,
-        fused: bool | None = None,
+        kernel: str | None = None,
         packed: PackedWeights | None = None,
     ) -> tuple[list[torch.Tensor], list[LstmState] | None]:
         """x (B, T, P) and lengths (B,) -> one (B, T, P) output per layer, and
         with `final` each layer's state after each row's last real step.
         `initial` gives each layer's starting state (zeros without it).
-        `fused` forces a kernel (None: as `self.kernel` says). `packed`: where
+        `kernel` forces one (None: as `self.kernel` says). `packed`: where
         to keep packed weights for inference (see `run_lstm_layer`); the
         caller empties it when the weights change."""
-        if fused is None and self.kernel != "auto":
-            fused = self.kernel == "fused"
-        if fused is None:
-            fused = not (self.clipped or initial is not None or final or packed is not None)
-        if fused and (initial is not None or final):
+        kernel = kernel or self.kernel
+        if kernel == "auto":
+            plain = not (self.clipped or initial is not None or final or packed is not None)
+            training = torch.is_grad_enabled() and x.device.type == "cpu"  # cuDNN is faster
+            kernel = "loop" if not plain else "training" if training else "fused"
+        if kernel != "loop" and (initial is not None or final):
             raise ElmoSpacyError(
-                "States in or out need the loop kernel: kernel = 'fused' cannot carry them"
+                f"States in or out need the loop kernel: kernel = {kernel!r} cannot carry them"
             )
         outputs, states = [], []
         for i, layer in enumerate(self.layers):
             inputs = self.dropout(x)
-            if fused:
+            if kernel == "training":
+                y = run_training_layer(layer, inputs)
+            elif kernel == "fused":
                 y = run_fused_layer(layer, inputs, lengths)
             else:
                 y, state = run_lstm_layer(
@@ -127,6 +135,16 @@ class LstmStack(nn.Module):
             x = y + x if i > 0 and self.skip_connections else y
             outputs.append(x)
         return outputs, (states if final else None)
+
+
+def run_training_layer(layer: nn.LSTM, x: torch.Tensor) -> torch.Tensor:
+    """One unclipped layer from zero states, x (B, T, I) -> (B, T, P), on the
+    training kernel (`lstm_layer_for_training`), its products in the ambient
+    precision (bfloat16 under autocast)."""
+    bias = layer.bias_ih_l0 + layer.bias_hh_l0
+    project = layer.weight_hr_l0 if layer.proj_size else None
+    dtype = matmul_dtype(layer.weight_hh_l0)
+    return lstm_layer_for_training(x, layer.weight_ih_l0, layer.weight_hh_l0, bias, project, dtype)
 
 
 def run_fused_layer(layer: nn.LSTM, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

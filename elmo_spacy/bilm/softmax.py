@@ -4,6 +4,7 @@ import torch
 from torch import nn
 
 from .precision import autocast_dtype
+from .recurrence import padded_rows
 
 
 class SoftmaxHead(nn.Module):
@@ -41,9 +42,12 @@ def adaptive_nll(
     softmax: nn.AdaptiveLogSoftmaxWithLoss, hidden: torch.Tensor, targets: torch.Tensor
 ) -> torch.Tensor:
     """The summed NLL that `softmax(hidden, targets).loss * N` gives, for
-    reduced precision: the logits come from the layers in the ambient
-    precision (autocast), the log-softmax and the sums are float32.
-    hidden (N, dim), targets (N,) int64 -> scalar float32."""
+    reduced precision: the head's logits come from its layer in the ambient
+    precision (autocast), over rows padded to a few sizes (`padded_rows`:
+    each new shape of a bfloat16 product costs a kernel build); the tail
+    clusters, narrow products (dim / 4 and less) of a different number of
+    rows each batch, run in float32; the log-softmax and the sums are
+    float32. hidden (N, dim), targets (N,) int64 -> scalar float32."""
     head_targets = targets.clone()
     nll = hidden.new_zeros((), dtype=torch.float32)
     bounds = [softmax.shortlist_size, *softmax.cutoffs[1:]]
@@ -52,7 +56,12 @@ def adaptive_nll(
         if len(rows) == 0:
             continue
         head_targets[rows] = softmax.shortlist_size + i
-        logprob = torch.log_softmax(tail(hidden[rows]).float(), dim=1)
+        with torch.autocast(hidden.device.type, enabled=False):
+            logits = tail(hidden[rows].float())
+        logprob = torch.log_softmax(logits, dim=1)
         nll = nll - logprob.gather(1, (targets[rows] - bounds[i])[:, None]).sum()
-    head_logprob = torch.log_softmax(softmax.head(hidden).float(), dim=1)
+    n = hidden.shape[0]
+    padded = hidden.new_zeros(padded_rows(n), hidden.shape[1])
+    padded[:n] = hidden
+    head_logprob = torch.log_softmax(softmax.head(padded)[:n].float(), dim=1)
     return nll - head_logprob.gather(1, head_targets[:, None]).sum()

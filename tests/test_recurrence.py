@@ -1,0 +1,107 @@
+"""The LSTM training kernel (bilm/recurrence.py): torch's LSTM to float64
+rounding, forward and backward, and the kernel pretraining runs on the CPU."""
+
+import pytest
+import torch
+
+from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab
+from elmo_spacy.bilm.lstm import LstmStack
+from elmo_spacy.bilm.recurrence import ROW_BLOCK, lstm_layer_for_training, padded_rows
+
+from .conftest import TINY_BILM
+
+
+def gradients(output: torch.Tensor, weight: torch.Tensor, tensors: list[torch.Tensor]):
+    return torch.autograd.grad((output * weight).sum(), tensors)
+
+
+@pytest.mark.parametrize("projected", [True, False])
+@pytest.mark.parametrize("batch", [3, 50])  # 50 x 7 rows: padded past a ROW_BLOCK
+def test_training_kernel_is_torchs_lstm_forward_and_backward(projected, batch):
+    torch.manual_seed(0)
+    dim, cell = (6, 10) if projected else (8, 8)
+    lstm = torch.nn.LSTM(dim, cell, proj_size=dim if projected else 0, batch_first=True).double()
+    x = torch.randn(batch, 7, dim, dtype=torch.float64, requires_grad=True)
+    tensors = [x, *lstm.parameters()]
+    expected = lstm(x)[0]
+    weight = torch.randn_like(expected)  # a loss that weighs every output differently
+    expected_grads = gradients(expected, weight, tensors)
+
+    bias = lstm.bias_ih_l0 + lstm.bias_hh_l0
+    project = lstm.weight_hr_l0 if projected else None
+    y = lstm_layer_for_training(
+        x, lstm.weight_ih_l0, lstm.weight_hh_l0, bias, project, torch.float64
+    )
+    torch.testing.assert_close(y, expected, rtol=0, atol=1e-12)
+    for got, want in zip(gradients(y, weight, tensors), expected_grads):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+def test_padded_rows_rounds_up_to_whole_blocks():
+    assert padded_rows(1) == ROW_BLOCK
+    assert padded_rows(ROW_BLOCK) == ROW_BLOCK
+    assert padded_rows(ROW_BLOCK + 1) == 2 * ROW_BLOCK
+
+
+def test_bfloat16_training_kernel_is_close_to_float32():
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(16, 32, proj_size=16, batch_first=True)
+    x = torch.randn(5, 9, 16, requires_grad=True)
+    bias = lstm.bias_ih_l0 + lstm.bias_hh_l0
+    args = (lstm.weight_ih_l0, lstm.weight_hh_l0, bias, lstm.weight_hr_l0)
+    tensors = [x, *lstm.parameters()]
+    high = lstm_layer_for_training(x, *args, torch.float32)
+    low = lstm_layer_for_training(x, *args, torch.bfloat16)
+    assert low.dtype == torch.bfloat16
+    weight = torch.randn_like(high)
+    low_grads = gradients(low, weight, tensors)
+    assert all(g.dtype == torch.float32 for g in low_grads)  # of the float32 weights
+    for a, b in zip([low, *low_grads], [high, *gradients(high, weight, tensors)]):
+        a, b = a.detach().float(), b.detach()
+        cosine = torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0)
+        assert float(cosine) > 0.999
+        assert float((a - b).abs().max()) < 0.02 * float(b.abs().max())
+
+
+def test_training_on_the_cpu_runs_the_training_kernel_and_inference_does_not(monkeypatch):
+    import elmo_spacy.bilm.lstm as lstm_module
+
+    calls = []
+    kernel = lstm_module.lstm_layer_for_training
+    monkeypatch.setattr(
+        lstm_module, "lstm_layer_for_training", lambda *a: calls.append(1) or kernel(*a)
+    )
+    stack = LstmStack(2, 6, 10, dropout=0.0)
+    x, lengths = torch.randn(3, 5, 6), torch.tensor([5, 3, 1])
+    trained, _ = stack(x, lengths)
+    assert len(calls) == 2
+    forced, _ = stack(x, lengths, kernel="fused")  # torch's, as pretraining ran before
+    for a, b in zip(trained, forced):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    with torch.no_grad():
+        stack(x, lengths)
+    assert len(calls) == 2
+
+
+def test_a_bilm_trains_to_the_same_loss_on_either_kernel():
+    """Ten Adam steps on the training kernel and on torch's: the same losses
+    to float32 rounding (no dropout)."""
+    from .conftest import DATA, tokenize
+
+    docs = tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()[:16])
+    config = BiLMConfig(**{**TINY_BILM.to_dict(), "dropout": 0.0})
+    losses = {}
+    for kernel in ("training", "fused"):
+        torch.manual_seed(0)
+        bilm = BiLM(config, WordVocab.build(docs, max_size=500, min_count=1)).train()
+        bilm.forward_lstm.kernel = bilm.backward_lstm.kernel = kernel
+        optimizer = torch.optim.Adam(bilm.parameters(), lr=1e-2)
+        losses[kernel] = []
+        for _ in range(10):
+            loss = bilm.lm_loss(bilm.batch(docs)).mean
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses[kernel].append(loss.item())
+    assert losses["training"][-1] < losses["training"][0] - 0.5
+    assert losses["training"] == pytest.approx(losses["fused"], rel=1e-4)
