@@ -1,0 +1,71 @@
+"""The one bounded cache (`LruCache`) and the three caches bounded by it."""
+
+import operator
+
+import numpy
+import pytest
+
+from elmo_spacy.bilm.lru import LruCache
+
+
+def test_the_least_recently_used_entry_goes_first():
+    cache = LruCache(3)
+    for key in "abc":
+        cache.put(key, key.upper())
+    assert cache.get("a") == "A"  # a is now the most recently used
+    cache.put("d", "D")
+    assert list(cache) == ["c", "a", "d"] and "b" not in cache
+    cache.put("c", "C2")  # storing again is a use, and replaces the value
+    cache.put("e", "E")
+    assert list(cache) == ["d", "c", "e"] and cache.get("c") == "C2"
+    assert len(cache) == cache.size == 3
+
+
+def test_hits_and_misses_count_lookups_and_outlive_clear():
+    cache = LruCache(2)
+    assert cache.get("a") is None
+    cache.put("a", 1)
+    assert cache.get("a") == 1 and cache.get("a") == 1 and cache.get("b") is None
+    assert "a" in cache and "b" not in cache  # membership is no lookup
+    assert (cache.hits, cache.misses) == (2, 2)
+    cache.clear()
+    assert len(cache) == cache.size == 0 and (cache.hits, cache.misses) == (2, 2)
+
+
+def test_a_byte_bound_counts_the_sizes_and_drops_an_entry_larger_than_it():
+    cache = LruCache(100, size_of=operator.attrgetter("nbytes"))
+    arrays = {key: numpy.zeros(n, dtype="uint8") for key, n in (("a", 40), ("b", 40), ("c", 30))}
+    for key, array in arrays.items():
+        cache.put(key, array)
+    assert list(cache) == ["b", "c"] and cache.size == 70
+    cache.put("b", numpy.zeros(10, dtype="uint8"))  # a smaller value: the size follows
+    assert cache.size == 40
+    cache.put("huge", numpy.zeros(101, dtype="uint8"))  # alone past the bound: kept by none
+    assert "huge" not in cache and len(cache) == 0 and cache.size == 0
+
+
+@pytest.mark.parametrize("size_of", [None, len])
+def test_a_lower_bound_holds_at_once_and_zero_keeps_nothing(size_of):
+    cache = LruCache(10, size_of=size_of)
+    for key in "abcde":
+        cache.put(key, key * 2)
+    cache.max_size = 4 if size_of else 2
+    assert list(cache) == ["d", "e"]
+    cache.max_size = 0
+    cache.put("f", "ff")
+    assert len(cache) == cache.size == 0
+
+
+def test_char_ids_keep_the_tokens_used_last_when_full():
+    from elmo_spacy.bilm.chars import MaskedCharIds
+
+    chars = MaskedCharIds(max_chars=10, min_width=3)
+    assert isinstance(chars.cached_ids, LruCache)
+    assert chars.cached_ids.max_size == chars.max_cached
+    chars.cached_ids.max_size = 3
+    first = chars.token_ids("bank")
+    for token in ("river", "boat", "bank", "rate"):  # bank used again: river is the oldest
+        chars.token_ids(token)
+    assert list(chars.cached_ids) == ["boat", "bank", "rate"]  # not emptied when full
+    assert chars.token_ids("bank") is first and chars.cached_ids.hits == 2
+    numpy.testing.assert_array_equal(chars.token_ids("river"), [257, 115, 106, 119, 102, 115, 258])
