@@ -4,6 +4,7 @@ import operator
 
 import numpy
 import pytest
+import spacy
 
 from elmo_spacy.bilm.lru import LruCache
 
@@ -69,3 +70,29 @@ def test_char_ids_keep_the_tokens_used_last_when_full():
     assert list(chars.cached_ids) == ["boat", "bank", "rate"]  # not emptied when full
     assert chars.token_ids("bank") is first and chars.cached_ids.hits == 2
     numpy.testing.assert_array_equal(chars.token_ids("river"), [257, 115, 106, 119, 102, 115, 258])
+
+
+def test_the_frozen_output_cache_is_bounded_by_bytes():
+    from elmo_spacy.cache import FrozenOutputCache
+
+    nlp = spacy.blank("en")
+    docs = [nlp(text) for text in ("one two", "three four", "five six", "one two")]
+    computed = []
+
+    def compute(batch):
+        computed.extend(doc.text for doc in batch)
+        return [numpy.full((3, len(doc), 4), float(len(doc.text)), "float32") for doc in batch]
+
+    entry_bytes = 3 * 2 * 4 * 2  # (L + 1, n, width) in float16
+    cache = FrozenOutputCache(2 * entry_bytes)
+    assert isinstance(cache.entries, LruCache)
+    outputs = cache.get_or_compute(docs[:3], compute)
+    assert [o.dtype for o in outputs] == ["float32"] * 3 and outputs[2][0, 0, 0] == 8.0
+    assert len(cache) == 2 and cache.nbytes == 2 * entry_bytes  # "one two" dropped
+    cache.get_or_compute(docs[2:], compute)  # "five six" kept; "one two" again
+    assert computed == ["one two", "three four", "five six", "one two"]
+    assert (cache.hits, cache.misses) == (1, 4)
+    cache.max_bytes = entry_bytes
+    assert len(cache) == 1 and cache.nbytes == entry_bytes
+    cache.clear()
+    assert len(cache) == cache.nbytes == 0 and cache.hits == 1
