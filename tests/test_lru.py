@@ -1,12 +1,20 @@
 """The one bounded cache (`LruCache`) and the three caches bounded by it."""
 
+import copy
 import operator
+import pickle
 
 import numpy
 import pytest
 import spacy
+import torch
 
+from elmo_spacy.bilm import BiLM, WordVocab
+from elmo_spacy.bilm.chars import MaskedCharIds
 from elmo_spacy.bilm.lru import LruCache
+from elmo_spacy.cache import FrozenOutputCache
+
+from .conftest import TINY_BILM
 
 
 def test_the_least_recently_used_entry_goes_first():
@@ -58,8 +66,6 @@ def test_a_lower_bound_holds_at_once_and_zero_keeps_nothing(size_of):
 
 
 def test_char_ids_keep_the_tokens_used_last_when_full():
-    from elmo_spacy.bilm.chars import MaskedCharIds
-
     chars = MaskedCharIds(max_chars=10, min_width=3)
     assert isinstance(chars.cached_ids, LruCache)
     assert chars.cached_ids.max_size == chars.max_cached
@@ -73,8 +79,6 @@ def test_char_ids_keep_the_tokens_used_last_when_full():
 
 
 def test_the_frozen_output_cache_is_bounded_by_bytes():
-    from elmo_spacy.cache import FrozenOutputCache
-
     nlp = spacy.blank("en")
     docs = [nlp(text) for text in ("one two", "three four", "five six", "one two")]
     computed = []
@@ -96,3 +100,26 @@ def test_the_frozen_output_cache_is_bounded_by_bytes():
     assert len(cache) == 1 and cache.nbytes == entry_bytes
     cache.clear()
     assert len(cache) == cache.nbytes == 0 and cache.hits == 1
+
+
+def test_the_type_encodings_are_bounded_by_count_and_the_batch_is_kept_last():
+    torch.manual_seed(0)
+    bilm = BiLM(TINY_BILM, WordVocab.specials_only(), with_softmax=False, type_cache_size=4).eval()
+
+    def run(*docs):
+        with torch.inference_mode():
+            bilm(bilm.batch([doc.split() for doc in docs]))
+        return bilm.cache_slot.cache.types
+
+    types = run("a b c", "d")
+    assert isinstance(types, LruCache) and types.max_size == 4
+    assert list(types) == ["a", "b", "c", "d"] and (types.hits, types.misses) == (0, 4)
+    types = run("c e")  # c found; e computed; a, the least recently used, dropped
+    assert list(types) == ["b", "d", "c", "e"] and (types.hits, types.misses) == (1, 5)
+    assert bilm.cache_info()["types"] == 4
+    bilm.type_cache_size = 2  # holds at once
+    assert list(types) == ["c", "e"]
+    # Copies and pickles leave what was derived from the weights out.
+    for twin in (copy.deepcopy(bilm), pickle.loads(pickle.dumps(bilm))):
+        assert twin.cache_slot.cache is None and twin.type_cache_size == 2
+    assert bilm.cache_slot.cache is not None
