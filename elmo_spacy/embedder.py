@@ -15,7 +15,8 @@ from .bilm.inference import (
     resolve_layers,
 )
 from .bilm.io import load_bilm
-from .bilm.model import BiLM, States
+from .bilm.model import BiLM
+from .bilm.states import States
 from .errors import ElmoSpacyError
 
 

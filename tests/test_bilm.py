@@ -211,7 +211,8 @@ def test_char_cnn_encodings_are_kept_across_batches_until_the_weights_change():
     uncached.load_state_dict(bilm.state_dict())
 
     def cached_types():
-        return set(bilm._cache.types) if bilm._cache is not None else set()
+        cache = bilm.cache_slot.cache
+        return set(cache.types) if cache is not None else set()
 
     first = layers(bilm, SENTENCES[:4])
     assert cached_types() == {t for doc in SENTENCES[:4] for t in doc}
@@ -235,7 +236,7 @@ def test_char_cnn_encodings_are_kept_across_batches_until_the_weights_change():
     for bilm_ in (bilm, uncached):
         bilm_.encoder.projection.weight.data = bilm_.encoder.projection.weight.data * 0.5
     same_as_uncached()
-    assert cached_types() and bilm.train()._cache is None
+    assert cached_types() and bilm.train().cache_slot.cache is None
     # A write through numpy (as thinc's optimiser does) is announced with weights_changed().
     bilm.eval()
     layers(bilm, SENTENCES[:4])

@@ -41,7 +41,7 @@ def test_the_primed_state_is_what_the_warmup_leaves(bilm):
     with torch.inference_mode():
         for sentence in warmup:
             bilm(bilm.batch([sentence]))
-    carried, bilm.stateful = bilm._states, False
+    carried, bilm.stateful = bilm.carried.states, False
     for direction in ("forward", "backward"):
         assert len(primed[direction]) == TINY_BILM.n_layers
         for (h, c), (h_carried, c_carried) in zip(primed[direction], carried[direction]):

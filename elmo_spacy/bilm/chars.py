@@ -30,6 +30,7 @@ import numpy
 import torch
 
 from ..errors import ElmoSpacyError
+from .lru import LruCache
 
 SCHEMES = ("masked", "bilm_tf", "char_vocab")
 
@@ -42,6 +43,7 @@ class CharIds:
     min_width: the widest convolution; each batch has at least this many
         columns past its longest token, so that every window that starts
         inside a token fits.
+    cached_ids: the (n,) ids of the `max_cached` token strings used last.
     """
 
     begin_of_word: int
@@ -54,12 +56,12 @@ class CharIds:
     masked: bool  # padding left out of the char CNN's max-pooling
 
     boundary_tokens: dict[str, int] = {}  # token strings read as sentence boundaries
-    max_cached = 100_000  # token strings whose ids are kept; the cache is emptied when full
+    max_cached = 100_000  # token strings whose ids are kept, least recently used dropped first
 
     def __init__(self, max_chars: int, min_width: int) -> None:
         self.max_chars = max_chars
         self.min_width = min_width
-        self._cache: dict[str, numpy.ndarray] = {}
+        self.cached_ids: LruCache[str, numpy.ndarray] = LruCache(self.max_cached)
 
     def encode(self, token: str) -> bytes | str:
         """The token's units: bytes, or characters."""
@@ -74,16 +76,14 @@ class CharIds:
         mark = self.boundary_tokens.get(token)
         if mark is not None:
             return self.boundary_ids(mark)
-        ids = self._cache.get(token)
+        ids = self.cached_ids.get(token)
         if ids is None:
             units = self.encode(token)[: self.max_chars - 2]
             ids = numpy.empty(len(units) + 2, dtype="int64")
             ids[0] = self.begin_of_word
             ids[1:-1] = self.unit_ids(units)
             ids[-1] = self.end_of_word
-            if len(self._cache) >= self.max_cached:
-                self._cache.clear()
-            self._cache[token] = ids
+            self.cached_ids.put(token, ids)
         return ids
 
     def boundary_ids(self, mark: int) -> numpy.ndarray:

@@ -1,6 +1,6 @@
 """Context-independent token encoders: a character CNN, a word table, or both.
 
-Each maps the types of a batch (see `elmo_spacy.bilm.model.TokenBatch`) to
+Each maps the types of a batch (see `elmo_spacy.bilm.batch.TokenBatch`) to
 (U, P) encodings: `forward(type_inputs, type_chars, type_word_ids)`.
 """
 

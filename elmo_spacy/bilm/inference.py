@@ -15,7 +15,8 @@ import numpy
 import torch
 
 from ..errors import ElmoSpacyError
-from .model import BiLM, States
+from .model import BiLM
+from .states import States
 
 # The warm-up text of state = "primed" when none is given: a few sentences of
 # plain news English, tokenised as spaCy's English tokenizer does. Published

@@ -1,0 +1,169 @@
+"""What a biLM derives from one version of its weights to run faster at
+inference, and how it knows the version.
+
+Outside training and without gradients, a biLM keeps (`InferenceCache`):
+with an encoder that reads characters, the encodings of token strings (an
+`LruCache` of at most `type_cache_size`), since they do not depend on
+context; the LSTM weights packed for oneDNN; and primed states. Any change
+to the weights that torch can see (new storage, an in-place update,
+`train()`) empties it; a change that torch cannot see (a write through
+numpy, as thinc's optimiser does) is announced with `weights_changed()`.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from .batch import TokenBatch
+from .chars import CharIds
+from .lru import LruCache
+from .lstm import PackedWeights, onednn_packing
+from .states import States
+from .vocab import PAD_ID
+
+ENCODE_BLOCK = 32  # rows of the char CNN's fixed-shape blocks at inference
+
+
+@dataclass
+class InferenceCache:
+    """What a biLM derives from one version of its weights.
+
+    stamp: the weights it belongs to.
+    types: (P,) encodings of token strings (char CNN), least recently used first.
+    boundaries: (2, P) encodings of <S> and </S>.
+    packed: LSTM weights packed for oneDNN, per layer (see `run_lstm_layer`).
+    primed: `primed_states` of each warm-up text.
+    """
+
+    stamp: tuple
+    types: LruCache[str, torch.Tensor]
+    boundaries: torch.Tensor | None = None
+    packed: PackedWeights = field(default_factory=dict)
+    primed: dict[tuple, States] = field(default_factory=dict)
+
+
+class InferenceCacheSlot:
+    """Holds a module's `InferenceCache`: at most one, that of the current
+    version of its weights.
+
+    type_cache_size: the bound of the caches' `types`; a new one holds at once.
+    cache: the cache of the last version asked for, or None.
+    """
+
+    def __init__(self, type_cache_size: int) -> None:
+        self._type_cache_size = type_cache_size
+        self.cache: InferenceCache | None = None
+        self._generation = 0  # counts weights_changed()
+
+    @property
+    def type_cache_size(self) -> int:
+        return self._type_cache_size
+
+    @type_cache_size.setter
+    def type_cache_size(self, size: int) -> None:
+        self._type_cache_size = size
+        if self.cache is not None:
+            self.cache.types.max_size = size
+
+    def for_weights(self, module: nn.Module) -> InferenceCache | None:
+        """The cache of `module`'s current weights (a new, empty one when
+        they changed); None in training mode or with gradients enabled, where
+        nothing is kept. The version is the count of `weights_changed` calls
+        and each parameter's storage and in-place version counter."""
+        if module.training or torch.is_grad_enabled():
+            return None
+        stamp = (
+            self._generation,
+            tuple((p.data_ptr(), p._version) for p in module.parameters()),
+        )
+        if self.cache is None or self.cache.stamp != stamp:
+            self.cache = InferenceCache(stamp, LruCache(self._type_cache_size))
+        return self.cache
+
+    def weights_changed(self) -> None:
+        """Forget the cache: the weights changed where torch cannot see it."""
+        self._generation += 1
+        self.cache = None
+
+    def info(self) -> dict[str, int]:
+        """What the cache holds now (all 0 when there is none): `types`, token
+        strings whose encodings are kept; `primed`, warm-up texts whose primed
+        states are kept; `packed`, LSTM layers whose weights are packed."""
+        cache = self.cache
+        if cache is None:
+            return {"types": 0, "primed": 0, "packed": 0}
+        return {"types": len(cache.types), "primed": len(cache.primed), "packed": len(cache.packed)}
+
+    def __getstate__(self) -> dict:
+        # Copies and pickles leave the cache out: it is rebuilt on demand, and
+        # oneDNN's packed tensors cannot be copied.
+        return {**self.__dict__, "cache": None}
+
+
+def packed_weights(cache: InferenceCache | None, weight: torch.Tensor) -> PackedWeights | None:
+    """Where the LSTM stacks keep their weights packed for oneDNN (the
+    `packed` of `LstmStack.forward`): the cache's, when there is a cache and
+    oneDNN packs weights like `weight` (float32, on the CPU); else None."""
+    can_pack = weight.device.type == "cpu" and weight.dtype == torch.float32 and onednn_packing()
+    return cache.packed if cache is not None and can_pack else None
+
+
+def encode_types(
+    encoder: nn.Module, chars: CharIds | None, batch: TokenBatch, cache: InferenceCache | None
+) -> torch.Tensor:
+    """(U, P) encodings of the batch's U types (<S>, </S>, then `batch.types`).
+
+    With a cache and an encoder that reads characters (`chars` set), kept
+    encodings are reused and the others computed (`encode_alike`) and kept,
+    the batch's types becoming the most recently used; otherwise the encoder
+    runs on the whole batch."""
+    if cache is None or chars is None or cache.types.max_size <= 0 or not batch.types:
+        return encoder(batch.type_inputs, batch.type_chars, batch.type_word_ids)
+    encoded = [cache.types.get(t) for t in batch.types]
+    missing = [i for i, e in enumerate(encoded) if e is None]
+    rows = [0, 1] if cache.boundaries is None else []
+    rows += [i + 2 for i in missing]
+    if rows:
+        rows = torch.tensor(rows, device=batch.type_inputs.device)
+        fresh = encode_alike(
+            encoder,
+            chars,
+            batch.type_inputs[rows],
+            batch.type_chars[rows],
+            batch.type_word_ids[rows],
+        )
+        if cache.boundaries is None:
+            cache.boundaries, fresh = fresh[:2].clone(), fresh[2:]
+        for i, row in zip(missing, fresh):
+            encoded[i] = row.clone()
+    for t, row in zip(batch.types, encoded):
+        cache.types.put(t, row)
+    return torch.cat([cache.boundaries, torch.stack(encoded)])
+
+
+def encode_alike(
+    encoder: nn.Module,
+    chars: CharIds,
+    char_ids: torch.Tensor,
+    n_chars: torch.Tensor,
+    word_ids: torch.Tensor,
+) -> torch.Tensor:
+    """Encode types in blocks of one fixed shape (ENCODE_BLOCK rows of
+    `chars.max_chars` columns), so that a type's encoding is the same to the
+    bit whatever else is in its batch: kept encodings then never make a
+    pipeline's output depend on what it ran before. (U, W), (U,), (U,)
+    -> (U, P)."""
+    n_rows, width = char_ids.shape
+    blocks = -(-n_rows // ENCODE_BLOCK)
+    padded = char_ids.new_full((blocks * ENCODE_BLOCK, chars.max_chars), chars.padding)
+    padded[:n_rows, :width] = char_ids
+    lengths = n_chars.new_full((blocks * ENCODE_BLOCK,), 1)
+    lengths[:n_rows] = n_chars
+    words = word_ids.new_full((blocks * ENCODE_BLOCK,), PAD_ID)
+    words[:n_rows] = word_ids
+    encoded = [
+        encoder(*(x[i : i + ENCODE_BLOCK] for x in (padded, lengths, words)))
+        for i in range(0, len(padded), ENCODE_BLOCK)
+    ]
+    return torch.cat(encoded)[:n_rows]

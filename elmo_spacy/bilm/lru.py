@@ -1,0 +1,91 @@
+"""The one way this package bounds a cache: a least-recently-used mapping.
+
+Plain Python; it knows nothing of torch or spaCy. The bound is a count of
+entries, or a total of sizes that a function gives each value (bytes, say).
+"""
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from typing import Generic, TypeVar
+
+Key = TypeVar("Key", bound=Hashable)
+Value = TypeVar("Value")
+
+
+class LruCache(Generic[Key, Value]):
+    """A mapping that keeps its most recently used entries within a bound.
+
+    max_size: the bound: a number of entries, or, with `size_of`, a total of
+        the entries' sizes in its unit (`size_of=operator.attrgetter("nbytes")`
+        bounds the bytes of numpy arrays). Storing an entry drops the least
+        recently used ones until the total is within the bound again, the new
+        entry too if it alone is larger; with max_size <= 0 nothing is kept.
+    size: the total now, in the bound's unit.
+    hits, misses: the lookups by `get` that found their key, and that did not.
+        `clear` keeps them: they count the cache's whole life.
+
+    Values are never None: None is what `get` gives for a missing key.
+    """
+
+    def __init__(self, max_size: int, size_of: Callable[[Value], int] | None = None) -> None:
+        self._max_size = max_size
+        self.size_of = size_of
+        self.size = 0
+        self.hits = 0
+        self.misses = 0
+        self._entries: OrderedDict[Key, Value] = OrderedDict()
+
+    @property
+    def max_size(self) -> int:
+        """The bound; a new one holds at once (entries past it are dropped)."""
+        return self._max_size
+
+    @max_size.setter
+    def max_size(self, max_size: int) -> None:
+        self._max_size = max_size
+        self._evict()
+
+    def get(self, key: Key) -> Value | None:
+        """The entry of `key`, now the most recently used; None (a miss) if
+        there is none."""
+        value = self._entries.get(key)
+        if value is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._entries.move_to_end(key)
+        return value
+
+    def put(self, key: Key, value: Value) -> None:
+        """Store `value` under `key` as the most recently used entry, then
+        drop the least recently used entries past the bound."""
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self.size -= self._size(old)
+        self._entries[key] = value
+        self.size += self._size(value)
+        self._evict()
+
+    def clear(self) -> None:
+        """Drop every entry (the hit and miss counts stay)."""
+        self._entries.clear()
+        self.size = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        """Whether `key` has an entry; neither a lookup nor a use."""
+        return key in self._entries
+
+    def __iter__(self) -> Iterator[Key]:
+        """The keys, least recently used first."""
+        return iter(self._entries)
+
+    def _size(self, value: Value) -> int:
+        return 1 if self.size_of is None else self.size_of(value)
+
+    def _evict(self) -> None:
+        while self._entries and self.size > self._max_size:
+            _, dropped = self._entries.popitem(last=False)
+            self.size -= self._size(dropped)

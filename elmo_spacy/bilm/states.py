@@ -1,0 +1,133 @@
+"""LSTM states a biLM starts from: given ones, the reference's carried state
+(`CarriedStates`), and the state a warm-up text leaves (`primed_states`)."""
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..errors import ElmoSpacyError
+from .lstm import LstmState
+
+if TYPE_CHECKING:
+    from .model import BiLM
+
+# LSTM states of both directions: "forward" and "backward" -> one (h, c) per layer.
+States = dict[str, list[LstmState]]
+
+
+class CarriedStates:
+    """bilm-tf's state carried across batches, replayed when `enabled`.
+
+    Batch row b starts each LSTM layer from the state that the previous batch
+    left in row b, the forward direction's after the row's last token (</S>),
+    the backward direction's after its first (<S>). Rows beyond the previous
+    batch start from zero; stored rows beyond the current batch keep their
+    state.
+
+    states: per direction and layer, (h (R, P), c (R, H)) of the R rows seen
+        so far; None before the first batch and after `reset`.
+    """
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.states: States | None = None
+
+    def reset(self) -> None:
+        """Forget the carried states."""
+        self.states = None
+
+    def starting_states(self, n_rows: int, given: States | None) -> States | None:
+        """What a batch of n_rows rows starts from: when enabled, the carried
+        states (zero rows for rows never seen; None before any); otherwise
+        `given` (R = n_rows rows, or one row for every row, see
+        `repeat_states`), or None for zeros."""
+        if self.enabled:
+            if given is not None:
+                raise ElmoSpacyError(
+                    "A stateful biLM starts from the states it carried: pass no initial_states, "
+                    "or set bilm.stateful = False"
+                )
+            if self.states is None:
+                return None
+            return {
+                direction: [tuple(_rows(part, n_rows) for part in state) for state in layers]
+                for direction, layers in self.states.items()
+            }
+        return None if given is None else repeat_states(given, n_rows)
+
+    def keep(self, finals: States) -> None:
+        """When enabled, carry each row's final states (B rows) to the next
+        batch, without gradients; rows past B keep what they had."""
+        if not self.enabled:
+            return
+        previous = self.states
+        kept: States = {}
+        for direction, layers in finals.items():
+            kept[direction] = []
+            for i, state in enumerate(layers):
+                parts = []
+                for j, part in enumerate(state):
+                    part = part.detach()
+                    if previous is not None:
+                        old = previous[direction][i][j]
+                        if len(old) > len(part):  # rows beyond this batch keep theirs
+                            part = torch.cat([part, old[len(part) :]])
+                    parts.append(part)
+                kept[direction].append(tuple(parts))
+        self.states = kept
+
+
+def repeat_states(states: States, n_rows: int) -> States:
+    """States of R = n_rows rows as they are; of one row, that row for each of
+    n_rows rows (a view, no copy)."""
+    repeated: States = {}
+    for direction, layers in states.items():
+        repeated[direction] = []
+        for state in layers:
+            rows = len(state[0])
+            if rows != n_rows and rows != 1:
+                raise ElmoSpacyError(
+                    f"Initial states of {rows} rows for a batch of {n_rows}: give one row "
+                    "per batch row, or one row for all"
+                )
+            repeated[direction].append(tuple(part.expand(n_rows, -1) for part in state))
+    return repeated
+
+
+def _rows(state: torch.Tensor, n_rows: int) -> torch.Tensor:
+    """The first n_rows rows of a (R, D) state, zero rows appended past R."""
+    if n_rows <= len(state):
+        return state[:n_rows]
+    return torch.cat([state, state.new_zeros(n_rows - len(state), state.shape[1])])
+
+
+def primed_states(bilm: "BiLM", warmup: Sequence[Sequence[str]]) -> States:
+    """The states that reading the warm-up sentences leaves, one row: the
+    sentences run in order, one at a time, each starting from the states the
+    previous one ended in (bilm-tf's carried state, in a batch of one row),
+    the first from zeros. Per direction and layer, (h (1, P), c (1, H)),
+    without gradients, computed with dropout off and kept (in the biLM's
+    `InferenceCache`) until the weights change. The biLM's mode and
+    `stateful` are as they were on return."""
+    if not warmup:
+        raise ElmoSpacyError("A primed state needs at least one warm-up sentence")
+    key = tuple(tuple(sentence) for sentence in warmup)
+    was_training, stateful = bilm.training, bilm.stateful
+    bilm.eval()
+    bilm.stateful = False
+    try:
+        with torch.no_grad():
+            cache = bilm.inference_cache()
+            if cache is not None and key in cache.primed:
+                return cache.primed[key]
+            states: States | None = None
+            for sentence in warmup:
+                states = bilm.forward_with_states(bilm.batch([sentence]), states)[1]
+            if cache is not None:
+                cache.primed[key] = states
+            return states
+    finally:
+        bilm.stateful = stateful
+        if was_training:
+            bilm.train()
