@@ -1,7 +1,8 @@
 """Throughput of the biLM training step in each precision, against this machine's matmul rates, measured in the same run.
 
     python benchmarks/pretrain_throughput.py configs/bilm.cfg corpus/pretrain.txt [--steps 30]
-        [--precisions float32 bfloat16] [--no-full-softmax] [--threads 2]
+        [--precisions float32 bfloat16] [--no-full-softmax] [--threads 2] [--torch-lstm]
+        [--bilm.lstm_dim 2048 ...: overrides of the config, as `elmo-spacy pretrain` takes them]
 
 Prints, one line each: the matmul rates (GFLOP/s: MKL's float32 for
 reference, oneDNN's float32 and bfloat16, the rooflines; see
@@ -9,7 +10,8 @@ benchmarks/matmul_rates.py), then for the config as given and for the same
 model with a full softmax (the naive baseline), in each precision: tokens/s,
 training FLOPs per token computed from the sizes (3x the forward FLOPs of the
 matmuls, on real tokens, not padding), and the share of the precision's own
-roofline reached; last, each precision's speed over float32's. Dev perplexity
+roofline reached (with --torch-lstm, also on torch's LSTM kernel); last,
+each run's speed over float32's on each kernel. Dev perplexity
 after the same steps in each precision: benchmarks/precision_perplexity.py.
 """
 
@@ -22,6 +24,7 @@ from dataclasses import replace
 
 import torch
 from matmul_rates import matmul_rates, roofline
+from spacy.cli._util import parse_config_overrides
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab
 from elmo_spacy.pretrain import bucketed_batches, load_pretrain_config, split_long
@@ -74,10 +77,16 @@ def main() -> None:
     parser.add_argument("--precisions", nargs="*", default=list(PRECISIONS), choices=PRECISIONS)
     parser.add_argument("--no-full-softmax", action="store_true", help="Skip the naive baseline")
     parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--torch-lstm",
+        action="store_true",
+        help="Also time each precision on torch's LSTM (the kernel pretraining ran before)",
+    )
+    args, extra = parser.parse_known_args()
     torch.set_num_threads(args.threads)
 
-    bilm_config, training = load_pretrain_config(args.config)
+    # Config overrides as the pretrain command takes them: --bilm.lstm_dim 2048
+    bilm_config, training = load_pretrain_config(args.config, parse_config_overrides(extra))
     docs = split_long(read_tokenised_texts(args.text), training.max_length)  # as pretraining does
     vocab = WordVocab.build(
         docs, max_size=bilm_config.max_vocab_size, min_count=bilm_config.min_count
@@ -103,40 +112,38 @@ def main() -> None:
         flops = 3 * forward_flops_per_token(config, len(vocab), tail_shares)
         speed = {}
         for precision in args.precisions:
-            torch.manual_seed(0)
-            bilm = BiLM(config, vocab)
-            bilm.precision = precision
-            speed[precision] = train_steps(bilm, batches, args.steps)
-            gflops = speed[precision] * flops / 1e9
-            print(
-                json.dumps(
-                    {
-                        "model": name,
-                        "precision": bilm.precision,
-                        "vocab": len(vocab),
-                        "tokens_per_second": round(speed[precision]),
-                        "train_mflops_per_token": round(flops / 1e6, 2),
-                        "gflops": round(gflops, 1),
-                        "share_of_roofline": round(gflops * 1e9 / roofline(rates, precision), 3),
-                    }
-                ),
-                flush=True,
-            )
-        if "float32" in speed:
-            print(
-                json.dumps(
-                    {
-                        "model": name,
-                        **{
-                            f"{p}_over_float32": round(speed[p] / speed["float32"], 2)
-                            for p in speed
-                            if p != "float32"
-                        },
-                    }
+            for kernel in ("training", "fused") if args.torch_lstm else ("training",):
+                torch.manual_seed(0)
+                bilm = BiLM(config, vocab)
+                bilm.precision = precision
+                bilm.forward_lstm.kernel = bilm.backward_lstm.kernel = kernel
+                key = precision if kernel == "training" else f"{precision}_torch_lstm"
+                speed[key] = train_steps(bilm, batches, args.steps)
+                gflops = speed[key] * flops / 1e9
+                print(
+                    json.dumps(
+                        {
+                            "model": name,
+                            "precision": bilm.precision,
+                            "lstm_kernel": LSTM_KERNELS[kernel],
+                            "vocab": len(vocab),
+                            "tokens_per_second": round(speed[key]),
+                            "train_mflops_per_token": round(flops / 1e6, 2),
+                            "gflops": round(gflops, 1),
+                            "share_of_roofline": round(
+                                gflops * 1e9 / roofline(rates, precision), 3
+                            ),
+                        }
+                    ),
+                    flush=True,
                 )
-            )
+        for base in ("float32", "float32_torch_lstm"):
+            if base in speed:
+                ratios = {f"{k}_over_{base}": round(v / speed[base], 2) for k, v in speed.items()}
+                print(json.dumps({"model": name, **{k: v for k, v in ratios.items() if v != 1.0}}))
 
 
+LSTM_KERNELS = {"training": "elmo_spacy (bilm/recurrence.py)", "fused": "torch's nn.LSTM"}
 PRECISIONS = ("float32", "bfloat16")
 
 
