@@ -7,12 +7,15 @@
   float32 accumulation inside each product. The weights stay float32 (the
   master copy that training updates and that is saved); what needs the range
   or the resolution stays float32 too: the log-softmax and the loss, and in
-  this package's LSTM recurrence (clipped models, and all inference) the
-  gate nonlinearities and the cell state. Unclipped training runs torch's
-  fused LSTM, which under autocast keeps its cell state in bfloat16
-  (benchmarks/precision_perplexity.py measures what that costs). At
-  inference the LSTM weights are packed for oneDNN in bfloat16 once per
-  version of the weights. Outputs handed to users are float32.
+  this package's LSTM kernels (all of them on the CPU: bilm/lstm.py,
+  bilm/recurrence.py) the gate nonlinearities and the cell state. On other
+  devices unclipped training runs torch's fused LSTM, which under autocast
+  keeps its cell state in bfloat16. The adaptive softmax's tail clusters,
+  narrow products, run in float32 (see `adaptive_nll`). At inference the
+  LSTM weights are packed for oneDNN in bfloat16 once per version of the
+  weights. Outputs handed to users are float32.
+  benchmarks/precision_perplexity.py measures what training in bfloat16
+  costs in dev perplexity.
 
 bfloat16 pays only where the hardware multiplies in it (x86 CPUs with
 AVX512-BF16 or AMX-BF16, GPUs from Ampere on); elsewhere it is emulated and
