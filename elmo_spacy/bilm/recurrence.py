@@ -16,11 +16,14 @@ bfloat16 autocast it casts the weights again at every step. Here:
   (or sum) each over all T * B rows.
 
 The products run in the layer's matmul dtype (bfloat16 under autocast,
-float32 otherwise), with float32 accumulation; the gate activations, the
-cell state and everything the backward pass derives from them stay float32.
-The weights are cast once per call, not per step. Padding is not skipped: a
-row's outputs past its length are computed and carry no gradient when the
-loss ignores them (pretraining batches are bucketed by length).
+float32 otherwise), with float32 accumulation, over rows padded to a few
+sizes (`padded_rows`). The gate activations, the cell state and the cell's
+gradient stay float32 under bfloat16; the per-gate factors of the backward
+pass are rounded to bfloat16, as are the gate gradients they make, which go
+into the products. The weights are cast once per call, not per step.
+Sequence padding is not skipped: a row's outputs past its length are
+computed and carry no gradient when the loss ignores them (pretraining
+batches are bucketed by length).
 """
 
 import torch
