@@ -1,0 +1,67 @@
+"""A trained pipeline's dev scores and speed with its `elmo` pipe in each precision, in one run.
+
+    python benchmarks/precision_downstream.py training/ner/elmo/model-best corpus/ner/dev.spacy
+        [--precisions float32 bfloat16] [--batch-size 64] [--threads 2]
+
+The heads were trained with the biLM in float32; only the biLM's precision
+changes. For each precision: warms up on 50 docs, then `nlp.evaluate` over
+all the docs, and prints one JSON line with the pipeline's scores (those
+that are numbers: ents_f, pos_acc, ...) and words/s; last, the difference of
+each score from float32's.
+"""
+
+import argparse
+import json
+import time
+
+import spacy
+import torch
+from spacy.tokens import Doc, DocBin
+from spacy.training import Example
+
+from elmo_spacy.bilm.precision import PRECISIONS
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("pipeline")
+    parser.add_argument("docs", help="a .spacy file of gold docs (dev)")
+    parser.add_argument("--precisions", nargs="*", default=list(PRECISIONS), choices=PRECISIONS)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    nlp = spacy.load(args.pipeline)
+    gold = list(DocBin().from_disk(args.docs).get_docs(nlp.vocab))
+    # the gold tokens, as the workflows evaluate (scripts/token_evaluate.py)
+    examples = [
+        Example(
+            Doc(nlp.vocab, words=[t.text for t in d], spaces=[bool(t.whitespace_) for t in d]), d
+        )
+        for d in gold
+    ]
+    n_words = sum(len(doc) for doc in gold)
+    scores = {}
+    for precision in args.precisions:
+        elmo = nlp.get_pipe("elmo")
+        elmo.precision = precision
+        list(nlp.pipe([eg.predicted.copy() for eg in examples[:50]], batch_size=args.batch_size))
+        elmo.frozen_cache.clear()  # every doc computed in the timed run
+        started = time.perf_counter()
+        result = nlp.evaluate(examples, batch_size=args.batch_size)
+        seconds = time.perf_counter() - started
+        scores[precision] = {k: v for k, v in result.items() if isinstance(v, float)}
+        line = {"precision": elmo.precision, "words": n_words}
+        line["words_per_second"] = round(n_words / seconds)
+        print(json.dumps({**line, **scores[precision]}), flush=True)
+    if "float32" in scores:
+        for precision, values in scores.items():
+            if precision != "float32":
+                base = scores["float32"]
+                diff = {k: round(v - base[k], 5) for k, v in values.items() if k in base}
+                print(json.dumps({f"{precision}_minus_float32": diff}))
+
+
+if __name__ == "__main__":
+    main()
