@@ -139,8 +139,12 @@ def main() -> None:
                 )
         for base in ("float32", "float32_torch_lstm"):
             if base in speed:
-                ratios = {f"{k}_over_{base}": round(v / speed[base], 2) for k, v in speed.items()}
-                print(json.dumps({"model": name, **{k: v for k, v in ratios.items() if v != 1.0}}))
+                ratios = {
+                    f"{k}_over_{base}": round(v / speed[base], 2)
+                    for k, v in speed.items()
+                    if k != base
+                }
+                print(json.dumps({"model": name, **ratios}))
 
 
 LSTM_KERNELS = {"training": "elmo_spacy (bilm/recurrence.py)", "fused": "torch's nn.LSTM"}

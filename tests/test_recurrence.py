@@ -6,7 +6,8 @@ import torch
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab
 from elmo_spacy.bilm.lstm import LstmStack
-from elmo_spacy.bilm.recurrence import ROW_BLOCK, lstm_layer_for_training, padded_rows
+from elmo_spacy.bilm.precision import ROW_BLOCK, padded_rows
+from elmo_spacy.bilm.recurrence import lstm_layer_for_training
 
 from .conftest import TINY_BILM
 

@@ -194,3 +194,16 @@ def matmul_dtype(weight: torch.Tensor) -> torch.dtype:
     """The dtype a product with `weight` runs in here: autocast's where it is
     on for the weight's device, else the weight's own."""
     return autocast_dtype(weight.device.type) or weight.dtype
+
+
+ROW_BLOCK = 128
+
+
+def padded_rows(n: int) -> int:
+    """`n` rounded up to a multiple of ROW_BLOCK: the rows of bfloat16
+    products whose row count changes from batch to batch (pretraining's LSTM
+    and softmax). oneDNN builds a kernel for each new shape of a bfloat16
+    product (about 6 ms at 3,000 x 128 x 2,000, four times the product
+    itself); padded to a few sizes, the kernels built for one batch serve the
+    next."""
+    return -(-n // ROW_BLOCK) * ROW_BLOCK

@@ -28,7 +28,7 @@ batches are bucketed by length).
 
 import torch
 
-from .precision import state_dtype
+from .precision import padded_rows, state_dtype
 
 
 def lstm_layer_for_training(
@@ -84,7 +84,9 @@ class _LstmLayer(torch.autograd.Function):
         factors = x.new_empty(steps, batch, 4, hidden, dtype=dtype)
         cell_from_hidden = x.new_empty(steps, batch, hidden, dtype=state)
         forget = x.new_empty(steps, batch, hidden, dtype=state)
-        hidden_out = x.new_zeros(rows, hidden, dtype=dtype)  # o tanh(c), zero past n
+        hidden_out = None  # o tanh(c), zero past n: what the projection's gradient needs
+        if project is not None:
+            hidden_out = x.new_zeros(rows, hidden, dtype=dtype)
         # y_0 = 0, y_1 .. y_T, and zeros: rows [0, rows) are every step's y_{t-1}
         outputs = x.new_zeros(rows + batch, out_dim, dtype=dtype)
         by_step = outputs[: n + batch].view(steps + 1, batch, out_dim)
@@ -149,14 +151,3 @@ class _LstmLayer(torch.autograd.Function):
         grad_bias = grad_gates.new_ones(1, rows).mm(grad_gates).view(-1).to(ctx.weight_dtype)
         grad_w_hr = None if w_hr is None else grad_out.t().mm(hidden_out).to(ctx.weight_dtype)
         return grad_x, grad_w_ih, grad_w_hh, grad_bias, grad_w_hr, None
-
-
-ROW_BLOCK = 128
-
-
-def padded_rows(n: int) -> int:
-    """`n` rounded up to a multiple of ROW_BLOCK. oneDNN builds a kernel for
-    each new shape of a bfloat16 product (about 6 ms at 3,000 x 128 x 2,000,
-    four times the product itself); with the rows of the all-steps products
-    padded to a few sizes, the kernels built for one batch serve the next."""
-    return -(-n // ROW_BLOCK) * ROW_BLOCK

@@ -3,8 +3,7 @@
 import torch
 from torch import nn
 
-from .precision import autocast_dtype
-from .recurrence import padded_rows
+from .precision import autocast_dtype, padded_rows
 
 
 class SoftmaxHead(nn.Module):
