@@ -5,7 +5,7 @@ run; and how far bfloat16 moves each layer from float32.
 
     python benchmarks/elmo_shapes.py [--text ../shared/data/ag_news/train.csv] [--batches 10]
         [--precisions float32 bfloat16] [--forwards clipped fused reference-style]
-        [--bilm PATH]
+        [--bilm PATH] [--batch-tokens 4096]
 
 Random weights (speed does not depend on them), torch on two threads, batches of
 32 real sentences of AG News text (spaCy's tokenizer and sentencizer, in file
@@ -18,6 +18,11 @@ order), run under torch.inference_mode as the `elmo` pipe runs them:
   bfloat16 weights packed once, cell state in float32);
 - "fused": the same model and cache on torch's fused nn.LSTM over packed
   sequences, without clipping;
+- "embedder" (once per precision, as "clipped"): the same biLM as the `elmo`
+  pipe, `embed` and `ElmoEmbedder` run it, on all the timed sentences at once:
+  sorted by length, in batches of at most --batch-tokens padded tokens (4,096,
+  their default), up to the float32 arrays handed back. Its batches hold more
+  rows than 32, so each step's weights serve more arithmetic;
 - "reference-style": written here as AllenNLP's `_ElmoBiLm` computes ELMo: the
   char CNN over all 50 characters of every token position, padding tokens
   included, no cache; then per layer, direction and time step one matmul for
@@ -52,6 +57,7 @@ import torch
 from matmul_rates import matmul_rates, roofline
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm
+from elmo_spacy.bilm.inference import embed_tokens
 
 FILTERS = [(1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024)]
 SHAPES = {
@@ -193,14 +199,20 @@ def main() -> None:
     parser.add_argument("--forwards", nargs="*", default=list(FORWARDS), choices=FORWARDS)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch-tokens", type=int, default=4096, help="the embedder's batches")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     sentences = read_sentences(args.text, BATCH * (args.batches + 1))
     batches = [sentences[i : i + BATCH] for i in range(0, len(sentences), BATCH)]
     warm_up, timed_batches = batches[0], batches[1 : args.batches + 1]
     tokens = sum(len(s) for batch in timed_batches for s in batch)
-    runs = [f"clipped-{p}" if p != "float32" else "clipped" for p in args.precisions]
-    runs += [name for name in args.forwards if name != "clipped"]
+    runs = [
+        name if precision == "float32" else f"{name}-{precision}"
+        for name in args.forwards
+        if name in BY_PRECISION
+        for precision in args.precisions
+    ]
+    runs += [name for name in args.forwards if name not in BY_PRECISION]
     shapes = [str(args.bilm)] if args.bilm else args.shapes
     for shape in shapes:
         if args.bilm:
@@ -228,8 +240,17 @@ def main() -> None:
                 if name == "fused":
                     bilm.forward_lstm.kernel = bilm.backward_lstm.kernel = "fused"
                 bilm.precision = precision_of(name)
-                run = ReferenceStyle(bilm) if name == "reference-style" else bilm_forward(bilm)
                 with torch.inference_mode():
+                    if name.startswith("embedder"):
+                        sentences = [s for batch in timed_batches for s in batch]
+
+                        def run(batch, bilm=bilm) -> None:
+                            embed_tokens(bilm, batch, max_batch_tokens=args.batch_tokens)
+
+                        run(sentences)  # the warm-up: the same batch shapes as timed
+                        seconds[name] = min(seconds[name], timed(run, [sentences]))
+                        continue
+                    run = ReferenceStyle(bilm) if name == "reference-style" else bilm_forward(bilm)
                     run(warm_up)
                     seconds[name] = min(seconds[name], timed(run, timed_batches))
         results = {name: tokens / seconds[name] for name in runs}
@@ -245,14 +266,19 @@ def main() -> None:
             **{f"matmul_gflops_{kernel}": rate / 1e9 for kernel, rate in rates.items()},
             "model_mflop_per_token": flops / tokens / 1e6,
         }
-        for precision in args.precisions:
-            name = "clipped" if precision == "float32" else f"clipped-{precision}"
-            summary[f"{name}_share_of_roofline"] = results[name] / (
-                roofline(rates, precision) / (flops / tokens)
-            )
+        for name in runs:
+            if name.split("-")[0] in BY_PRECISION:
+                precision = precision_of(name)
+                summary[f"{name}_share_of_roofline"] = results[name] / (
+                    roofline(rates, precision) / (flops / tokens)
+                )
+        for base in ("clipped", "embedder"):
+            for name in runs:
+                if base in results and name != base and name.startswith(base):
+                    summary[f"{name}_over_{base}"] = results[name] / results[base]
         if "clipped" in results:
             for name in runs:
-                if name != "clipped":
+                if name in ("fused", "reference-style"):
                     summary[f"{name}_over_clipped"] = results[name] / results["clipped"]
         if len(args.precisions) > 1 and "float32" in args.precisions:
             distances = layer_distances(make, timed_batches, args.precisions)
@@ -261,12 +287,14 @@ def main() -> None:
 
 
 PRECISIONS = ("float32", "bfloat16")
-FORWARDS = ("clipped", "fused", "reference-style")
+FORWARDS = ("clipped", "embedder", "fused", "reference-style")
+BY_PRECISION = ("clipped", "embedder")  # run once per precision
 
 
 def precision_of(name: str) -> str:
     """The precision of a forward's name ("clipped-bfloat16": bfloat16)."""
-    return name.split("-", 1)[1] if name.startswith("clipped-") else "float32"
+    base, _, precision = name.partition("-")
+    return precision if base in BY_PRECISION and precision else "float32"
 
 
 def layer_distances(make, batches: list[list[list[str]]], precisions) -> dict:
