@@ -1,11 +1,12 @@
-"""The LSTM training kernel (bilm/recurrence.py): torch's LSTM to float64
-rounding, forward and backward, and the kernel pretraining runs on the CPU."""
+"""The LSTM kernels (bilm/recurrence.py, bilm/lstm.py): torch's LSTM to float64
+rounding, forward and backward, the kernel pretraining runs on the CPU, and the
+loop kernel's cell step with and without gradients."""
 
 import pytest
 import torch
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab
-from elmo_spacy.bilm.lstm import LstmStack
+from elmo_spacy.bilm.lstm import LstmStack, lstm_cell
 from elmo_spacy.bilm.precision import ROW_BLOCK, padded_rows
 from elmo_spacy.bilm.recurrence import lstm_layer_for_training
 
@@ -106,3 +107,22 @@ def test_a_bilm_trains_to_the_same_loss_on_either_kernel():
             losses[kernel].append(loss.item())
     assert losses["training"][-1] < losses["training"][0] - 0.5
     assert losses["training"] == pytest.approx(losses["fused"], rel=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("cell_clip", [0.0, 0.5])
+def test_lstm_cell_in_place_without_gradients_is_the_cell_with_them(dtype, cell_clip):
+    """The loop kernel's step: the in-place path (inference) computes what the
+    autograd path computes, and leaves the cell state it is given alone."""
+    torch.manual_seed(0)
+    gates, c = torch.randn(5, 4 * 6).to(dtype), torch.randn(5, 6)
+    c_before = c.clone()
+    expected = lstm_cell(gates.clone().requires_grad_(), c, cell_clip)
+    with torch.inference_mode():
+        got = lstm_cell(gates.clone(), c, cell_clip)
+    for g, e in zip(got, expected):
+        assert g.dtype == torch.float32
+        torch.testing.assert_close(g, e.detach(), rtol=0, atol=1e-6)
+    assert torch.equal(c, c_before)
+    if cell_clip:
+        assert got[1].abs().max() <= cell_clip

@@ -201,30 +201,59 @@ def run_lstm_layer(
     recur = _linear(layer.weight_hh_l0, packed, "hh")
     project = _linear(layer.weight_hr_l0, packed, "hr") if layer.proj_size else None
     outputs, offset = [], 0
+    ended: list[LstmState] = []  # the states of rows that have ended, last rows first
     for n in active:
+        if n < len(h):  # rows n: ended at the previous step; the rest run on
+            if final:
+                ended.append((h[n:], c[n:]))
+            h, c = h[:n], c[:n]
         if n == 0:
             break
-        gates = recur(h[:n], gates_x[offset : offset + n])
+        gates = recur(h, gates_x[offset : offset + n])
         offset += n
-        i, f, g, o = widened(gates).chunk(4, 1)
-        cell = torch.sigmoid(f) * c[:n] + torch.sigmoid(i) * torch.tanh(g)
-        if cell_clip:
-            cell = cell.clamp(-cell_clip, cell_clip)
-        state = torch.sigmoid(o) * torch.tanh(cell)
+        h, c = lstm_cell(gates, c, cell_clip)
         if project is not None:
-            state = project(state, None)
+            h = project(h, None)
             if proj_clip:
-                state = state.clamp(-proj_clip, proj_clip)
-        outputs.append(state)
-        if n < batch:
-            cell, state = torch.cat([cell, c[n:]]), torch.cat([state, h[n:]])
-        h, c = state, cell
+                h = h.clamp(-proj_clip, proj_clip)
+        outputs.append(h)
     padded = x.new_zeros(steps, batch, out_dim)
     if outputs:
         padded[real] = torch.cat(outputs)
     restore = torch.argsort(order)
     y = padded.transpose(0, 1)[restore]
-    return y, ((h[restore], c[restore]) if final else None)
+    if not final:
+        return y, None
+    ended.append((h, c))
+    h, c = (torch.cat([state[k] for state in reversed(ended)]) for k in (0, 1))
+    return y, (h[restore], c[restore])
+
+
+def lstm_cell(
+    gates: torch.Tensor, c: torch.Tensor, cell_clip: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step's cell: gates (n, 4H), the pre-activations of i, f, g, o (a
+    fresh array: without gradients it is overwritten), and the cell state c
+    (n, H) -> (o tanh(cell), cell), each (n, H) in float32 where the gates are
+    bfloat16; the cell clipped to [-cell_clip, cell_clip] (0: not clipped).
+    Without gradients the activations run in place, a third fewer passes over
+    memory, which is what bounds a step once its product runs in bfloat16."""
+    gates = widened(gates)
+    if torch.is_grad_enabled():
+        i, f, g, o = gates.chunk(4, 1)
+        cell = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        if cell_clip:
+            cell = cell.clamp(-cell_clip, cell_clip)
+        return torch.sigmoid(o) * torch.tanh(cell), cell
+    hidden = c.shape[1]
+    gates[:, : 2 * hidden].sigmoid_()
+    i, f, g, o = gates.chunk(4, 1)
+    g.tanh_()
+    o.sigmoid_()
+    cell = f.mul(c).addcmul_(i, g)
+    if cell_clip:
+        cell.clamp_(-cell_clip, cell_clip)
+    return torch.tanh(cell).mul_(o), cell
 
 
 def _linear(
