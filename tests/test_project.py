@@ -140,3 +140,44 @@ def test_the_studys_help_lists_its_commands():
         "train",
         "vectors",
     ]
+
+
+def test_every_project_command_names_only_options_its_command_takes():
+    """A renamed option breaks a workflow only when its step runs (`--doc`
+    broke `compare`, the last step of `make all`, 52 minutes in): every
+    `elmo-spacy` and `python -m scripts` line of project.yml, its variables
+    filled in, names only options of its command (dotted ones are config
+    overrides)."""
+    import re
+    import shlex
+
+    import srsly
+    import typer
+
+    from elmo_spacy.cli import app as plugin_app
+    from scripts.commands import app as study_app
+
+    clis = {
+        ("elmo-spacy",): typer.main.get_command(plugin_app),
+        ("python", "-m", "scripts"): typer.main.get_command(study_app),
+    }
+    project = srsly.read_yaml(ROOT / "project.yml")
+    variables = project["vars"]
+    checked = 0
+    for step in project["commands"]:
+        for line in step.get("script", []):
+            line = re.sub(r"\$\{vars\.(\w+)\}", lambda m: str(variables[m.group(1)]), line)
+            words = shlex.split(line)
+            for prefix, group in clis.items():
+                if tuple(words[: len(prefix)]) != prefix:
+                    continue
+                name, args = words[len(prefix)], words[len(prefix) + 1 :]
+                command = group.commands[name]
+                known = {
+                    opt for param in command.params for opt in param.opts + param.secondary_opts
+                }
+                options = [a.split("=")[0] for a in args if a.startswith("--") and "." not in a]
+                unknown = [option for option in options if option not in known]
+                assert not unknown, f"project.yml, {step['name']}: {name} takes no {unknown}"
+                checked += 1
+    assert checked >= 20
