@@ -19,7 +19,7 @@ order), run under torch.inference_mode as the `elmo` pipe runs them:
 - "fused": the same model and cache on torch's fused nn.LSTM over packed
   sequences, without clipping;
 - "embedder" (once per precision, as "clipped"): the same biLM as the `elmo`
-  pipe, `embed` and `ElmoEmbedder` run it, on all the timed sentences at once:
+  pipe, `embed` and `Embedder` run it, on all the timed sentences at once:
   sorted by length, in batches of at most --batch-tokens padded tokens (4,096,
   their default), up to the float32 arrays handed back. Its batches hold more
   rows than 32, so each step's weights serve more arithmetic;

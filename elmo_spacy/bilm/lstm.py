@@ -236,8 +236,8 @@ def lstm_cell(
     fresh array: without gradients it is overwritten), and the cell state c
     (n, H) -> (o tanh(cell), cell), each (n, H) in float32 where the gates are
     bfloat16; the cell clipped to [-cell_clip, cell_clip] (0: not clipped).
-    Without gradients the activations run in place, a third fewer passes over
-    memory, which is what bounds a step once its product runs in bfloat16."""
+    Without gradients the activations run in place: two new arrays instead
+    of ten (the step's cost besides its products)."""
     gates = widened(gates)
     if torch.is_grad_enabled():
         i, f, g, o = gates.chunk(4, 1)
