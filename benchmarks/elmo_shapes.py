@@ -205,7 +205,8 @@ def main() -> None:
     sentences = read_sentences(args.text, BATCH * (args.batches + 1))
     batches = [sentences[i : i + BATCH] for i in range(0, len(sentences), BATCH)]
     warm_up, timed_batches = batches[0], batches[1 : args.batches + 1]
-    tokens = sum(len(s) for batch in timed_batches for s in batch)
+    timed_sentences = [s for batch in timed_batches for s in batch]
+    tokens = sum(len(s) for s in timed_sentences)
     runs = [
         name if precision == "float32" else f"{name}-{precision}"
         for name in args.forwards
@@ -242,13 +243,12 @@ def main() -> None:
                 bilm.precision = precision_of(name)
                 with torch.inference_mode():
                     if name.startswith("embedder"):
-                        sentences = [s for batch in timed_batches for s in batch]
 
                         def run(batch, bilm=bilm) -> None:
                             embed_tokens(bilm, batch, max_batch_tokens=args.batch_tokens)
 
-                        run(sentences)  # the warm-up: the same batch shapes as timed
-                        seconds[name] = min(seconds[name], timed(run, [sentences]))
+                        run(timed_sentences)  # the warm-up: the same batch shapes as timed
+                        seconds[name] = min(seconds[name], timed(run, [timed_sentences]))
                         continue
                     run = ReferenceStyle(bilm) if name == "reference-style" else bilm_forward(bilm)
                     run(warm_up)
@@ -267,19 +267,14 @@ def main() -> None:
             "model_mflop_per_token": flops / tokens / 1e6,
         }
         for name in runs:
-            if name.split("-")[0] in BY_PRECISION:
-                precision = precision_of(name)
-                summary[f"{name}_share_of_roofline"] = results[name] / (
-                    roofline(rates, precision) / (flops / tokens)
-                )
-        for base in ("clipped", "embedder"):
-            for name in runs:
-                if base in results and name != base and name.startswith(base):
-                    summary[f"{name}_over_{base}"] = results[name] / results[base]
-        if "clipped" in results:
-            for name in runs:
-                if name in ("fused", "reference-style"):
-                    summary[f"{name}_over_clipped"] = results[name] / results["clipped"]
+            stem = name.partition("-")[0]
+            if stem in BY_PRECISION:
+                peak = roofline(rates, precision_of(name)) / (flops / tokens)
+                summary[f"{name}_share_of_roofline"] = results[name] / peak
+            # a precision's run against float32's of the same forward, the others against "clipped"
+            base = stem if stem in BY_PRECISION else "clipped"
+            if name != base and base in results:
+                summary[f"{name}_over_{base}"] = results[name] / results[base]
         if len(args.precisions) > 1 and "float32" in args.precisions:
             distances = layer_distances(make, timed_batches, args.precisions)
             print(json.dumps({"shape": shape, **distances}), flush=True)

@@ -233,13 +233,14 @@ def lstm_cell(
     gates: torch.Tensor, c: torch.Tensor, cell_clip: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One step's cell: gates (n, 4H), the pre-activations of i, f, g, o (a
-    fresh array: without gradients it is overwritten), and the cell state c
-    (n, H) -> (o tanh(cell), cell), each (n, H) in float32 where the gates are
-    bfloat16; the cell clipped to [-cell_clip, cell_clip] (0: not clipped).
-    Without gradients the activations run in place: two new arrays instead
-    of ten (the step's cost besides its products)."""
+    fresh array: where autograd records neither it nor c, it is overwritten),
+    and the cell state c (n, H) -> (o tanh(cell), cell), each (n, H) in
+    float32 where the gates are bfloat16; the cell clipped to [-cell_clip,
+    cell_clip] (0: not clipped). Where autograd records nothing, the
+    activations run in place: two new arrays instead of ten (the step's cost
+    besides its products)."""
     gates = widened(gates)
-    if torch.is_grad_enabled():
+    if gates.requires_grad or c.requires_grad:
         i, f, g, o = gates.chunk(4, 1)
         cell = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         if cell_clip:
