@@ -5,6 +5,7 @@ from collections.abc import Callable, Sequence
 
 import numpy
 from spacy.tokens import Doc
+from thinc.api import Ops
 
 from .bilm.lru import LruCache
 from .layers.bilm_model import ElmoOutput
@@ -15,7 +16,7 @@ class FrozenOutputCache:
 
     With a frozen biLM, every training epoch and every mixing strategy would
     run the biLM over the same docs again; this cache runs it once per doc.
-    Keys are the docs' token texts, so two docs with the same tokens share an
+    The entries stay on the host, wherever the biLM runs. Keys are the docs' token texts, so two docs with the same tokens share an
     entry. When the stored arrays pass `max_bytes`, the least recently used
     entries are dropped (an `LruCache` bounded by bytes). Returned arrays are
     float32 copies of the float16 entries (the rounding is below 1e-3
@@ -59,10 +60,11 @@ class FrozenOutputCache:
         self.entries.clear()
 
     def get_or_compute(
-        self, docs: Sequence[Doc], compute: Callable[[list[Doc]], ElmoOutput]
+        self, docs: Sequence[Doc], compute: Callable[[list[Doc]], ElmoOutput], ops: Ops
     ) -> ElmoOutput:
         """The layers of each doc: kept ones, and `compute` run once on the
-        docs that have none."""
+        docs that have none. `compute` returns arrays of `ops` (numpy, or
+        cupy on a GPU), and so does this."""
         if self.max_bytes <= 0:
             return compute(list(docs))
         keys = [tuple(token.text for token in doc) for doc in docs]
@@ -70,6 +72,6 @@ class FrozenOutputCache:
         missing = [i for i, entry in enumerate(outputs) if entry is None]
         if missing:
             for i, layers in zip(missing, compute([docs[i] for i in missing])):
-                outputs[i] = layers.astype("float16")
+                outputs[i] = ops.to_numpy(layers).astype("float16")
                 self.entries.put(keys[i], outputs[i])
-        return [entry.astype("float32") for entry in outputs]
+        return [ops.asarray3f(entry) for entry in outputs]

@@ -257,8 +257,10 @@ class Elmo(TrainablePipe):
         return self.select_layers(self.model.predict(list(docs)))
 
     def set_annotations(self, docs: Sequence[Doc], outputs: ElmoOutput) -> None:
+        """Attach each doc's layers, as a numpy array on the host whatever
+        device the biLM ran on."""
         for doc, layers in zip(docs, outputs):
-            set_layers(doc, layers.astype(self.dtype, copy=False))
+            set_layers(doc, self.model.ops.to_numpy(layers).astype(self.dtype, copy=False))
 
     def select_layers(self, outputs: ElmoOutput) -> ElmoOutput:
         """The configured `layers` of each (L + 1, n, width) output."""
@@ -297,7 +299,7 @@ class Elmo(TrainablePipe):
         batch_id = ElmoListener.get_batch_id(docs)
         learners = [listener for listener in self.listeners if listener.wants_gradient]
         if not learners:
-            outputs = self.frozen_cache.get_or_compute(docs, self.predict)
+            outputs = self.frozen_cache.get_or_compute(docs, self.predict, self.model.ops)
             for listener in self.listeners:
                 listener.receive(batch_id, outputs, no_backprop)
             return losses

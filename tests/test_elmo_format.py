@@ -87,7 +87,7 @@ def max_difference(bilm: BiLM, batches, stateful: bool) -> float:
     for i, batch in enumerate(batches):
         top = outputs(bilm, batch)[-1]
         for k in range(2):
-            mine = top[k, : len(batch[k])].numpy()
+            mine = top[k, : len(batch[k])].cpu().numpy()
             worst = max(worst, float(abs(mine - reference_top_layer(k, i)).max()))
     return worst
 

@@ -8,6 +8,7 @@ import numpy
 import pytest
 import spacy
 import torch
+from thinc.api import NumpyOps
 
 from elmo_spacy.bilm import BiLM, WordVocab
 from elmo_spacy.bilm.chars import MaskedCharIds
@@ -90,10 +91,10 @@ def test_the_frozen_output_cache_is_bounded_by_bytes():
     entry_bytes = 3 * 2 * 4 * 2  # (L + 1, n, width) in float16
     cache = FrozenOutputCache(2 * entry_bytes)
     assert isinstance(cache.entries, LruCache)
-    outputs = cache.get_or_compute(docs[:3], compute)
+    outputs = cache.get_or_compute(docs[:3], compute, NumpyOps())
     assert [o.dtype for o in outputs] == ["float32"] * 3 and outputs[2][0, 0, 0] == 8.0
     assert len(cache) == 2 and cache.nbytes == 2 * entry_bytes  # "one two" dropped
-    cache.get_or_compute(docs[2:], compute)  # "five six" kept; "one two" again
+    cache.get_or_compute(docs[2:], compute, NumpyOps())  # "five six" kept; "one two" again
     assert computed == ["one two", "three four", "five six", "one two"]
     assert (cache.hits, cache.misses) == (1, 4)
     cache.max_bytes = entry_bytes

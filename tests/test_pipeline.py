@@ -367,7 +367,7 @@ def test_frozen_training_runs_the_bilm_once_per_doc(bilm_dir, corpus_dir):
             nlp.update(train[start : start + 16], sgd=optimizer)
     assert sum(calls) == 32
     assert elmo.frozen_cache.hits == 64 and len(elmo.frozen_cache) == 32
-    cached = elmo.frozen_cache.get_or_compute([train[0].predicted], predict)[0]
+    cached = elmo.frozen_cache.get_or_compute([train[0].predicted], predict, elmo.model.ops)[0]
     numpy.testing.assert_allclose(cached, predict([train[0].predicted])[0], rtol=2e-3, atol=2e-3)
     # Fine-tuning changes the biLM: the cache is emptied and not used.
     nlp.get_pipe("textcat").model.get_ref("tok2vec").get_ref("listener").attrs["grad_factor"] = 1.0

@@ -85,7 +85,8 @@ def forward(model: ElmoListener, docs: list[Doc], is_train: bool) -> tuple[ElmoO
 
 def _read_annotations(model: ElmoListener, docs: list[Doc]) -> ElmoOutput:
     outputs = [doc._.elmo for doc in docs]
-    outputs = [None if o is None else o.astype("float32", copy=False) for o in outputs]
+    # doc._.elmo is on the host: the model's ops put it where the model runs.
+    outputs = [None if o is None else model.ops.asarray3f(o) for o in outputs]
     missing = [i for i, output in enumerate(outputs) if output is None]
     if missing:
         if model.upstream_pipe is None:
