@@ -5,10 +5,11 @@ run; and how far bfloat16 moves each layer from float32.
 
     python benchmarks/elmo_shapes.py [--text ../shared/data/ag_news/train.csv] [--batches 10]
         [--precisions float32 bfloat16] [--forwards clipped fused reference-style]
-        [--bilm PATH] [--batch-tokens 4096]
+        [--bilm PATH] [--batch-tokens 4096] [--device cpu]
 
-Random weights (speed does not depend on them), torch on two threads, batches of
-32 real sentences of AG News text (spaCy's tokenizer and sentencizer, in file
+Random weights (speed does not depend on them), torch on two threads (or a
+CUDA GPU: --device cuda, TF32 off, the clock read after the GPU's queue is
+done), batches of 32 real sentences of AG News text (spaCy's tokenizer and sentencizer, in file
 order), run under torch.inference_mode as the `elmo` pipe runs them:
 
 - "clipped": the biLM as this package runs it: bilm-tf's architecture (cell and
@@ -54,7 +55,7 @@ from pathlib import Path
 
 import spacy
 import torch
-from matmul_rates import matmul_rates, roofline
+from matmul_rates import matmul_rates, roofline, synchronize
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm
 from elmo_spacy.bilm.inference import embed_tokens
@@ -113,10 +114,12 @@ def model_flops(config: BiLMConfig, batch: list[list[str]]) -> float:
     return 2.0 * positions * (conv + highway + projection + lstm)
 
 
-def timed(run, batches) -> float:
+def timed(run, batches, device: str) -> float:
+    synchronize(device)
     started = time.perf_counter()
     for batch in batches:
         run(batch)
+    synchronize(device)
     return time.perf_counter() - started
 
 
@@ -139,6 +142,7 @@ class ReferenceStyle:
             for t, row in enumerate(rows):
                 ids[b, t, : len(row)] = torch.from_numpy(row)
         encoder = bilm.encoder
+        ids = ids.to(encoder.embed.weight.device)
         embedded = encoder.embed(ids.view(-1, config.max_chars)).transpose(1, 2)
         pooled = [torch.relu(conv(embedded).amax(-1)) for conv in encoder.convs]
         tokens = encoder.projection(encoder.highway(torch.cat(pooled, -1)))
@@ -185,7 +189,7 @@ def _lstm_by_step(layer, x, lengths, cell_clip, proj_clip) -> torch.Tensor:
         c, h = c.clone(), h.clone()
         c[:active], h[:active] = cell, state
         out[:active, t] = state
-    return out[torch.argsort(torch.tensor(order))]
+    return out[torch.argsort(torch.tensor(order, device=out.device))]
 
 
 def main() -> None:
@@ -200,8 +204,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-tokens", type=int, default=4096, help="the embedder's batches")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (cuda:N)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     sentences = read_sentences(args.text, BATCH * (args.batches + 1))
     batches = [sentences[i : i + BATCH] for i in range(0, len(sentences), BATCH)]
     warm_up, timed_batches = batches[0], batches[1 : args.batches + 1]
@@ -220,21 +226,22 @@ def main() -> None:
             loaded = load_bilm(args.bilm, with_softmax=False)
 
             def make(loaded=loaded) -> BiLM:
-                return copy.deepcopy(loaded)
+                return copy.deepcopy(loaded).to(args.device)
 
         else:
             config = elmo_config(**SHAPES[shape])
 
             def make(config=config) -> BiLM:
                 torch.manual_seed(0)
-                return BiLM(config, WordVocab.specials_only(), with_softmax=False).eval()
+                bilm = BiLM(config, WordVocab.specials_only(), with_softmax=False)
+                return bilm.eval().to(args.device)
 
         config = make().config
         flops = sum(model_flops(config, batch) for batch in timed_batches)
         seconds = {name: float("inf") for name in runs}
         rates: dict[str, float] = {}
         for _ in range(args.rounds):
-            for kernel, rate in matmul_rates().items():
+            for kernel, rate in matmul_rates(device=args.device).items():
                 rates[kernel] = max(rates.get(kernel, 0.0), rate)
             for name in runs:
                 bilm = make()
@@ -248,11 +255,12 @@ def main() -> None:
                             embed_tokens(bilm, batch, max_batch_tokens=args.batch_tokens)
 
                         run(timed_sentences)  # the warm-up: the same batch shapes as timed
-                        seconds[name] = min(seconds[name], timed(run, [timed_sentences]))
+                        elapsed = timed(run, [timed_sentences], args.device)
+                        seconds[name] = min(seconds[name], elapsed)
                         continue
                     run = ReferenceStyle(bilm) if name == "reference-style" else bilm_forward(bilm)
                     run(warm_up)
-                    seconds[name] = min(seconds[name], timed(run, timed_batches))
+                    seconds[name] = min(seconds[name], timed(run, timed_batches, args.device))
         results = {name: tokens / seconds[name] for name in runs}
         for name in runs:
             peak = roofline(rates, precision_of(name))
@@ -262,6 +270,7 @@ def main() -> None:
             print(json.dumps(line), flush=True)
         summary = {
             "shape": shape,
+            "device": torch.cuda.get_device_name(args.device) if "cuda" in args.device else "cpu",
             "threads": args.threads,
             **{f"matmul_gflops_{kernel}": rate / 1e9 for kernel, rate in rates.items()},
             "model_mflop_per_token": flops / tokens / 1e6,
@@ -327,7 +336,7 @@ def layer_distances(make, batches: list[list[list[str]]], precisions) -> dict:
 
 def real_positions(layers: torch.Tensor, batch: list[list[str]]) -> torch.Tensor:
     """(L + 1, B, T, D) -> (L + 1, N, D): the positions of real tokens."""
-    real = torch.zeros(layers.shape[1:3], dtype=torch.bool)
+    real = torch.zeros(layers.shape[1:3], dtype=torch.bool, device=layers.device)
     for i, sentence in enumerate(batch):
         real[i, : len(sentence)] = True
     return layers[:, real]

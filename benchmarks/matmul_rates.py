@@ -1,12 +1,13 @@
-"""This machine's matmul rates, the rooflines of the benchmarks: float32
-through torch's default GEMM (MKL on x86 builds), float32 and bfloat16 through
-oneDNN (weights packed once, as the biLM's inference packs them).
+"""This machine's matmul rates, the rooflines of the benchmarks: on the CPU,
+float32 through torch's default GEMM (MKL on x86 builds), float32 and bfloat16
+through oneDNN (weights packed once, as the biLM's inference packs them); on a
+CUDA GPU (--device cuda), float32 (TF32 off) and bfloat16 through cuBLAS.
 
-    python benchmarks/matmul_rates.py [--size 2048]
+    python benchmarks/matmul_rates.py [--size 2048] [--device cpu]
 
-Each precision's share of the roofline is taken against its own oneDNN rate
-(the kernels the biLM runs in that precision); MKL's float32 rate is printed
-for reference.
+Each precision's share of the roofline is taken against its own rate on the
+device (on the CPU, oneDNN's: the kernels the biLM runs in that precision);
+MKL's float32 rate is printed for reference.
 """
 
 import argparse
@@ -19,26 +20,45 @@ import torch
 from elmo_spacy.bilm.lstm import onednn_packing
 
 RATES = ("mkl_float32", "onednn_float32", "onednn_bfloat16")
-# The roofline of each precision of the biLM.
+# The roofline of each precision of the biLM, on the CPU and on a CUDA GPU.
 ROOFLINE = {"float32": "onednn_float32", "bfloat16": "onednn_bfloat16"}
+CUDA_ROOFLINE = {"float32": "cuda_float32", "bfloat16": "cuda_bfloat16"}
+# The size of the matmul that measures a device's peak: large enough to fill it.
+SIZES = {"cpu": 2048, "cuda": 8192}
 
 
-def best_rate(run: Callable[[], object], flops: float, repeats: int, rounds: int) -> float:
+def synchronize(device: torch.device | str = "cpu") -> None:
+    """Wait for the work queued on `device` (a no-op on the CPU): what a
+    timer must do before it reads the clock on a GPU."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def best_rate(
+    run: Callable[[], object], flops: float, repeats: int, rounds: int, device="cpu"
+) -> float:
     """FLOP/s of `run`: the best of `rounds` rounds of `repeats` calls (the peak)."""
     run()
     best = 0.0
     for _ in range(rounds):
+        synchronize(device)
         started = time.perf_counter()
         for _ in range(repeats):
             run()
+        synchronize(device)
         best = max(best, flops * repeats / (time.perf_counter() - started))
     return best
 
 
-def matmul_rates(size: int = 2048, repeats: int = 10, rounds: int = 3) -> dict[str, float]:
-    """FLOP/s of a size^3 matmul per kernel (see RATES). Without oneDNN's
-    packed linear, the oneDNN float32 rate is torch's default float32 rate
-    and bfloat16 is torch's bfloat16 matmul."""
+def matmul_rates(
+    size: int | None = None, repeats: int = 10, rounds: int = 3, device: str = "cpu"
+) -> dict[str, float]:
+    """FLOP/s of a size^3 matmul per kernel (see RATES; on a GPU, CUDA_ROOFLINE's).
+    Without oneDNN's packed linear, the oneDNN float32 rate is torch's default
+    float32 rate and bfloat16 is torch's bfloat16 matmul."""
+    if torch.device(device).type == "cuda":
+        return _cuda_rates(size or SIZES["cuda"], repeats, rounds, device)
+    size = size or SIZES["cpu"]
     a, b = torch.randn(size, size), torch.randn(size, size)
     flops = 2.0 * size**3
     rates = {"mkl_float32": best_rate(lambda: a @ b, flops, repeats, rounds)}
@@ -61,18 +81,35 @@ def matmul_rates(size: int = 2048, repeats: int = 10, rounds: int = 3) -> dict[s
     return rates
 
 
+def _cuda_rates(size: int, repeats: int, rounds: int, device: str) -> dict[str, float]:
+    a, b = (torch.randn(size, size, device=device) for _ in range(2))
+    flops = 2.0 * size**3
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False  # float32 as the conformant path runs it
+    try:
+        rates = {"cuda_float32": best_rate(lambda: a @ b, flops, repeats, rounds, device)}
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+    a16, b16 = a.bfloat16(), b.bfloat16()
+    rates["cuda_bfloat16"] = best_rate(lambda: a16 @ b16, flops, repeats, rounds, device)
+    return rates
+
+
 def roofline(rates: dict[str, float], precision: str) -> float:
-    """The FLOP/s that `precision` is measured against."""
-    return rates[ROOFLINE[precision]]
+    """The FLOP/s that `precision` is measured against (on the device whose
+    rates `rates` are)."""
+    on_cuda = CUDA_ROOFLINE[precision] in rates
+    return rates[CUDA_ROOFLINE[precision] if on_cuda else ROOFLINE[precision]]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=2048)
+    parser.add_argument("--size", type=int, help="default: 2048 on the CPU, 8192 on a GPU")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (cuda:N)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    rates = matmul_rates(args.size)
+    rates = matmul_rates(args.size, device=args.device)
     print(json.dumps({"threads": args.threads, **{k: round(v / 1e9, 1) for k, v in rates.items()}}))
 
 

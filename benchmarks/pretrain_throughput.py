@@ -2,10 +2,12 @@
 
     python benchmarks/pretrain_throughput.py configs/bilm.cfg corpus/pretrain.txt [--steps 30]
         [--precisions float32 bfloat16] [--no-full-softmax] [--threads 2] [--torch-lstm]
+        [--device cpu]
         [--bilm.lstm_dim 2048 ...: overrides of the config, as `elmo-spacy pretrain` takes them]
 
 Prints, one line each: the matmul rates (GFLOP/s: MKL's float32 for
-reference, oneDNN's float32 and bfloat16, the rooflines; see
+reference, oneDNN's float32 and bfloat16, the rooflines; on a CUDA GPU
+(--device cuda, TF32 off), cuBLAS's float32 and bfloat16; see
 benchmarks/matmul_rates.py), then for the config as given and for the same
 model with a full softmax (the naive baseline), in each precision: tokens/s,
 training FLOPs per token computed from the sizes (3x the forward FLOPs of the
@@ -23,7 +25,7 @@ import time
 from dataclasses import replace
 
 import torch
-from matmul_rates import matmul_rates, roofline
+from matmul_rates import matmul_rates, roofline, synchronize
 from spacy.cli._util import parse_config_overrides
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab
@@ -56,13 +58,16 @@ def train_steps(bilm: BiLM, batches: list, steps: int) -> float:
     optimizer = torch.optim.Adam(bilm.parameters(), lr=1e-3)
     bilm.train()
     tokens, seconds = 0, 0.0
+    device = next(bilm.parameters()).device
     for i, docs in enumerate(itertools.islice(itertools.cycle(batches), steps + 3)):
+        synchronize(device)
         started = time.perf_counter()
         loss = bilm.lm_loss(bilm.batch(docs))
         optimizer.zero_grad()
         loss.mean.backward()
         torch.nn.utils.clip_grad_norm_(bilm.parameters(), 5.0)
         optimizer.step()
+        synchronize(device)
         if i >= 3:
             seconds += time.perf_counter() - started
             tokens += loss.n_tokens
@@ -82,8 +87,10 @@ def main() -> None:
         action="store_true",
         help="Also time each precision on torch's LSTM (the kernel pretraining ran before)",
     )
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (cuda:N)")
     args, extra = parser.parse_known_args()
     torch.set_num_threads(args.threads)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
 
     # Config overrides as the pretrain command takes them: --bilm.lstm_dim 2048
     bilm_config, training = load_pretrain_config(args.config, parse_config_overrides(extra))
@@ -96,10 +103,11 @@ def main() -> None:
     tail_shares = [sum(lo <= i < hi for i in ids) / len(ids) for lo, hi in zip(bounds, bounds[1:])]
     batches = list(bucketed_batches(docs, training.batch_tokens, random.Random(0)))
 
-    rates = matmul_rates()
+    rates = matmul_rates(device=args.device)
     print(
         json.dumps(
             {
+                "device": args.device,
                 "threads": torch.get_num_threads(),
                 **{f"matmul_gflops_{k}": round(v / 1e9, 1) for k, v in rates.items()},
             }
@@ -114,7 +122,7 @@ def main() -> None:
         for precision in args.precisions:
             for kernel in ("training", "fused") if args.torch_lstm else ("training",):
                 torch.manual_seed(0)
-                bilm = BiLM(config, vocab)
+                bilm = BiLM(config, vocab).to(args.device)
                 bilm.precision = precision
                 bilm.forward_lstm.kernel = bilm.backward_lstm.kernel = kernel
                 key = precision if kernel == "training" else f"{precision}_torch_lstm"
