@@ -1,0 +1,89 @@
+"""The per-step products of the LSTM recurrence at inference, in float32,
+bfloat16 and int8: what an "int8" precision (dynamic quantization) would buy
+over bfloat16 on this CPU.
+
+    python benchmarks/step_gemm_rates.py [--rows 8 36 128] [--threads 2]
+
+Each step of a layer multiplies the rows still running (36 on average in the
+`embedder` forward at the original shape) by the recurrent weights (P x 4H)
+and the cell by the projection (H x P). Timed at the original ELMo shape
+(H = 4096, P = 512), GOP/s (2 per multiply-add), best of three rounds:
+
+- float32 and bfloat16: oneDNN on weights packed once (the biLM's kernels);
+- int8: torch's dynamic quantized linear (weights int8 per output channel,
+  each call's input quantized per tensor), on each quantized engine torch
+  has here ("x86", "fbgemm", "onednn").
+
+Each with its largest error against the float32 product of torch's default
+GEMM, over that product's largest |value|.
+"""
+
+import argparse
+import json
+import warnings
+
+import torch
+from matmul_rates import best_rate
+from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+
+SHAPES = {"recurrent 512x16384": (512, 16384), "projection 4096x512": (4096, 512)}
+ENGINES = ("x86", "fbgemm", "onednn")
+
+
+def int8_linear(weight: torch.Tensor, engine: str) -> DynamicInt8Linear:
+    """`weight` (out, in) as torch's dynamic int8 linear on `engine`."""
+    torch.backends.quantized.engine = engine
+    out_dim, in_dim = weight.shape
+    with warnings.catch_warnings():  # torch marks its quantized tensors deprecated
+        warnings.simplefilter("ignore", UserWarning)
+        linear = DynamicInt8Linear(in_dim, out_dim)
+        if engine == "onednn":  # per-tensor weights only
+            scale = float(weight.abs().max() / 127)
+            quantized = torch.quantize_per_tensor(weight, scale, 0, torch.qint8)
+        else:
+            scales = weight.abs().amax(1).clamp(min=1e-8) / 127
+            zeros = torch.zeros(out_dim, dtype=torch.long)
+            quantized = torch.quantize_per_channel(weight, scales, zeros, 0, torch.qint8)
+        linear.set_weight_bias(quantized, torch.zeros(out_dim))
+    return linear
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="*", default=[8, 36, 128])
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    linear = torch.ops.mkldnn._linear_pointwise
+    generator = torch.Generator().manual_seed(0)
+    engines = [e for e in ENGINES if e in torch.backends.quantized.supported_engines]
+    with torch.no_grad():
+        for name, (in_dim, out_dim) in SHAPES.items():
+            weight = torch.randn(out_dim, in_dim, generator=generator) / in_dim**0.5
+            packed = {
+                dtype: torch.ops.mkldnn._reorder_linear_weight(weight.to(dtype), 32)
+                for dtype in (torch.float32, torch.bfloat16)
+            }
+            quantized = {engine: int8_linear(weight, engine) for engine in engines}
+            for rows in args.rows:
+                x = torch.randn(rows, in_dim, generator=generator)
+                ops = 2.0 * rows * in_dim * out_dim
+                exact = x @ weight.t()
+                line = {"product": name, "rows": rows}
+                for dtype, label in ((torch.float32, "float32"), (torch.bfloat16, "bfloat16")):
+                    xd, w = x.to(dtype), packed[dtype]
+                    run = lambda xd=xd, w=w: linear(xd, w, None, "none", [], "")  # noqa: E731
+                    line[f"{label}_gops"] = round(best_rate(run, ops, 50, 3) / 1e9)
+                    error = (run().float() - exact).abs().max() / exact.abs().max()
+                    line[f"{label}_max_error"] = round(float(error), 4)
+                for engine, layer in quantized.items():
+                    torch.backends.quantized.engine = engine
+                    run = lambda layer=layer, x=x: layer(x)  # noqa: E731
+                    line[f"int8_{engine}_gops"] = round(best_rate(run, ops, 50, 3) / 1e9)
+                    error = (layer(x) - exact).abs().max() / exact.abs().max()
+                    line[f"int8_{engine}_max_error"] = round(float(error), 4)
+                print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()
