@@ -9,8 +9,9 @@ run; and how far bfloat16 moves each layer from float32.
 
 Random weights (speed does not depend on them), torch on two threads (or a
 CUDA GPU: --device cuda, TF32 off, the clock read after the GPU's queue is
-done), batches of 32 real sentences of AG News text (spaCy's tokenizer and sentencizer, in file
-order), run under torch.inference_mode as the `elmo` pipe runs them:
+done), batches of 32 real sentences of AG News text (spaCy's tokenizer and
+sentencizer, in file order), run under torch.inference_mode as the `elmo`
+pipe runs them:
 
 - "clipped": the biLM as this package runs it: bilm-tf's architecture (cell and
   projection clipped at 3), the LSTM recurrence on oneDNN-packed weights, the

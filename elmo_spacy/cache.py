@@ -16,12 +16,13 @@ class FrozenOutputCache:
 
     With a frozen biLM, every training epoch and every mixing strategy would
     run the biLM over the same docs again; this cache runs it once per doc.
-    The entries stay on the host, wherever the biLM runs. Keys are the docs' token texts, so two docs with the same tokens share an
-    entry. When the stored arrays pass `max_bytes`, the least recently used
-    entries are dropped (an `LruCache` bounded by bytes). Returned arrays are
-    float32 copies of the float16 entries (the rounding is below 1e-3
-    relative). With `max_bytes` <= 0 the cache is off: every call computes,
-    and nothing is rounded.
+    The entries stay on the host, wherever the biLM runs. Keys are the docs'
+    token texts, so two docs with the same tokens share an entry. When the
+    stored arrays pass `max_bytes`, the least recently used entries are
+    dropped (an `LruCache` bounded by bytes). Returned arrays are float32
+    copies of the float16 entries (the rounding is below 1e-3 relative).
+    With `max_bytes` <= 0 the cache is off: every call computes, and nothing
+    is rounded.
 
     entries: the float16 layers under their docs' token texts.
     nbytes: the bytes that the kept entries hold now.

@@ -55,8 +55,9 @@ def on_device_ops(nlp):
     return nlp
 
 
-@pytest.fixture()
+@pytest.fixture(scope="module")
 def device_nlp(bilm_dir, corpus_dir):
+    """A frozen-biLM pipeline on DeviceOps, never trained before its tests."""
     nlp = make_nlp(bilm_dir, SCALAR_MIX, grad_factor=0.0)
     train = examples(nlp, corpus_dir / "train.spacy")[:8]
     nlp.initialize(lambda: train)
