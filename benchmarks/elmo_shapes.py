@@ -56,7 +56,7 @@ from pathlib import Path
 
 import spacy
 import torch
-from matmul_rates import matmul_rates, roofline, synchronize
+from matmul_rates import float32_without_tf32, matmul_rates, roofline, synchronize
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm
 from elmo_spacy.bilm.inference import embed_tokens
@@ -208,7 +208,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (cuda:N)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    float32_without_tf32()
     sentences = read_sentences(args.text, BATCH * (args.batches + 1))
     batches = [sentences[i : i + BATCH] for i in range(0, len(sentences), BATCH)]
     warm_up, timed_batches = batches[0], batches[1 : args.batches + 1]

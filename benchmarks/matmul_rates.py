@@ -27,6 +27,13 @@ CUDA_ROOFLINE = {"float32": "cuda_float32", "bfloat16": "cuda_bfloat16"}
 SIZES = {"cpu": 2048, "cuda": 8192}
 
 
+def float32_without_tf32() -> None:
+    """Run float32 products on a GPU in float32, as the conformant path does
+    (TF32 keeps 10 bits of their inputs' mantissas): for the whole run, the
+    rates and the benchmarks measured against them alike."""
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+
+
 def synchronize(device: torch.device | str = "cpu") -> None:
     """Wait for the work queued on `device` (a no-op on the CPU): what a
     timer must do before it reads the clock on a GPU."""
@@ -53,7 +60,8 @@ def best_rate(
 def matmul_rates(
     size: int | None = None, repeats: int = 10, rounds: int = 3, device: str = "cpu"
 ) -> dict[str, float]:
-    """FLOP/s of a size^3 matmul per kernel (see RATES; on a GPU, CUDA_ROOFLINE's).
+    """FLOP/s of a size^3 matmul per kernel (see RATES; on a GPU, CUDA_ROOFLINE's,
+    float32 as the ambient TF32 setting says: see `float32_without_tf32`).
     Without oneDNN's packed linear, the oneDNN float32 rate is torch's default
     float32 rate and bfloat16 is torch's bfloat16 matmul."""
     if torch.device(device).type == "cuda":
@@ -84,12 +92,7 @@ def matmul_rates(
 def _cuda_rates(size: int, repeats: int, rounds: int, device: str) -> dict[str, float]:
     a, b = (torch.randn(size, size, device=device) for _ in range(2))
     flops = 2.0 * size**3
-    saved = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False  # float32 as the conformant path runs it
-    try:
-        rates = {"cuda_float32": best_rate(lambda: a @ b, flops, repeats, rounds, device)}
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = saved
+    rates = {"cuda_float32": best_rate(lambda: a @ b, flops, repeats, rounds, device)}
     a16, b16 = a.bfloat16(), b.bfloat16()
     rates["cuda_bfloat16"] = best_rate(lambda: a16 @ b16, flops, repeats, rounds, device)
     return rates
@@ -109,6 +112,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (cuda:N)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    float32_without_tf32()
     rates = matmul_rates(args.size, device=args.device)
     print(json.dumps({"threads": args.threads, **{k: round(v / 1e9, 1) for k, v in rates.items()}}))
 

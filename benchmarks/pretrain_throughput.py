@@ -25,7 +25,7 @@ import time
 from dataclasses import replace
 
 import torch
-from matmul_rates import matmul_rates, roofline, synchronize
+from matmul_rates import float32_without_tf32, matmul_rates, roofline, synchronize
 from spacy.cli._util import parse_config_overrides
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab
@@ -90,7 +90,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (cuda:N)")
     args, extra = parser.parse_known_args()
     torch.set_num_threads(args.threads)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    float32_without_tf32()
 
     # Config overrides as the pretrain command takes them: --bilm.lstm_dim 2048
     bilm_config, training = load_pretrain_config(args.config, parse_config_overrides(extra))
