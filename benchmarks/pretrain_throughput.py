@@ -29,7 +29,8 @@ from matmul_rates import float32_without_tf32, matmul_rates, roofline, synchroni
 from spacy.cli._util import parse_config_overrides
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab
-from elmo_spacy.pretrain import bucketed_batches, load_pretrain_config, split_long
+from elmo_spacy.pretrain import PretrainConfig, bucketed_batches, load_pretrain_config, split_long
+from elmo_spacy.pretrain.checkpoint import new_optimizer
 from elmo_spacy.pretrain.texts import read_tokenised_texts
 
 
@@ -52,10 +53,10 @@ def forward_flops_per_token(config: BiLMConfig, vocab_size: int, tail_shares: li
     return encoder + lstm + 2 * softmax
 
 
-def train_steps(bilm: BiLM, batches: list, steps: int) -> float:
-    """Tokens/s of forward, backward, clipping and an Adam step, after a warm-up,
-    in the biLM's precision."""
-    optimizer = torch.optim.Adam(bilm.parameters(), lr=1e-3)
+def train_steps(bilm: BiLM, batches: list, steps: int, training: PretrainConfig) -> float:
+    """Tokens/s of forward, backward, clipping and an Adam step (pretraining's
+    optimizer), after a warm-up, in the biLM's precision."""
+    optimizer = new_optimizer(bilm, training)
     bilm.train()
     tokens, seconds = 0, 0.0
     device = next(bilm.parameters()).device
@@ -65,7 +66,7 @@ def train_steps(bilm: BiLM, batches: list, steps: int) -> float:
         loss = bilm.lm_loss(bilm.batch(docs))
         optimizer.zero_grad()
         loss.mean.backward()
-        torch.nn.utils.clip_grad_norm_(bilm.parameters(), 5.0)
+        torch.nn.utils.clip_grad_norm_(bilm.parameters(), training.grad_clip)
         optimizer.step()
         synchronize(device)
         if i >= 3:
@@ -126,7 +127,7 @@ def main() -> None:
                 bilm.precision = precision
                 bilm.forward_lstm.kernel = bilm.backward_lstm.kernel = kernel
                 key = precision if kernel == "training" else f"{precision}_torch_lstm"
-                speed[key] = train_steps(bilm, batches, args.steps)
+                speed[key] = train_steps(bilm, batches, args.steps, training)
                 gflops = speed[key] * flops / 1e9
                 print(
                     json.dumps(

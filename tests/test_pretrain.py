@@ -9,7 +9,7 @@ import torch
 import elmo_spacy.pretrain.train as train_module
 from elmo_spacy.bilm import BiLMConfig, load_bilm
 from elmo_spacy.pretrain import PretrainConfig, pretrain
-from elmo_spacy.pretrain.checkpoint import LATEST
+from elmo_spacy.pretrain.checkpoint import LATEST, latest_checkpoint, load_checkpoint
 from elmo_spacy.pretrain.texts import read_texts
 from elmo_spacy.pretrain.train import NotEnoughText
 
@@ -51,6 +51,21 @@ def test_resume_after_a_crash_ends_with_the_uninterrupted_weights(tmp_path, monk
     assert [e["dev_perplexity"]["mean"] for e in resumed["epochs"]] == pytest.approx(
         [e["dev_perplexity"]["mean"] for e in uninterrupted["epochs"]], rel=1e-5
     )
+
+
+def test_pretraining_and_its_resumption_step_with_the_fused_adam(tmp_path, monkeypatch):
+    fused = []
+    real_save = train_module.save_checkpoint
+
+    def record(output_dir, bilm, optimizer, state):
+        fused.append(optimizer.param_groups[0]["fused"])
+        return real_save(output_dir, bilm, optimizer, state)
+
+    monkeypatch.setattr(train_module, "save_checkpoint", record)
+    pretrain(DOCS, BILM, SETTINGS, tmp_path, show_progress=False)
+    assert fused and all(fused)
+    _, optimizer, _ = load_checkpoint(latest_checkpoint(tmp_path), BILM, SETTINGS)
+    assert optimizer.param_groups[0]["fused"]
 
 
 def test_only_the_latest_checkpoint_is_kept_and_the_log_is_written(tmp_path):

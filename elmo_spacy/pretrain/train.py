@@ -27,6 +27,7 @@ from .checkpoint import (
     RunState,
     latest_checkpoint,
     load_checkpoint,
+    new_optimizer,
     save_checkpoint,
 )
 from .config import PretrainConfig
@@ -233,7 +234,7 @@ def pretrain(
         if init_vectors is not None:
             initialised = bilm.init_word_vectors(init_vectors)
         bilm.to(workers.device)
-        optimizer = torch.optim.Adam(bilm.parameters(), lr=config.learning_rate)
+        optimizer = new_optimizer(bilm, config)
         state = RunState(epoch_rng=rng.getstate())
     bilm.precision = resolve_precision(config.precision, workers.device, "[training] precision")
     loss: nn.Module = ShardLoss(bilm, workers.world_size)
