@@ -12,8 +12,9 @@ benchmarks/matmul_rates.py), then for the config as given and for the same
 model with a full softmax (the naive baseline), in each precision: tokens/s,
 training FLOPs per token computed from the sizes (3x the forward FLOPs of the
 matmuls, on real tokens, not padding), and the share of the precision's own
-roofline reached (with --torch-lstm, also on torch's LSTM kernel); last,
-each run's speed over float32's on each kernel. Dev perplexity
+roofline reached (with --torch-lstm, also on torch's LSTM kernel), and the
+milliseconds per step of its forward (loss included), backward and optimizer
+phases; last, each run's speed over float32's on each kernel. Dev perplexity
 after the same steps in each precision: benchmarks/precision_perplexity.py.
 """
 
@@ -53,26 +54,39 @@ def forward_flops_per_token(config: BiLMConfig, vocab_size: int, tail_shares: li
     return encoder + lstm + 2 * softmax
 
 
-def train_steps(bilm: BiLM, batches: list, steps: int, training: PretrainConfig) -> float:
+def train_steps(
+    bilm: BiLM, batches: list, steps: int, training: PretrainConfig
+) -> tuple[float, dict[str, float]]:
     """Tokens/s of forward, backward, clipping and an Adam step (pretraining's
-    optimizer), after a warm-up, in the biLM's precision."""
+    optimizer), after a warm-up, in the biLM's precision; and the mean
+    milliseconds per step of each phase: `forward` (the batch's arrays, both
+    stacks and the softmax loss), `backward`, `optimizer` (clipping and Adam)."""
     optimizer = new_optimizer(bilm, training)
     bilm.train()
-    tokens, seconds = 0, 0.0
+    tokens = 0
+    phases = dict.fromkeys(PHASES, 0.0)
     device = next(bilm.parameters()).device
     for i, docs in enumerate(itertools.islice(itertools.cycle(batches), steps + 3)):
-        synchronize(device)
-        started = time.perf_counter()
+        marks = [_clock(device)]
         loss = bilm.lm_loss(bilm.batch(docs))
+        marks.append(_clock(device))
         optimizer.zero_grad()
         loss.mean.backward()
+        marks.append(_clock(device))
         torch.nn.utils.clip_grad_norm_(bilm.parameters(), training.grad_clip)
         optimizer.step()
-        synchronize(device)
+        marks.append(_clock(device))
         if i >= 3:
-            seconds += time.perf_counter() - started
+            for phase, start, end in zip(PHASES, marks, marks[1:]):
+                phases[phase] += end - start
             tokens += loss.n_tokens
-    return tokens / seconds
+    speed = tokens / sum(phases.values())
+    return speed, {k: round(1e3 * v / steps, 1) for k, v in phases.items()}
+
+
+def _clock(device: torch.device) -> float:
+    synchronize(device)
+    return time.perf_counter()
 
 
 def main() -> None:
@@ -127,7 +141,7 @@ def main() -> None:
                 bilm.precision = precision
                 bilm.forward_lstm.kernel = bilm.backward_lstm.kernel = kernel
                 key = precision if kernel == "training" else f"{precision}_torch_lstm"
-                speed[key] = train_steps(bilm, batches, args.steps, training)
+                speed[key], phase_ms = train_steps(bilm, batches, args.steps, training)
                 gflops = speed[key] * flops / 1e9
                 print(
                     json.dumps(
@@ -142,6 +156,7 @@ def main() -> None:
                             "share_of_roofline": round(
                                 gflops * 1e9 / roofline(rates, precision), 3
                             ),
+                            "ms_per_step": phase_ms,
                         }
                     ),
                     flush=True,
@@ -158,6 +173,7 @@ def main() -> None:
 
 LSTM_KERNELS = {"training": "elmo_spacy (bilm/recurrence.py)", "fused": "torch's nn.LSTM"}
 PRECISIONS = ("float32", "bfloat16")
+PHASES = ("forward", "backward", "optimizer")
 
 
 if __name__ == "__main__":
