@@ -10,8 +10,8 @@ from spacy.cli._util import parse_config_overrides
 
 import elmo_spacy.bilm.precision as precision_module
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm
-from elmo_spacy.bilm.lstm import onednn_packing
-from elmo_spacy.bilm.softmax import adaptive_nll
+from elmo_spacy.bilm.products import onednn_packing
+from elmo_spacy.bilm.softmax import adaptive_nll, summed_nll
 from elmo_spacy.layers import get_bilm
 from elmo_spacy.pretrain import PretrainConfig, load_pretrain_config, pretrain
 from elmo_spacy.pretrain.checkpoint import STATE_FILE, latest_checkpoint
@@ -145,6 +145,25 @@ def test_adaptive_nll_is_the_adaptive_softmax_loss():
         low = adaptive_nll(softmax, hidden, targets)
     assert low.dtype == torch.float32
     assert float(low) == pytest.approx(float(expected), rel=1e-2)
+
+
+def test_summed_nll_is_the_summed_cross_entropy_forward_and_backward():
+    torch.manual_seed(0)
+    logits = torch.randn(40, 30, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, 30, (40,))
+    weight = torch.tensor(0.37, dtype=torch.float64)  # as a mean scales the sum
+    expected = torch.nn.functional.cross_entropy(logits, targets, reduction="sum")
+    (expected_grad,) = torch.autograd.grad(expected * weight, logits)
+    got = summed_nll(logits, targets)
+    (got_grad,) = torch.autograd.grad(got * weight, logits)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(got_grad, expected_grad, rtol=0, atol=1e-12)
+    low = logits.detach().bfloat16().requires_grad_()
+    low_nll = summed_nll(low, targets)
+    (low_grad,) = torch.autograd.grad(low_nll * weight, low)
+    assert low_nll.dtype == torch.float32 and low_grad.dtype == torch.bfloat16
+    assert float(low_nll.detach()) == pytest.approx(float(expected.detach()), rel=1e-2)
+    torch.testing.assert_close(low_grad.double(), expected_grad, rtol=0, atol=4e-3)
 
 
 def test_pipe_in_bfloat16_gives_float32_layers_close_to_float32_and_keeps_its_setting(

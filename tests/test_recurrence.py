@@ -29,13 +29,45 @@ def test_training_kernel_is_torchs_lstm_forward_and_backward(projected, batch):
     weight = torch.randn_like(expected)  # a loss that weighs every output differently
     expected_grads = gradients(expected, weight, tensors)
 
-    bias = lstm.bias_ih_l0 + lstm.bias_hh_l0
-    project = lstm.weight_hr_l0 if projected else None
-    y = lstm_layer_for_training(
-        x, lstm.weight_ih_l0, lstm.weight_hh_l0, bias, project, torch.float64
-    )
+    y = one_layer(x, lstm, torch.float64)
     torch.testing.assert_close(y, expected, rtol=0, atol=1e-12)
     for got, want in zip(gradients(y, weight, tensors), expected_grads):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+def one_layer(x: torch.Tensor, lstm: torch.nn.LSTM, dtype: torch.dtype) -> torch.Tensor:
+    """`lstm` over x (B, T, I) on the training kernel, as a batch of one layer."""
+    bias = lstm.bias_ih_l0 + lstm.bias_hh_l0
+    weights = [lstm.weight_ih_l0, lstm.weight_hh_l0, bias]
+    weights.append(lstm.weight_hr_l0 if lstm.proj_size else None)
+    batched = [w if w is None else w[None] for w in weights]
+    return lstm_layer_for_training(x[None], *batched, dtype)[0]
+
+
+@pytest.mark.parametrize("projected", [True, False])
+def test_layers_run_together_are_each_layer_alone(projected):
+    """Two layers (the biLM's directions) in one call of the training kernel:
+    each one's outputs and gradients are what it gives alone."""
+    torch.manual_seed(0)
+    dim, cell = (6, 10) if projected else (8, 8)
+    lstms = [
+        torch.nn.LSTM(dim, cell, proj_size=dim if projected else 0, batch_first=True).double()
+        for _ in range(2)
+    ]
+    xs = [torch.randn(4, 7, dim, dtype=torch.float64, requires_grad=True) for _ in range(2)]
+    tensors = [*xs, *(p for lstm in lstms for p in lstm.parameters())]
+    alone = torch.stack([one_layer(x, lstm, torch.float64) for x, lstm in zip(xs, lstms)])
+    weight = torch.randn_like(alone)
+    stacked = [
+        torch.stack([lstm.weight_ih_l0 for lstm in lstms]),
+        torch.stack([lstm.weight_hh_l0 for lstm in lstms]),
+        torch.stack([lstm.bias_ih_l0 + lstm.bias_hh_l0 for lstm in lstms]),
+        torch.stack([lstm.weight_hr_l0 for lstm in lstms]) if projected else None,
+    ]
+    together = lstm_layer_for_training(torch.stack(xs), *stacked, torch.float64)
+    torch.testing.assert_close(together, alone, rtol=0, atol=1e-12)
+    expected_grads = gradients(alone, weight, tensors)
+    for got, want in zip(gradients(together, weight, tensors), expected_grads):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 
@@ -49,11 +81,9 @@ def test_bfloat16_training_kernel_is_close_to_float32():
     torch.manual_seed(0)
     lstm = torch.nn.LSTM(16, 32, proj_size=16, batch_first=True)
     x = torch.randn(5, 9, 16, requires_grad=True)
-    bias = lstm.bias_ih_l0 + lstm.bias_hh_l0
-    args = (lstm.weight_ih_l0, lstm.weight_hh_l0, bias, lstm.weight_hr_l0)
     tensors = [x, *lstm.parameters()]
-    high = lstm_layer_for_training(x, *args, torch.float32)
-    low = lstm_layer_for_training(x, *args, torch.bfloat16)
+    high = one_layer(x, lstm, torch.float32)
+    low = one_layer(x, lstm, torch.bfloat16)
     assert low.dtype == torch.bfloat16
     weight = torch.randn_like(high)
     low_grads = gradients(low, weight, tensors)

@@ -18,7 +18,8 @@ from torch import nn
 from .batch import TokenBatch
 from .chars import CharIds
 from .lru import LruCache
-from .lstm import PackedWeights, onednn_packing
+from .lstm import PackedWeights
+from .products import onednn_packing
 from .states import States
 from .vocab import PAD_ID
 

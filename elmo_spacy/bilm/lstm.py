@@ -1,8 +1,7 @@
 """One direction of the biLM: a stack of projected LSTM layers, clipped or fused."""
 
-import functools
 import warnings
-from collections.abc import Callable
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -10,6 +9,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..errors import ElmoSpacyError
 from .precision import matmul_dtype, state_dtype, widened
+from .products import Product, onednn_packing, pack, packed_product
 from .recurrence import lstm_layer_for_training
 
 LstmState = tuple[torch.Tensor, torch.Tensor]  # h (B, P), c (B, H) of one layer
@@ -104,20 +104,12 @@ class LstmStack(nn.Module):
         `kernel` forces one (None: as `self.kernel` says). `packed`: where
         to keep packed weights for inference (see `run_lstm_layer`); the
         caller empties it when the weights change."""
-        kernel = kernel or self.kernel
-        if kernel == "auto":
-            plain = not (self.clipped or initial is not None or final or packed is not None)
-            training = torch.is_grad_enabled() and x.device.type == "cpu"  # cuDNN is faster
-            kernel = "loop" if not plain else "training" if training else "fused"
-        if kernel != "loop" and (initial is not None or final):
-            raise ElmoSpacyError(
-                f"States in or out need the loop kernel: kernel = {kernel!r} cannot carry them"
-            )
+        kernel = self.kernel_for(x, initial, final, packed, kernel)
         outputs, states = [], []
         for i, layer in enumerate(self.layers):
             inputs = self.dropout(x)
             if kernel == "training":
-                y = run_training_layer(layer, inputs)
+                y = run_training_layers([layer], inputs[None])[0]
             elif kernel == "fused":
                 y = run_fused_layer(layer, inputs, lengths)
             else:
@@ -136,15 +128,59 @@ class LstmStack(nn.Module):
             outputs.append(x)
         return outputs, (states if final else None)
 
+    def kernel_for(
+        self,
+        x: torch.Tensor,
+        initial: list[LstmState] | None = None,
+        final: bool = False,
+        packed: PackedWeights | None = None,
+        kernel: str | None = None,
+    ) -> str:
+        """The kernel `forward` runs for these arguments (see the class
+        docstring): `kernel`, else `self.kernel`, with "auto" resolved."""
+        kernel = kernel or self.kernel
+        if kernel == "auto":
+            plain = not (self.clipped or initial is not None or final or packed is not None)
+            training = torch.is_grad_enabled() and x.device.type == "cpu"  # cuDNN is faster
+            kernel = "loop" if not plain else "training" if training else "fused"
+        if kernel != "loop" and (initial is not None or final):
+            raise ElmoSpacyError(
+                f"States in or out need the loop kernel: kernel = {kernel!r} cannot carry them"
+            )
+        return kernel
 
-def run_training_layer(layer: nn.LSTM, x: torch.Tensor) -> torch.Tensor:
-    """One unclipped layer from zero states, x (B, T, I) -> (B, T, P), on the
-    training kernel (`lstm_layer_for_training`), its products in the ambient
-    precision (bfloat16 under autocast)."""
-    bias = layer.bias_ih_l0 + layer.bias_hh_l0
-    project = layer.weight_hr_l0 if layer.proj_size else None
-    dtype = matmul_dtype(layer.weight_hh_l0)
-    return lstm_layer_for_training(x, layer.weight_ih_l0, layer.weight_hh_l0, bias, project, dtype)
+
+def run_training_stacks(
+    stacks: Sequence[LstmStack], inputs: Sequence[torch.Tensor]
+) -> list[list[torch.Tensor]]:
+    """Stacks of one shape (the biLM's two directions), each over its own
+    inputs (B, T, P), from zero states on the training kernel: what
+    `stack(x, lengths, kernel="training")[0]` gives for each, with each
+    layer of all the stacks in one call (`run_training_layers`). Returns,
+    per stack, one (B, T, P) output per layer."""
+    xs = list(inputs)
+    outputs: list[list[torch.Tensor]] = [[] for _ in stacks]
+    for i, layers in enumerate(zip(*(stack.layers for stack in stacks))):
+        y = run_training_layers(layers, torch.stack([s.dropout(x) for s, x in zip(stacks, xs)]))
+        for d, stack in enumerate(stacks):
+            xs[d] = y[d] + xs[d] if i > 0 and stack.skip_connections else y[d]
+            outputs[d].append(xs[d])
+    return outputs
+
+
+def run_training_layers(layers: Sequence[nn.LSTM], x: torch.Tensor) -> torch.Tensor:
+    """D unclipped layers of one shape from zero states, each over its own
+    x[d]: x (D, B, T, I) -> (D, B, T, P), on the training kernel
+    (`lstm_layer_for_training`), the products in the ambient precision
+    (bfloat16 under autocast)."""
+    bias = torch.stack([layer.bias_ih_l0 + layer.bias_hh_l0 for layer in layers])
+    weight_ih = torch.stack([layer.weight_ih_l0 for layer in layers])
+    weight_hh = torch.stack([layer.weight_hh_l0 for layer in layers])
+    project = None
+    if layers[0].proj_size:
+        project = torch.stack([layer.weight_hr_l0 for layer in layers])
+    dtype = matmul_dtype(layers[0].weight_hh_l0)
+    return lstm_layer_for_training(x, weight_ih, weight_hh, bias, project, dtype)
 
 
 def run_fused_layer(layer: nn.LSTM, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -257,9 +293,7 @@ def lstm_cell(
     return torch.tanh(cell).mul_(o), cell
 
 
-def _linear(
-    weight: torch.Tensor, packed: dict[str, torch.Tensor] | None, name: str
-) -> Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]:
+def _linear(weight: torch.Tensor, packed: dict[str, torch.Tensor] | None, name: str) -> Product:
     """A function (x (N, in), add) -> x @ weight.T + add, where `add` is a bias
     (out,), an (N, out) array or None. With a `packed` cache and oneDNN, it
     runs on the weight packed once and kept under `name`: in float32, or under
@@ -270,33 +304,5 @@ def _linear(
     dtype = matmul_dtype(weight)
     key = name if dtype == weight.dtype else f"{name}.{dtype}"
     if key not in packed:
-        packed[key] = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype), 32)
-    weight_packed, linear = packed[key], torch.ops.mkldnn._linear_pointwise
-
-    def packed_linear(x: torch.Tensor, add: torch.Tensor | None) -> torch.Tensor:
-        x = x.to(dtype)
-        if add is None or add.dim() == 1:
-            bias = None if add is None else add.to(dtype)
-            return linear(x, weight_packed, bias, "none", [], "")
-        if dtype != weight.dtype:  # the add fused into the product, before rounding
-            return linear.binary(x, add.to(dtype), weight_packed, None, "add")
-        return linear(x, weight_packed, None, "none", [], "").add_(add)
-
-    return packed_linear
-
-
-@functools.cache
-def onednn_packing() -> bool:
-    """Whether this torch has oneDNN's packed linear (torch's CPU builds for x86
-    and ARM do) and it gives the plain GEMM's results."""
-    try:
-        # Its own generator: drawing from torch's global one would shift the dropout
-        # masks of the first run in a process (the answer is cached), not of later ones.
-        generator = torch.Generator().manual_seed(0)
-        weight, x = torch.randn(8, 4, generator=generator), torch.randn(3, 4, generator=generator)
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight, 3)
-        y = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-        with torch.autocast("cpu", enabled=False):  # the check may run under autocast
-            return bool(torch.allclose(y, x @ weight.t(), atol=1e-5))
-    except (AttributeError, RuntimeError):
-        return False
+        packed[key] = pack(weight, dtype)
+    return packed_product(packed[key], dtype, fuse_add=dtype != weight.dtype)

@@ -13,7 +13,7 @@ from .chars import CharIds, char_ids_for
 from .config import BiLMConfig
 from .encoders import CharCNNEncoder, WordCharEncoder, WordEncoder
 from .inference_cache import InferenceCache, InferenceCacheSlot, encode_types, packed_weights
-from .lstm import LstmStack
+from .lstm import LstmStack, run_training_stacks
 from .precision import in_precision, resolve_precision
 from .softmax import SoftmaxHead
 from .states import CarriedStates, States, primed_states
@@ -271,12 +271,22 @@ class BiLM(nn.Module):
         reverse = _reverse_index(lengths, batch.index.shape[1])
         backward_inputs = types[batch.index.gather(1, reverse)]
         initial = initial or {}
-        forward_layers, forward_final = self.forward_lstm(
-            encoded, lengths, initial.get("forward"), final=final, packed=packed
-        )
-        backward_layers, backward_final = self.backward_lstm(
-            backward_inputs, lengths, initial.get("backward"), final=final, packed=packed
-        )
+        stacks = {"forward": self.forward_lstm, "backward": self.backward_lstm}
+        kernels = {
+            k: s.kernel_for(encoded, initial.get(k), final, packed) for k, s in stacks.items()
+        }
+        if set(kernels.values()) == {"training"}:  # both directions' layers run together
+            forward_layers, backward_layers = run_training_stacks(
+                list(stacks.values()), [encoded, backward_inputs]
+            )
+            forward_final = backward_final = None
+        else:
+            forward_layers, forward_final = self.forward_lstm(
+                encoded, lengths, initial.get("forward"), final=final, packed=packed
+            )
+            backward_layers, backward_final = self.backward_lstm(
+                backward_inputs, lengths, initial.get("backward"), final=final, packed=packed
+            )
         backward_layers = [_gather_time(y, reverse) for y in backward_layers]
         finals = {"forward": forward_final or [], "backward": backward_final or []}
         return encoded, forward_layers, backward_layers, finals

@@ -190,6 +190,14 @@ def autocast_dtype(device_type: str) -> torch.dtype | None:
         return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
 
 
+def without_autocast(device_type: str) -> contextlib.AbstractContextManager:
+    """A scope with autocast off on `device_type`: torch's autocast(enabled=
+    False) where autocast is on, else nothing (float32 never enters autocast)."""
+    if autocast_dtype(device_type) is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type, enabled=False)
+
+
 def matmul_dtype(weight: torch.Tensor) -> torch.dtype:
     """The dtype a product with `weight` runs in here: autocast's where it is
     on for the weight's device, else the weight's own."""

@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from .precision import autocast_dtype, padded_rows
+from .precision import padded_rows, without_autocast
 
 
 class SoftmaxHead(nn.Module):
@@ -29,24 +29,22 @@ class SoftmaxHead(nn.Module):
         """hidden (N, dim) float, targets (N,) int64 -> scalar summed NLL."""
         if hidden.shape[0] == 0:
             return hidden.sum() * 0.0
-        if self.adaptive and autocast_dtype(hidden.device.type) is not None:
-            return adaptive_nll(self.head, hidden, targets)
         if self.adaptive:
-            return self.head(hidden, targets).loss * hidden.shape[0]
-        # Under autocast, cross_entropy takes the logits in float32.
-        return nn.functional.cross_entropy(self.head(hidden), targets, reduction="sum")
+            return adaptive_nll(self.head, hidden, targets)
+        return summed_nll(self.head(hidden), targets)
 
 
 def adaptive_nll(
     softmax: nn.AdaptiveLogSoftmaxWithLoss, hidden: torch.Tensor, targets: torch.Tensor
 ) -> torch.Tensor:
-    """The summed NLL that `softmax(hidden, targets).loss * N` gives, for
-    reduced precision: the head's logits come from its layer in the ambient
-    precision (autocast), over rows padded to a few sizes (`padded_rows`:
-    each new shape of a bfloat16 product costs a kernel build); the tail
-    clusters, narrow products (dim / 4 and less) of a different number of
-    rows each batch, run in float32; the log-softmax and the sums are
-    float32. hidden (N, dim), targets (N,) int64 -> scalar float32."""
+    """The summed NLL that `softmax(hidden, targets).loss * N` gives, in
+    float32 or reduced precision: the head's logits come from its layer in
+    the ambient precision (autocast), over rows padded to a few sizes
+    (`padded_rows`: each new shape of a bfloat16 product costs a kernel
+    build); the tail clusters, narrow products (dim / 4 and less) of a
+    different number of rows each batch, run in float32; the log-softmax and
+    the sums are float32 (`summed_nll`). hidden (N, dim), targets (N,) int64
+    -> scalar float32."""
     head_targets = targets.clone()
     nll = hidden.new_zeros((), dtype=torch.float32)
     bounds = [softmax.shortlist_size, *softmax.cutoffs[1:]]
@@ -55,12 +53,37 @@ def adaptive_nll(
         if len(rows) == 0:
             continue
         head_targets[rows] = softmax.shortlist_size + i
-        with torch.autocast(hidden.device.type, enabled=False):
+        with without_autocast(hidden.device.type):
             logits = tail(hidden[rows].float())
-        logprob = torch.log_softmax(logits, dim=1)
-        nll = nll - logprob.gather(1, (targets[rows] - bounds[i])[:, None]).sum()
+        nll = nll + summed_nll(logits, targets[rows] - bounds[i])
     n = hidden.shape[0]
     padded = hidden.new_zeros(padded_rows(n), hidden.shape[1])
     padded[:n] = hidden
-    head_logprob = torch.log_softmax(softmax.head(padded)[:n].float(), dim=1)
-    return nll - head_logprob.gather(1, head_targets[:, None]).sum()
+    return nll + summed_nll(softmax.head(padded)[:n], head_targets)
+
+
+def summed_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """-sum_n log softmax(logits[n])[targets[n]]: logits (N, V), targets
+    (N,) int64 -> a scalar, the log-softmax in float32 at least (bfloat16
+    logits give a float32 sum). Its gradient, softmax - one-hot,
+    comes back in the logits' dtype, computed from the kept log-softmax in
+    three passes over it (torch's log-softmax and gather take five)."""
+    return _SummedNll.apply(logits, targets)
+
+
+class _SummedNll(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, targets):
+        with without_autocast(logits.device.type):
+            wide = torch.promote_types(logits.dtype, torch.float32)
+            logprob = torch.log_softmax(logits, dim=1, dtype=wide)
+        ctx.save_for_backward(logprob, targets)
+        ctx.logits_dtype = logits.dtype
+        return -logprob.gather(1, targets[:, None]).sum()
+
+    @staticmethod
+    def backward(ctx, grad):
+        logprob, targets = ctx.saved_tensors
+        grad_logits = torch.exp(logprob)
+        grad_logits[torch.arange(len(targets), device=targets.device), targets] -= 1.0
+        return grad_logits.mul_(grad).to(ctx.logits_dtype), None

@@ -1,0 +1,75 @@
+"""Products with a weight matrix on oneDNN's kernels for a packed weight.
+
+oneDNN reorders ("packs") a weight once into the layout its kernels read
+fastest; a product with the packed weight then skips the per-call work of a
+plain GEMM. At the LSTM's per-step sizes (tens of rows against a 128 x 2,048
+weight) that is 2-3x torch's plain GEMM in float32 (which goes through MKL on
+x86 builds) and about 2x in bfloat16 (benchmarks/step_gemm_rates.py). Where
+torch lacks oneDNN's packed linear, the plain GEMM runs instead.
+"""
+
+import functools
+from collections.abc import Callable
+
+import torch
+
+Product = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
+
+
+@functools.cache
+def onednn_packing() -> bool:
+    """Whether this torch has oneDNN's packed linear (torch's CPU builds for x86
+    and ARM do) and it gives the plain GEMM's results."""
+    try:
+        # Its own generator: drawing from torch's global one would shift the dropout
+        # masks of the first run in a process (the answer is cached), not of later ones.
+        generator = torch.Generator().manual_seed(0)
+        weight, x = torch.randn(8, 4, generator=generator), torch.randn(3, 4, generator=generator)
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, 3)
+        y = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+        with torch.autocast("cpu", enabled=False):  # the check may run under autocast
+            return bool(torch.allclose(y, x @ weight.t(), atol=1e-5))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def pack(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`weight` (out, in) in `dtype`, packed for oneDNN's linear (needs
+    `onednn_packing()`)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype).contiguous(), 32)
+
+
+def packed_product(packed: torch.Tensor, dtype: torch.dtype, fuse_add: bool) -> Product:
+    """A function (x (N, in), add) -> x @ weight.T + add in `dtype` on a
+    weight packed by `pack`; `add` is a bias (out,), an (N, out) array or
+    None, of any dtype. fuse_add: add an (N, out) array inside the product,
+    before its result is rounded to `dtype` (for bfloat16); else after it."""
+    linear = torch.ops.mkldnn._linear_pointwise
+
+    def product(x: torch.Tensor, add: torch.Tensor | None) -> torch.Tensor:
+        x = x.to(dtype)
+        if add is None or add.dim() == 1:
+            bias = None if add is None else add.to(dtype)
+            return linear(x, packed, bias, "none", [], "")
+        if fuse_add:
+            return linear.binary(x, add.to(dtype), packed, None, "add")
+        return linear(x, packed, None, "none", [], "").add_(add)
+
+    return product
+
+
+def linear_product(weight: torch.Tensor, dtype: torch.dtype) -> Product:
+    """A function (x (N, in), add) -> x @ weight.T + add in `dtype`, for
+    many products with one weight (out, in): packed once for oneDNN where
+    it can be (float32 or bfloat16 on the CPU), else cast once for a plain
+    GEMM. `add` as in `packed_product`."""
+    packable = dtype in (torch.float32, torch.bfloat16) and weight.device.type == "cpu"
+    if packable and onednn_packing():
+        return packed_product(pack(weight, dtype), dtype, fuse_add=dtype != torch.float32)
+    transposed = weight.detach().to(dtype).t()
+
+    def product(x: torch.Tensor, add: torch.Tensor | None) -> torch.Tensor:
+        x = x.to(dtype)
+        return x.mm(transposed) if add is None else torch.addmm(add.to(dtype), x, transposed)
+
+    return product
