@@ -2,7 +2,7 @@
 
     python benchmarks/pretrain_throughput.py configs/bilm.cfg corpus/pretrain.txt [--steps 30]
         [--precisions float32 bfloat16] [--no-full-softmax] [--threads 2] [--torch-lstm]
-        [--device cpu]
+        [--device cpu] [--fresh-pages]
         [--bilm.lstm_dim 2048 ...: overrides of the config, as `elmo-spacy pretrain` takes them]
 
 Prints, one line each: the matmul rates (GFLOP/s: MKL's float32 for
@@ -32,6 +32,7 @@ from spacy.cli._util import parse_config_overrides
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab
 from elmo_spacy.pretrain import PretrainConfig, bucketed_batches, load_pretrain_config, split_long
 from elmo_spacy.pretrain.checkpoint import new_optimizer
+from elmo_spacy.pretrain.memory import keep_freed_memory
 from elmo_spacy.pretrain.texts import read_tokenised_texts
 
 
@@ -103,9 +104,17 @@ def main() -> None:
         help="Also time each precision on torch's LSTM (the kernel pretraining ran before)",
     )
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (cuda:N)")
+    parser.add_argument(
+        "--fresh-pages",
+        action="store_true",
+        help="Leave glibc's allocator as it is (freed arrays go back to the OS), "
+        "not as `elmo-spacy pretrain` sets it",
+    )
     args, extra = parser.parse_known_args()
     torch.set_num_threads(args.threads)
     float32_without_tf32()
+    if not args.fresh_pages:
+        keep_freed_memory()  # as `elmo-spacy pretrain` runs
 
     # Config overrides as the pretrain command takes them: --bilm.lstm_dim 2048
     bilm_config, training = load_pretrain_config(args.config, parse_config_overrides(extra))

@@ -53,9 +53,11 @@ def pretrain_command(
     """Pretrain a biLM. Extra options override the config, e.g. --training.max_epochs 1.
     Data-parallel on N processes: torchrun --nproc_per_node N --no-python elmo-spacy pretrain ..."""
     from ..pretrain import load_pretrain_config, pretrain, start_workers, stop_workers
+    from ..pretrain.memory import keep_freed_memory
     from ..pretrain.texts import read_tokenised_texts
     from ..pretrain.train import NotEnoughText, check_output_dir
 
+    keep_freed_memory()  # this process is the training run's: its steps reuse freed pages
     with errors_to_exit():
         bilm_config, training = load_pretrain_config(config_path, config_overrides(ctx))
         check_output_dir(output_dir, resume=resume, overwrite=overwrite)  # before tokenising
