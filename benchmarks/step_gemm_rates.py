@@ -1,15 +1,20 @@
-"""The per-step products of the LSTM recurrence at inference, in float32,
-bfloat16 and int8: what an "int8" precision (dynamic quantization) would buy
-over bfloat16 on this CPU.
+"""The per-step products of the LSTM recurrence, in float32, bfloat16 and
+int8: what packing the weights for oneDNN buys over torch's plain GEMM, and
+what an "int8" precision (dynamic quantization) would buy over bfloat16 on
+this CPU.
 
     python benchmarks/step_gemm_rates.py [--rows 8 36 128] [--threads 2]
+        [--shape original|pretraining]
 
 Each step of a layer multiplies the rows still running (36 on average in the
-`embedder` forward at the original shape) by the recurrent weights (P x 4H)
-and the cell by the projection (H x P). Timed at the original ELMo shape
-(H = 4096, P = 512), GOP/s (2 per multiply-add), best of three rounds:
+`embedder` forward at the original shape; 16-80 in pretraining's batches) by
+the recurrent weights (P x 4H) and the cell by the projection (H x P). Timed
+at the original ELMo shape (H = 4096, P = 512) or at configs/bilm.cfg's
+(H = 512, P = 128), GOP/s (2 per multiply-add), best of three rounds:
 
-- float32 and bfloat16: oneDNN on weights packed once (the biLM's kernels);
+- float32 and bfloat16: oneDNN on weights packed once (the biLM's kernels,
+  at inference and in training), and torch's plain GEMM (`torch.mm`: MKL in
+  float32 on x86 builds) for reference;
 - int8: torch's dynamic quantized linear (weights int8 per output channel,
   each call's input quantized per tensor), on each quantized engine torch
   has here ("x86", "fbgemm", "onednn").
@@ -26,7 +31,10 @@ import torch
 from matmul_rates import best_rate
 from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
-SHAPES = {"recurrent 512x16384": (512, 16384), "projection 4096x512": (4096, 512)}
+SHAPES = {
+    "original": {"recurrent 512x16384": (512, 16384), "projection 4096x512": (4096, 512)},
+    "pretraining": {"recurrent 128x2048": (128, 2048), "projection 512x128": (512, 128)},
+}
 ENGINES = ("x86", "fbgemm", "onednn")
 
 
@@ -52,13 +60,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="*", default=[8, 36, 128])
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--shape", choices=list(SHAPES), default="original")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     linear = torch.ops.mkldnn._linear_pointwise
     generator = torch.Generator().manual_seed(0)
     engines = [e for e in ENGINES if e in torch.backends.quantized.supported_engines]
     with torch.no_grad():
-        for name, (in_dim, out_dim) in SHAPES.items():
+        for name, (in_dim, out_dim) in SHAPES[args.shape].items():
             weight = torch.randn(out_dim, in_dim, generator=generator) / in_dim**0.5
             packed = {
                 dtype: torch.ops.mkldnn._reorder_linear_weight(weight.to(dtype), 32)
@@ -76,6 +85,9 @@ def main() -> None:
                     line[f"{label}_gops"] = round(best_rate(run, ops, 50, 3) / 1e9)
                     error = (run().float() - exact).abs().max() / exact.abs().max()
                     line[f"{label}_max_error"] = round(float(error), 4)
+                    transposed = weight.to(dtype).t()
+                    plain = lambda xd=xd, w=transposed: xd.mm(w)  # noqa: E731
+                    line[f"{label}_plain_gops"] = round(best_rate(plain, ops, 50, 3) / 1e9)
                 for engine, layer in quantized.items():
                     torch.backends.quantized.engine = engine
                     run = lambda layer=layer, x=x: layer(x)  # noqa: E731

@@ -29,7 +29,8 @@ class LstmStack(nn.Module):
     - `lstm_layer_for_training` (bilm/recurrence.py: forward and backward
       written out, the products over all steps in single GEMMs), in training
       on the CPU when it gives all that is needed (no clipping, no state
-      coming in or going out);
+      coming in or going out); the biLM runs each layer of its two stacks
+      in one call of it (`run_training_stacks`);
     - torch's fused kernel (`run_fused_layer`), for the same on other devices
       (cuDNN), and at inference where oneDNN is missing;
     - `run_lstm_layer`: the input projections of all time steps in one GEMM,

@@ -2,10 +2,11 @@
 
 oneDNN reorders ("packs") a weight once into the layout its kernels read
 fastest; a product with the packed weight then skips the per-call work of a
-plain GEMM. At the LSTM's per-step sizes (tens of rows against a 128 x 2,048
-weight) that is 2-3x torch's plain GEMM in float32 (which goes through MKL on
-x86 builds) and about 2x in bfloat16 (benchmarks/step_gemm_rates.py). Where
-torch lacks oneDNN's packed linear, the plain GEMM runs instead.
+plain GEMM. At the LSTM's per-step sizes (tens of rows) that is several
+times torch's plain GEMM in float32 (which goes through MKL on x86 builds)
+and up to twice it in bfloat16: `python benchmarks/step_gemm_rates.py
+--shape pretraining` prints both. Where torch lacks oneDNN's packed linear,
+the plain GEMM runs instead.
 """
 
 import functools

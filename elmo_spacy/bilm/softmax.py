@@ -65,9 +65,10 @@ def adaptive_nll(
 def summed_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """-sum_n log softmax(logits[n])[targets[n]]: logits (N, V), targets
     (N,) int64 -> a scalar, the log-softmax in float32 at least (bfloat16
-    logits give a float32 sum). Its gradient, softmax - one-hot,
-    comes back in the logits' dtype, computed from the kept log-softmax in
-    three passes over it (torch's log-softmax and gather take five)."""
+    logits give a float32 sum). Its gradient, softmax - one-hot, comes
+    back in the logits' dtype, computed from the kept log-softmax: no
+    float32 copy of bfloat16 logits and no zero-filled gradient of a gather,
+    as torch's log-softmax and gather make."""
     return _SummedNll.apply(logits, targets)
 
 
