@@ -31,6 +31,8 @@ import torch
 from matmul_rates import best_rate
 from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
+from elmo_spacy.bilm.products import pack
+
 SHAPES = {
     "original": {"recurrent 512x16384": (512, 16384), "projection 4096x512": (4096, 512)},
     "pretraining": {"recurrent 128x2048": (128, 2048), "projection 512x128": (512, 128)},
@@ -69,10 +71,9 @@ def main() -> None:
     with torch.no_grad():
         for name, (in_dim, out_dim) in SHAPES[args.shape].items():
             weight = torch.randn(out_dim, in_dim, generator=generator) / in_dim**0.5
-            packed = {
-                dtype: torch.ops.mkldnn._reorder_linear_weight(weight.to(dtype), 32)
-                for dtype in (torch.float32, torch.bfloat16)
-            }
+            dtypes = (torch.float32, torch.bfloat16)
+            packed = {dtype: pack(weight, dtype) for dtype in dtypes}
+            transposed = {dtype: weight.to(dtype).t() for dtype in dtypes}  # for torch.mm
             quantized = {engine: int8_linear(weight, engine) for engine in engines}
             for rows in args.rows:
                 x = torch.randn(rows, in_dim, generator=generator)
@@ -85,8 +86,7 @@ def main() -> None:
                     line[f"{label}_gops"] = round(best_rate(run, ops, 50, 3) / 1e9)
                     error = (run().float() - exact).abs().max() / exact.abs().max()
                     line[f"{label}_max_error"] = round(float(error), 4)
-                    transposed = weight.to(dtype).t()
-                    plain = lambda xd=xd, w=transposed: xd.mm(w)  # noqa: E731
+                    plain = lambda xd=xd, w=transposed[dtype]: xd.mm(w)  # noqa: E731
                     line[f"{label}_plain_gops"] = round(best_rate(plain, ops, 50, 3) / 1e9)
                 for engine, layer in quantized.items():
                     torch.backends.quantized.engine = engine
