@@ -1,24 +1,30 @@
 """A trained pipeline's dev scores and speed with its `elmo` pipe in each precision, in one run.
 
     python benchmarks/precision_downstream.py training/ner/elmo/model-best corpus/ner/dev.spacy
-        [--precisions float32 bfloat16] [--batch-size 64] [--threads 2]
+        [--precisions float32 bfloat16] [--batch-size 64] [--threads 2] [--int8-lstm]
 
 The heads were trained with the biLM in float32; only the biLM's precision
 changes. For each precision: warms up on 50 docs, then `nlp.evaluate` over
 all the docs, and prints one JSON line with the pipeline's scores (those
 that are numbers: ents_f, pos_acc, ...) and words/s; last, the difference of
-each score from float32's.
+each score from float32's. With --int8-lstm, one more run: the LSTM's
+products in int8 (torch's dynamic quantization, weights per output channel),
+the rest in float32: what an int8 precision would give. The package has none
+(README, "Precision").
 """
 
 import argparse
+import contextlib
 import json
 import time
+import warnings
 
 import spacy
 import torch
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
+import elmo_spacy.bilm.lstm
 from elmo_spacy.bilm.precision import PRECISIONS
 
 
@@ -29,6 +35,7 @@ def main() -> None:
     parser.add_argument("--precisions", nargs="*", default=list(PRECISIONS), choices=PRECISIONS)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--int8-lstm", action="store_true", help="Also run the LSTM in int8")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -43,16 +50,22 @@ def main() -> None:
     ]
     n_words = sum(len(doc) for doc in gold)
     scores = {}
-    for precision in args.precisions:
+    runs = [(p, contextlib.nullcontext()) for p in args.precisions]
+    if args.int8_lstm:
+        runs.append(("int8_lstm", int8_lstm_products()))
+    for precision, scope in runs:
         elmo = nlp.get_pipe("elmo")
-        elmo.precision = precision
-        list(nlp.pipe([eg.predicted.copy() for eg in examples[:50]], batch_size=args.batch_size))
-        elmo.frozen_cache.clear()  # every doc computed in the timed run
-        started = time.perf_counter()
-        result = nlp.evaluate(examples, batch_size=args.batch_size)
-        seconds = time.perf_counter() - started
+        elmo.precision = "float32" if precision == "int8_lstm" else precision
+        with scope:
+            warm_up = [eg.predicted.copy() for eg in examples[:50]]
+            list(nlp.pipe(warm_up, batch_size=args.batch_size))
+            elmo.frozen_cache.clear()  # every doc computed in the timed run
+            started = time.perf_counter()
+            result = nlp.evaluate(examples, batch_size=args.batch_size)
+            seconds = time.perf_counter() - started
         scores[precision] = {k: v for k, v in result.items() if isinstance(v, float)}
-        line = {"precision": elmo.precision, "words": n_words}
+        ran = precision if precision == "int8_lstm" else elmo.precision
+        line = {"precision": ran, "words": n_words}
         line["words_per_second"] = round(n_words / seconds)
         print(json.dumps({**line, **scores[precision]}), flush=True)
     if "float32" in scores:
@@ -61,6 +74,40 @@ def main() -> None:
                 base = scores["float32"]
                 diff = {k: round(v - base[k], 5) for k, v in values.items() if k in base}
                 print(json.dumps({f"{precision}_minus_float32": diff}))
+
+
+@contextlib.contextmanager
+def int8_lstm_products():
+    """The LSTM's inference products (`lstm._linear`, on weights it may keep
+    in the biLM's inference cache) on int8 weights quantized per output
+    channel, the inputs quantized at each call (torch's dynamic quantization,
+    whose quantized tensors torch marks deprecated)."""
+    float32_linear = elmo_spacy.bilm.lstm._linear
+
+    def int8_linear(weight, packed, name):
+        if packed is None:
+            return float32_linear(weight, packed, name)
+        key = f"{name}.int8"
+        if key not in packed:
+            w = weight.detach().float()
+            scales = (w.abs().amax(1).clamp_min(1e-12) / 127).double()
+            zeros = torch.zeros(len(w), dtype=torch.long)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # the deprecation
+                q = torch.quantize_per_channel(w, scales, zeros, 0, torch.qint8)
+            packed[key] = torch.ops.quantized.linear_prepack(q, None)
+
+        def product(x, add):
+            y = torch.ops.quantized.linear_dynamic(x.float().contiguous(), packed[key], False)
+            return y if add is None else y.add_(add)
+
+        return product
+
+    elmo_spacy.bilm.lstm._linear = int8_linear
+    try:
+        yield
+    finally:
+        elmo_spacy.bilm.lstm._linear = float32_linear
 
 
 if __name__ == "__main__":
