@@ -2,7 +2,7 @@
 
     python benchmarks/pretrain_throughput.py configs/bilm.cfg corpus/pretrain.txt [--steps 30]
         [--precisions float32 bfloat16] [--no-full-softmax] [--threads 2] [--torch-lstm]
-        [--device cpu] [--fresh-pages]
+        [--device cpu] [--fresh-pages] [--profile STEPS]
         [--bilm.lstm_dim 2048 ...: overrides of the config, as `elmo-spacy pretrain` takes them]
 
 Prints, one line each: the matmul rates (GFLOP/s: MKL's float32 for
@@ -14,7 +14,9 @@ training FLOPs per token computed from the sizes (3x the forward FLOPs of the
 matmuls, on real tokens, not padding), and the share of the precision's own
 roofline reached (with --torch-lstm, also on torch's LSTM kernel), and the
 milliseconds per step of its forward (loss included), backward and optimizer
-phases; last, each run's speed over float32's on each kernel. Dev perplexity
+phases (with --profile, then torch.profiler's operators of that many more
+steps, by their own time); last, each run's speed over float32's on each
+kernel. Dev perplexity
 after the same steps in each precision: benchmarks/precision_perplexity.py.
 """
 
@@ -85,6 +87,16 @@ def train_steps(
     return speed, {k: round(1e3 * v / steps, 1) for k, v in phases.items()}
 
 
+def profiled_steps(bilm: BiLM, batches: list, steps: int, training: PretrainConfig):
+    """torch.profiler's operators (its `key_averages()`) over `steps`
+    training steps and `train_steps`' warm-up."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as profiled:
+        train_steps(bilm, batches, steps, training)
+    return profiled.key_averages()
+
+
 def _clock(device: torch.device) -> float:
     synchronize(device)
     return time.perf_counter()
@@ -109,6 +121,13 @@ def main() -> None:
         action="store_true",
         help="Leave glibc's allocator as it is (freed arrays go back to the OS), "
         "not as `elmo-spacy pretrain` sets it",
+    )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="Then profile this many steps of each run and print the operators' times",
     )
     args, extra = parser.parse_known_args()
     torch.set_num_threads(args.threads)
@@ -170,6 +189,9 @@ def main() -> None:
                     ),
                     flush=True,
                 )
+                if args.profile:
+                    operators = profiled_steps(bilm, batches, args.profile, training)
+                    print(operators.table(sort_by="self_cpu_time_total", row_limit=20), flush=True)
         for base in ("float32", "float32_torch_lstm"):
             if base in speed:
                 ratios = {

@@ -13,18 +13,28 @@ from elmo_spacy.pretrain import PretrainConfig, bucketed_batches
 
 from .conftest import DATA, ROOT, TINY_BILM, tokenize
 
+DOCS = tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()[:40])
 
-def test_the_phases_of_a_step_add_up_to_its_speed_and_the_step_trains(monkeypatch):
+
+@pytest.fixture
+def benchmark(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # its `import matmul_rates`
     spec = importlib.util.spec_from_file_location(
         "pretrain_throughput", ROOT / "benchmarks" / "pretrain_throughput.py"
     )
     benchmark = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(benchmark)
-    docs = tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()[:40])
-    batches = list(bucketed_batches(docs, 600, random.Random(0)))
+    return benchmark
+
+
+def tiny_bilm() -> BiLM:
     torch.manual_seed(0)
-    bilm = BiLM(TINY_BILM, WordVocab.build(docs, max_size=1000, min_count=1))
+    return BiLM(TINY_BILM, WordVocab.build(DOCS, max_size=1000, min_count=1))
+
+
+def test_the_phases_of_a_step_add_up_to_its_speed_and_the_step_trains(benchmark):
+    batches = list(bucketed_batches(DOCS, 600, random.Random(0)))
+    bilm = tiny_bilm()
     before = {k: v.clone() for k, v in bilm.state_dict().items()}
     steps = 4
 
@@ -38,3 +48,12 @@ def test_the_phases_of_a_step_add_up_to_its_speed_and_the_step_trains(monkeypatc
     assert speed == pytest.approx(tokens / seconds, rel=0.05)  # phases are rounded to 0.1 ms
     after = bilm.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_the_profile_covers_every_step(benchmark):
+    batches = list(bucketed_batches(DOCS, 600, random.Random(0)))
+    steps = 2
+    operators = benchmark.profiled_steps(tiny_bilm(), batches, steps, PretrainConfig())
+    kernel = [op for op in operators if op.key == "_LstmLayers"]  # the CPU's training kernel
+    # one call per layer for both directions, in each timed and warm-up step
+    assert kernel and kernel[0].count == (steps + 3) * TINY_BILM.n_layers
