@@ -14,10 +14,10 @@ training FLOPs per token computed from the sizes (3x the forward FLOPs of the
 matmuls, on real tokens, not padding), and the share of the precision's own
 roofline reached (with --torch-lstm, also on torch's LSTM kernel), and the
 milliseconds per step of its forward (loss included), backward and optimizer
-phases (with --profile, then torch.profiler's operators of that many more
-steps, by their own time); last, each run's speed over float32's on each
-kernel. Dev perplexity
-after the same steps in each precision: benchmarks/precision_perplexity.py.
+phases (with --profile, then torch.profiler's operators over that many
+more steps and three warm-up steps, by their own time); last, each run's
+speed over float32's on each kernel. Dev perplexity after the same steps in
+each precision: benchmarks/precision_perplexity.py.
 """
 
 import argparse
