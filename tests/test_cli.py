@@ -52,6 +52,7 @@ def test_the_installed_package_holds_the_plugin_and_not_the_study():
 # tests the plugin alone.
 STUDY_TESTS = {
     "test_baselines.py",
+    "test_benchmark_precision_downstream.py",
     "test_benchmark_pretrain_throughput.py",
     "test_benchmark_primed_state.py",
     "test_contexts.py",
