@@ -17,12 +17,12 @@ import argparse
 import contextlib
 import json
 import time
-import warnings
 
 import spacy
 import torch
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
+from step_gemm_rates import int8_linear
 
 import elmo_spacy.bilm.lstm
 from elmo_spacy.bilm.precision import PRECISIONS
@@ -79,31 +79,26 @@ def main() -> None:
 @contextlib.contextmanager
 def int8_lstm_products():
     """The LSTM's inference products (`lstm._linear`, on weights it may keep
-    in the biLM's inference cache) on int8 weights quantized per output
-    channel, the inputs quantized at each call (torch's dynamic quantization,
-    whose quantized tensors torch marks deprecated)."""
+    in the biLM's inference cache) as step_gemm_rates.py times them: torch's
+    dynamic int8 linear (x86 engine), weights quantized per output channel,
+    the inputs at each call."""
     float32_linear = elmo_spacy.bilm.lstm._linear
 
-    def int8_linear(weight, packed, name):
+    def int8_lstm_linear(weight, packed, name):
         if packed is None:
             return float32_linear(weight, packed, name)
         key = f"{name}.int8"
         if key not in packed:
-            w = weight.detach().float()
-            scales = (w.abs().amax(1).clamp_min(1e-12) / 127).double()
-            zeros = torch.zeros(len(w), dtype=torch.long)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # the deprecation
-                q = torch.quantize_per_channel(w, scales, zeros, 0, torch.qint8)
-            packed[key] = torch.ops.quantized.linear_prepack(q, None)
+            packed[key] = int8_linear(weight.detach().float(), "x86")
+        layer = packed[key]
 
         def product(x, add):
-            y = torch.ops.quantized.linear_dynamic(x.float().contiguous(), packed[key], False)
+            y = layer(x.float())
             return y if add is None else y.add_(add)
 
         return product
 
-    elmo_spacy.bilm.lstm._linear = int8_linear
+    elmo_spacy.bilm.lstm._linear = int8_lstm_linear
     try:
         yield
     finally:

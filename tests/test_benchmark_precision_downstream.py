@@ -12,7 +12,8 @@ from .conftest import ROOT
 from .test_precision import SENTENCES, layers_of, tiny_bilm
 
 
-def load_benchmark():
+def load_benchmark(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # its `import step_gemm_rates`
     path = ROOT / "benchmarks" / "precision_downstream.py"
     spec = importlib.util.spec_from_file_location("precision_downstream", path)
     benchmark = importlib.util.module_from_spec(spec)
@@ -21,8 +22,8 @@ def load_benchmark():
 
 
 @pytest.mark.skipif(not onednn_packing(), reason="the LSTM keeps packed weights with oneDNN only")
-def test_int8_lstm_moves_the_lstm_layers_a_little_and_only_in_its_scope():
-    benchmark = load_benchmark()
+def test_int8_lstm_moves_the_lstm_layers_a_little_and_only_in_its_scope(monkeypatch):
+    benchmark = load_benchmark(monkeypatch)
     bilm = tiny_bilm("char_cnn")
     float32 = layers_of(bilm, SENTENCES)
     with benchmark.int8_lstm_products():
@@ -31,5 +32,5 @@ def test_int8_lstm_moves_the_lstm_layers_a_little_and_only_in_its_scope():
     assert torch.equal(int8[0], float32[0])  # the token encoder is not quantized
     for a, b in zip(int8[1:], float32[1:]):
         assert not torch.equal(a, b)
-        # 0.013 and 0.018 of the largest |value| on this tiny random biLM (2026-11-25)
+        # 0.021 and 0.024 of the largest |value| on this tiny random biLM (2026-11-25)
         assert float((a - b).abs().max()) < 0.05 * float(b.abs().max())
