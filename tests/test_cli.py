@@ -13,7 +13,7 @@ import spacy
 import torch
 from spacy.cli.train import train as spacy_train
 
-from elmo_spacy.bilm import load_bilm
+from elmo_spacy.bilm import BiLMConfig, load_bilm
 from elmo_spacy.layers.scalar_mix import scalar_mix_node
 
 from .conftest import CONFIGS, DATA, TINY_BILM, cli, command_names, run
@@ -131,6 +131,26 @@ def test_pretrain_starts_the_word_embeddings_from_static_vectors(tmp_path, corpu
     assert log["words_from_init_vectors"] > 100
     result = cli(*args, str(tmp_path / "bad"), "--init-vectors", str(vectors))  # char CNN
     assert result.returncode == 1 and "need a word embedding (encoder 'word'" in result.stderr
+
+
+def test_pretrain_trains_a_bilm_further_on_other_text(tmp_path, bilm_dir):
+    text = tmp_path / "domain.txt"  # texts the biLM has not seen
+    lines = (DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()
+    text.write_text("\n".join(line.upper() for line in lines[:60]) + "\n", encoding="utf-8")
+    args = ("pretrain", str(CONFIGS / "bilm_tiny.cfg"), str(text))
+    further = ("--init-bilm", str(bilm_dir), "--training.max_epochs", "2")
+    result = cli(*args, str(tmp_path / "adapted"), *further, "--training.learning_rate", "0.01")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "dev perplexity before training" in result.stdout
+    log = json.loads((tmp_path / "adapted" / "pretrain_log.json").read_text())
+    assert BiLMConfig.from_dict(log["bilm"]) == load_bilm(bilm_dir).config
+    assert log["epochs"][-1]["dev_perplexity"]["mean"] < log["init_dev_perplexity"]["mean"]
+    assert load_bilm(tmp_path / "adapted" / "model-best").vocab == load_bilm(bilm_dir).vocab
+    result = cli(*args, str(tmp_path / "wider"), *further, "--bilm.lstm_dim", "64")
+    assert result.returncode == 1 and "--bilm.lstm_dim: a biLM trained further" in result.stderr
+    result = cli(*args, str(tmp_path / "both"), *further, "--init-vectors", str(bilm_dir))
+    assert result.returncode == 1 and "give one of the two" in result.stderr
+    assert not (tmp_path / "wider").exists() and not (tmp_path / "both").exists()
 
 
 @pytest.fixture(scope="module")

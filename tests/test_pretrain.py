@@ -3,11 +3,12 @@
 import json
 import os
 
+import numpy
 import pytest
 import torch
 
 import elmo_spacy.pretrain.train as train_module
-from elmo_spacy.bilm import BiLMConfig, load_bilm
+from elmo_spacy.bilm import BiLMConfig, WordVocab, load_bilm
 from elmo_spacy.pretrain import PretrainConfig, pretrain
 from elmo_spacy.pretrain.checkpoint import LATEST, latest_checkpoint, load_checkpoint
 from elmo_spacy.pretrain.texts import read_texts
@@ -207,3 +208,45 @@ def test_written_files_have_the_usual_permissions_so_others_can_read_them(tmp_pa
     assert {p.name for p in files} >= {"weights.safetensors", "training_state.safetensors"}
     modes = {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777) for p in files}
     assert set(modes.values()) == {oct(0o666 & ~umask)}, modes
+
+
+OTHER_DOCS = tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()[40:80])
+
+
+def test_a_bilm_trained_further_starts_from_its_weights_and_keeps_its_vocabulary(tmp_path):
+    first = PretrainConfig(max_epochs=1, batch_tokens=600)
+    pretrain(DOCS, BILM, first, tmp_path / "a", show_progress=False)
+    start = load_bilm(tmp_path / "a" / "model-best", with_softmax=True)
+    vocab = start.vocab
+    assert vocab != WordVocab.build(
+        OTHER_DOCS, max_size=BILM.max_vocab_size, min_count=BILM.min_count
+    )
+    settings = PretrainConfig(max_epochs=2, batch_tokens=600, learning_rate=0.005)
+    log = pretrain(OTHER_DOCS, BILM, settings, tmp_path / "b", show_progress=False, init_bilm=start)
+    assert log["epochs"][-1]["dev_perplexity"]["mean"] < log["init_dev_perplexity"]["mean"]
+    adapted = load_bilm(tmp_path / "b" / "model-best")
+    assert adapted.vocab == vocab
+    before = load_bilm(tmp_path / "a" / "model-best").state_dict()
+    moved = [(value - before[key]).abs().max() for key, value in adapted.state_dict().items()]
+    assert 0 < max(moved) < 0.5  # trained on from the start's weights, not from fresh ones
+
+
+def test_training_further_refuses_a_bilm_it_cannot_go_on_with(tmp_path):
+    first = PretrainConfig(max_epochs=1, batch_tokens=600)
+    pretrain(DOCS, BILM, first, tmp_path / "a", show_progress=False)
+    settings = PretrainConfig(max_epochs=1, batch_tokens=600)
+
+    def further(bilm, bilm_config=BILM, **extra):
+        output = tmp_path / "b"
+        pretrain(
+            OTHER_DOCS, bilm_config, settings, output, show_progress=False, init_bilm=bilm, **extra
+        )
+
+    with pytest.raises(ValueError, match="no softmax head"):
+        further(load_bilm(tmp_path / "a" / "model-best", with_softmax=False))
+    start = load_bilm(tmp_path / "a" / "model-best", with_softmax=True)
+    with pytest.raises(ValueError, match="another \\[bilm\\] config"):
+        further(start, BiLMConfig(**{**BILM.to_dict(), "lstm_dim": 48}))
+    with pytest.raises(ValueError, match="init_vectors or init_bilm"):
+        further(start, init_vectors={"the": numpy.zeros(16, "f")})
+    assert not (tmp_path / "b").exists()

@@ -124,6 +124,10 @@ def test_token_workflows_smoke_run(tmp_path):
             assert metrics["dev"]["words_per_second"] > 0
         table = (tmp_path / f"metrics/smoke/{task}.md").read_text()
         assert "every figure is on dev" in table and "| elmo |" in table
+    adapted = json.loads(
+        (tmp_path / "training/smoke/ner/bilm-adapted/pretrain_log.json").read_text()
+    )
+    assert adapted["init_dev_perplexity"]["mean"] > 1 and len(adapted["epochs"]) == 1
     # A picture of the confused UPOS tags for each tagger that confused any
     for run_name in ("cnn", "static", "elmo"):
         metrics = json.loads((tmp_path / f"metrics/smoke/tag_{run_name}.json").read_text())

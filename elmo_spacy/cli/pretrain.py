@@ -46,6 +46,14 @@ def pretrain_command(
         help="Start the word embeddings from these vectors (a spaCy pipeline with vectors, "
         "e.g. from `spacy init vectors`); encoders word and word_char",
     ),
+    init_bilm: Path = typer.Option(
+        None,
+        exists=True,
+        file_okay=False,
+        help="Train this biLM further (a model-best/ of `elmo-spacy pretrain`) on TEXT_PATH, "
+        "keeping its vocabulary and [bilm] settings (the config's are not used): adapts it to "
+        "a task's or domain's text",
+    ),
     gpu_id: int = typer.Option(
         -1, help="GPU to train on (-1: CPU). Under torchrun, >= 0 puts rank r on GPU LOCAL_RANK"
     ),
@@ -59,7 +67,12 @@ def pretrain_command(
 
     keep_freed_memory()  # this process is the training run's: its steps reuse freed pages
     with errors_to_exit():
-        bilm_config, training = load_pretrain_config(config_path, config_overrides(ctx))
+        overrides = config_overrides(ctx)
+        bilm_config, training = load_pretrain_config(config_path, overrides)
+        bilm = None
+        if init_bilm is not None:
+            bilm = _bilm_to_train_further(init_bilm, overrides, init_vectors)
+            bilm_config = bilm.config
         check_output_dir(output_dir, resume=resume, overwrite=overwrite)  # before tokenising
         workers = start_workers(gpu_id)
         try:
@@ -81,6 +94,7 @@ def pretrain_command(
                     resume=resume,
                     overwrite=overwrite,
                     init_vectors=vectors,
+                    init_bilm=bilm,
                     workers=workers,
                 )
             except NotEnoughText as err:
@@ -103,6 +117,25 @@ def pretrain_command(
         f"Best dev perplexity {log['best_dev_perplexity']:.2f} after {len(log['epochs'])} "
         f"epoch(s), {log['wall_seconds']:.0f} s. biLM: {output_dir / 'model-best'}"
     )
+
+
+def _bilm_to_train_further(path: Path, overrides: dict[str, Any], init_vectors: Path | None):
+    """The biLM at `path` with its softmax head. It keeps its own settings and
+    word embeddings: [bilm] overrides and --init-vectors are refused."""
+    from ..bilm import load_bilm
+
+    if init_vectors is not None:
+        raise ElmoSpacyError(
+            "--init-vectors starts a fresh biLM's word embeddings; a biLM trained further "
+            "(--init-bilm) keeps its own: give one of the two."
+        )
+    changed = sorted(name for name in overrides if name.startswith("bilm."))
+    if changed:
+        raise ElmoSpacyError(
+            f"--{changed[0]}: a biLM trained further (--init-bilm) keeps its own [bilm] "
+            f"settings ({path / 'config.json'}); leave out the --bilm.* options."
+        )
+    return load_bilm(path, with_softmax=True)
 
 
 def _how_to_resume(output_dir: Path, overwrite: bool) -> str:

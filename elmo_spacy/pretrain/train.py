@@ -187,6 +187,7 @@ def pretrain(
     resume: bool = False,
     overwrite: bool = False,
     init_vectors: Mapping[str, numpy.ndarray] | None = None,
+    init_bilm: BiLM | None = None,
     workers: Workers | None = None,
 ) -> dict[str, Any]:
     """Train a biLM on tokenised docs. Writes to `output_dir`: `model-best/` and
@@ -203,6 +204,11 @@ def pretrain(
     earlier run's outputs are removed before the new run starts.
     `init_vectors` (word -> vector of width word_dim) start the word encoder's
     embeddings of a fresh run (see `BiLM.init_word_vectors`).
+    `init_bilm` (a pretrained biLM with its softmax head, of config
+    `bilm_config`) is trained further on these docs instead of a fresh one,
+    its vocabulary kept: adapting it to the text of a task or domain, as
+    bilm-tf's restart.py does. Its dev perplexity before the first step is
+    logged as `init_dev_perplexity`.
     `workers` (from `start_workers`) places the biLM on a device and, under
     torchrun, trains data-parallel: each rank takes every world_size-th doc of
     each batch, and only rank 0 writes files. With dropout 0 this trains the
@@ -220,23 +226,32 @@ def pretrain(
     rng = random.Random(config.seed)
     corpus = _make_corpus(docs, config, rng)
     checkpoint = latest_checkpoint(output_dir) if resume else None
-    initialised = None
+    initialised = init_dev = None
+    if init_bilm is not None:
+        _check_init_bilm(init_bilm, bilm_config, init_vectors)
     if checkpoint is not None:
         bilm, optimizer, state = load_checkpoint(checkpoint, bilm_config, config, workers.device)
         if show_progress and workers.is_main:
             tqdm.write(f"Resuming from {checkpoint} (step {state.step}, epoch {state.epoch})")
     else:
         torch.manual_seed(config.seed)
-        vocab = WordVocab.build(
-            corpus.train, max_size=bilm_config.max_vocab_size, min_count=bilm_config.min_count
-        )
-        bilm = BiLM(bilm_config, vocab)
+        if init_bilm is not None:
+            bilm = init_bilm
+        else:
+            vocab = WordVocab.build(
+                corpus.train, max_size=bilm_config.max_vocab_size, min_count=bilm_config.min_count
+            )
+            bilm = BiLM(bilm_config, vocab)
         if init_vectors is not None:
             initialised = bilm.init_word_vectors(init_vectors)
         bilm.to(workers.device)
         optimizer = new_optimizer(bilm, config)
         state = RunState(epoch_rng=rng.getstate())
     bilm.precision = resolve_precision(config.precision, workers.device, "[training] precision")
+    if init_bilm is not None and checkpoint is None:
+        init_dev = evaluate_perplexity(bilm, corpus.dev, config.eval_batch_tokens, workers)
+        if show_progress and workers.is_main:
+            tqdm.write(f"dev perplexity before training: mean {init_dev['mean']:.1f}")
     loss: nn.Module = ShardLoss(bilm, workers.world_size)
     if workers.distributed:
         torch.manual_seed(config.seed + 7919 * state.step + workers.rank)  # own dropout masks
@@ -263,6 +278,7 @@ def pretrain(
         "training": config.to_dict(),
         "vocab_size": len(bilm.vocab),
         "words_from_init_vectors": initialised,
+        "init_dev_perplexity": init_dev,
         "train_docs": len(corpus.train),
         "train_tokens": sum(len(d) for d in corpus.train),
         "dev_docs": len(corpus.dev),
@@ -278,6 +294,27 @@ def pretrain(
     if workers.is_main:
         (output_dir / LOG_FILE).write_text(json.dumps(log, indent=2) + "\n")
     return log
+
+
+def _check_init_bilm(
+    bilm: BiLM, bilm_config: BiLMConfig, init_vectors: Mapping[str, numpy.ndarray] | None
+) -> None:
+    if bilm.softmax is None:
+        raise ElmoSpacyError(
+            "The biLM to train further has no softmax head (converted models and biLMs "
+            "loaded with with_softmax=False have none): load a biLM that `elmo-spacy "
+            "pretrain` wrote, with its softmax."
+        )
+    if bilm.config != bilm_config:
+        raise ElmoSpacyError(
+            "The biLM to train further has another [bilm] config than the one given: "
+            "it keeps its own (pass its config, bilm.config)."
+        )
+    if init_vectors is not None:
+        raise ElmoSpacyError(
+            "Word vectors start a fresh biLM's embeddings; a biLM trained further keeps "
+            "its own: give init_vectors or init_bilm, not both."
+        )
 
 
 def earlier_run(output_dir: Path) -> list[str]:
