@@ -250,3 +250,26 @@ def test_training_further_refuses_a_bilm_it_cannot_go_on_with(tmp_path):
     with pytest.raises(ValueError, match="init_vectors or init_bilm"):
         further(start, init_vectors={"the": numpy.zeros(16, "f")})
     assert not (tmp_path / "b").exists()
+
+
+def test_a_resumed_run_keeps_the_perplexity_its_start_had(tmp_path, monkeypatch):
+    pretrain(DOCS, BILM, SETTINGS, tmp_path / "a", show_progress=False)
+    start = load_bilm(tmp_path / "a" / "model-best", with_softmax=True)
+    real_save = train_module.save_checkpoint
+
+    def save_then_crash(output_dir, bilm, optimizer, state):
+        real_save(output_dir, bilm, optimizer, state)
+        raise Crash
+
+    monkeypatch.setattr(train_module, "save_checkpoint", save_then_crash)
+    with pytest.raises(Crash):
+        pretrain(OTHER_DOCS, BILM, SETTINGS, tmp_path / "b", show_progress=False, init_bilm=start)
+    monkeypatch.setattr(train_module, "save_checkpoint", real_save)
+    log = pretrain(OTHER_DOCS, BILM, SETTINGS, tmp_path / "b", show_progress=False, resume=True)
+    assert log["resumed_from"] is not None
+    start = load_bilm(tmp_path / "a" / "model-best", with_softmax=True)
+    again = pretrain(
+        OTHER_DOCS, BILM, SETTINGS, tmp_path / "c", show_progress=False, init_bilm=start
+    )
+    assert log["init_dev_perplexity"] is not None
+    assert log["init_dev_perplexity"] == again["init_dev_perplexity"]

@@ -47,6 +47,7 @@ class RunState:
     epoch_nll: float = 0.0
     epoch_seconds: float = 0.0
     epochs: list[dict[str, Any]] = field(default_factory=list)
+    init_dev_perplexity: dict[str, float] | None = None  # of a biLM trained further
 
     def next_epoch(self, rng_state: Any) -> None:
         self.epoch += 1

@@ -226,7 +226,7 @@ def pretrain(
     rng = random.Random(config.seed)
     corpus = _make_corpus(docs, config, rng)
     checkpoint = latest_checkpoint(output_dir) if resume else None
-    initialised = init_dev = None
+    initialised = None
     if init_bilm is not None:
         _check_init_bilm(init_bilm, bilm_config, init_vectors)
     if checkpoint is not None:
@@ -250,6 +250,7 @@ def pretrain(
     bilm.precision = resolve_precision(config.precision, workers.device, "[training] precision")
     if init_bilm is not None and checkpoint is None:
         init_dev = evaluate_perplexity(bilm, corpus.dev, config.eval_batch_tokens, workers)
+        state.init_dev_perplexity = init_dev
         if show_progress and workers.is_main:
             tqdm.write(f"dev perplexity before training: mean {init_dev['mean']:.1f}")
     loss: nn.Module = ShardLoss(bilm, workers.world_size)
@@ -278,7 +279,7 @@ def pretrain(
         "training": config.to_dict(),
         "vocab_size": len(bilm.vocab),
         "words_from_init_vectors": initialised,
-        "init_dev_perplexity": init_dev,
+        "init_dev_perplexity": state.init_dev_perplexity,
         "train_docs": len(corpus.train),
         "train_tokens": sum(len(d) for d in corpus.train),
         "dev_docs": len(corpus.dev),
