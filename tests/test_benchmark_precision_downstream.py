@@ -1,29 +1,18 @@
 """benchmarks/precision_downstream.py's --int8-lstm: the LSTM's products in
 int8 inside its scope, and float32 again after it."""
 
-import importlib.util
-
 import pytest
 import torch
 
 from elmo_spacy.bilm.products import onednn_packing
 
-from .conftest import ROOT
+from .conftest import load_benchmark
 from .test_precision import SENTENCES, layers_of, tiny_bilm
-
-
-def load_benchmark(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # its `import step_gemm_rates`
-    path = ROOT / "benchmarks" / "precision_downstream.py"
-    spec = importlib.util.spec_from_file_location("precision_downstream", path)
-    benchmark = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(benchmark)
-    return benchmark
 
 
 @pytest.mark.skipif(not onednn_packing(), reason="the LSTM keeps packed weights with oneDNN only")
 def test_int8_lstm_moves_the_lstm_layers_a_little_and_only_in_its_scope(monkeypatch):
-    benchmark = load_benchmark(monkeypatch)
+    benchmark = load_benchmark("precision_downstream", monkeypatch)
     bilm = tiny_bilm("char_cnn")
     float32 = layers_of(bilm, SENTENCES)
     with benchmark.int8_lstm_products():

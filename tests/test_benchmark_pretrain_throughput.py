@@ -1,7 +1,6 @@
 """benchmarks/pretrain_throughput.py: the training step it times, and its split
 into phases."""
 
-import importlib.util
 import itertools
 import random
 
@@ -11,20 +10,14 @@ import torch
 from elmo_spacy.bilm import BiLM, WordVocab
 from elmo_spacy.pretrain import PretrainConfig, bucketed_batches
 
-from .conftest import DATA, ROOT, TINY_BILM, tokenize
+from .conftest import DATA, TINY_BILM, load_benchmark, tokenize
 
 DOCS = tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()[:40])
 
 
 @pytest.fixture
 def benchmark(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # its `import matmul_rates`
-    spec = importlib.util.spec_from_file_location(
-        "pretrain_throughput", ROOT / "benchmarks" / "pretrain_throughput.py"
-    )
-    benchmark = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(benchmark)
-    return benchmark
+    return load_benchmark("pretrain_throughput", monkeypatch)
 
 
 def tiny_bilm() -> BiLM:

@@ -1,21 +1,15 @@
 """benchmarks/primed_state.py, the figures of docs/benchmarks.md's primed-state
 section, checked on the reference fixture."""
 
-import importlib.util
-
-from .conftest import ROOT
+from .conftest import load_benchmark
 from .test_elmo_format import FIXTURES, needs_fixtures
 
 
 @needs_fixtures
-def test_primed_state_is_closer_to_the_reference_than_zero_state():
+def test_primed_state_is_closer_to_the_reference_than_zero_state(monkeypatch):
     """The figures of benchmarks/primed_state.py, on batches 1 to 9 of the
     reference fixture (those bilm-tf ran with a carried state)."""
-    spec = importlib.util.spec_from_file_location(
-        "primed_state", ROOT / "benchmarks" / "primed_state.py"
-    )
-    benchmark = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(benchmark)
+    benchmark = load_benchmark("primed_state", monkeypatch)
     bilm = benchmark.read_bilm_tf(FIXTURES / "options.json", FIXTURES / "lm_weights.hdf5")
     zero = benchmark.differences(bilm, FIXTURES, "zero")
     primed = benchmark.differences(bilm, FIXTURES, "primed")

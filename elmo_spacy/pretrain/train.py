@@ -205,10 +205,10 @@ def pretrain(
     `init_vectors` (word -> vector of width word_dim) start the word encoder's
     embeddings of a fresh run (see `BiLM.init_word_vectors`).
     `init_bilm` (a pretrained biLM with its softmax head, of config
-    `bilm_config`) is trained further on these docs instead of a fresh one,
-    its vocabulary kept: adapting it to the text of a task or domain, as
-    bilm-tf's restart.py does. Its dev perplexity before the first step is
-    logged as `init_dev_perplexity`.
+    `bilm_config`) is trained further on these docs instead of a fresh one (in
+    place: the object passed is the one trained), its vocabulary kept: adapting
+    it to the text of a task or domain, as bilm-tf's restart.py does. Its dev
+    perplexity before the first step is logged as `init_dev_perplexity`.
     `workers` (from `start_workers`) places the biLM on a device and, under
     torchrun, trains data-parallel: each rank takes every world_size-th doc of
     each batch, and only rank 0 writes files. With dropout 0 this trains the
