@@ -1,11 +1,9 @@
 """Shared fixtures: a tiny pretrained biLM and a tiny AG News corpus, built once per session."""
 
-import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import spacy
@@ -88,16 +86,6 @@ def command_names(help_text: str) -> list[str]:
     first word of each row that starts one; continuation rows start with spaces)."""
     box = help_text.split("Commands")[1].split("╰")[0]
     return re.findall(r"^│ (\S+)  ", box, flags=re.M)
-
-
-def load_benchmark(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """benchmarks/NAME.py as a module (the benchmarks are scripts, not a
-    package), with benchmarks/ on sys.path for the modules it imports."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    benchmark = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(benchmark)
-    return benchmark
 
 
 def tokenize(texts):

@@ -6,7 +6,7 @@ import torch
 
 from elmo_spacy.bilm.products import onednn_packing
 
-from .conftest import load_benchmark
+from .benchmark_scripts import load_benchmark
 from .test_precision import SENTENCES, layers_of, tiny_bilm
 
 

@@ -10,7 +10,8 @@ import torch
 from elmo_spacy.bilm import BiLM, WordVocab
 from elmo_spacy.pretrain import PretrainConfig, bucketed_batches
 
-from .conftest import DATA, TINY_BILM, load_benchmark, tokenize
+from .benchmark_scripts import load_benchmark
+from .conftest import DATA, TINY_BILM, tokenize
 
 DOCS = tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()[:40])
 

@@ -1,7 +1,7 @@
 """benchmarks/primed_state.py, the figures of docs/benchmarks.md's primed-state
 section, checked on the reference fixture."""
 
-from .conftest import load_benchmark
+from .benchmark_scripts import load_benchmark
 from .test_elmo_format import FIXTURES, needs_fixtures
 
 
