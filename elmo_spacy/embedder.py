@@ -16,6 +16,7 @@ from .bilm.inference import (
 )
 from .bilm.io import load_bilm
 from .bilm.model import BiLM
+from .bilm.precision import check_precision, resolve_precision
 from .bilm.states import States
 from .errors import ElmoSpacyError
 
@@ -49,9 +50,10 @@ class Embedder:
     window, window_overlap: a sentence longer than `window` tokens runs in
         overlapping pieces (see `elmo_spacy.bilm.inference.windows`).
     device: where the biLM runs ("cpu", "cuda", "cuda:1", a torch.device).
-    precision: "float32" (the default, conformant) or "bfloat16" (faster where
-        the hardware multiplies in it; see `elmo_spacy.bilm.precision`). The
-        arrays handed back are float32 either way.
+    precision: "float32" (conformant) or "bfloat16" (faster where the hardware
+        multiplies in it; see `elmo_spacy.bilm.precision`); None (the
+        default): float32 for a path, a `BiLM`'s own setting for a `BiLM`.
+        The arrays handed back are float32 either way.
     """
 
     def __init__(
@@ -65,8 +67,11 @@ class Embedder:
         window: int = 1024,
         window_overlap: int = 64,
         device: str | torch.device = "cpu",
-        precision: str = "float32",
+        precision: str | None = None,
     ) -> None:
+        where = "Embedder: precision"
+        if precision is not None:
+            check_precision(precision, where)
         check_state(state)
         check_window(window, window_overlap)
         if max_batch_tokens < 1:
@@ -74,7 +79,8 @@ class Embedder:
         self.device = _device(device)
         bilm = path if isinstance(path, BiLM) else load_bilm(path, with_softmax=False)
         self.bilm = bilm.to(self.device).eval()
-        self.bilm.precision = precision
+        if precision is not None:
+            self.bilm.precision = resolve_precision(precision, self.device, where)
         self.layers = resolve_layers(layers, bilm.config.n_output_layers)
         self.state = state
         self.warmup = None if warmup is None else _warmup_tokens(warmup)

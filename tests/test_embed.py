@@ -13,11 +13,11 @@ from spacy.tokens import Doc, DocBin
 from typer.testing import CliRunner
 
 import elmo_spacy
+import elmo_spacy.bilm.precision as precision_module
 import elmo_spacy.embedder
 from elmo_spacy import Embedder
-from elmo_spacy.bilm import BiLM, WordVocab, save_bilm
+from elmo_spacy.bilm import BiLM, WordVocab, load_bilm, save_bilm
 from elmo_spacy.bilm.io import BiLMLoadError
-from elmo_spacy.bilm.precision import bfloat16_unsupported
 from elmo_spacy.cli import app
 
 from .conftest import TINY_BILM
@@ -122,6 +122,16 @@ def test_embedder_refuses_what_it_cannot_embed(tiny_bilm_dir, embedder):
         Embedder(tiny_bilm_dir, window=8, window_overlap=4)
     with pytest.raises(BiLMLoadError, match=str(tiny_bilm_dir.parent)):
         Embedder(tiny_bilm_dir.parent)
+    with pytest.raises(ValueError, match="Embedder: precision = 'float16'"):  # before loading
+        Embedder(tiny_bilm_dir.parent / "missing", precision="float16")
+
+
+def test_embedder_keeps_the_precision_of_a_bilm_it_is_given(tiny_bilm_dir, monkeypatch):
+    monkeypatch.setattr(precision_module, "bfloat16_unsupported", lambda device="cpu": None)
+    bilm = load_bilm(tiny_bilm_dir, precision="bfloat16")
+    assert Embedder(bilm).bilm.precision == "bfloat16"
+    assert Embedder(bilm, precision="float32").bilm.precision == "float32"
+    assert Embedder(tiny_bilm_dir).bilm.precision == "float32"
 
 
 def test_long_sentences_run_in_windows_with_the_pipes_vectors(tiny_bilm_dir):
@@ -237,6 +247,7 @@ def test_two_shards_cover_every_line_with_global_keys(tiny_bilm_dir, corpus, tmp
         (["--state", "warm"], "state = 'warm': use one of"),
         (["--output-format", "npz"], "--output-format npz: use one of hdf5, spacy"),
         (["--gpu-id", "99"], "device = 'cuda:99'"),
+        (["--precision", "int8"], "--precision = 'int8' is not a precision"),
     ],
 )
 def test_embed_errors_are_short_and_leave_no_file(tiny_bilm_dir, corpus, tmp_path, args, message):
@@ -309,8 +320,11 @@ def test_primed_state_through_the_command_line(tiny_bilm_dir, corpus, tmp_path):
         numpy.testing.assert_allclose(file["1"][...], expected, atol=1e-6)
 
 
-@pytest.mark.skipif(bfloat16_unsupported() is not None, reason="no native bfloat16 on this CPU")
-def test_bfloat16_through_the_api_and_the_command_line(tiny_bilm_dir, corpus, tmp_path):
+def test_bfloat16_through_the_api_and_the_command_line(
+    tiny_bilm_dir, corpus, tmp_path, monkeypatch
+):
+    # where the CPU lacks bfloat16 instructions torch emulates them: the same numbers, slower
+    monkeypatch.setattr(precision_module, "bfloat16_unsupported", lambda device="cpu": None)
     sentences = [line.split() for line in LINES]
     nlp = elmo_pipe(tiny_bilm_dir, precision="bfloat16")
     docs = list(nlp.pipe(Doc(nlp.vocab, words=tokens) for tokens in sentences))

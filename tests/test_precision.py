@@ -242,6 +242,36 @@ def test_bfloat16_where_it_does_not_pay_warns_and_runs_float32(monkeypatch, bilm
     assert elmo.precision == "bfloat16"  # what was asked for, kept in the config
 
 
+def test_the_warning_points_at_the_users_line(monkeypatch, bilm_dir):
+    monkeypatch.setattr(precision_module, "bfloat16_unsupported", lambda device="cpu": "no")
+    with pytest.warns(RuntimeWarning, match="BiLM.precision = 'bfloat16' runs as") as caught:
+        tiny_bilm("word").precision = "bfloat16"
+    with pytest.warns(RuntimeWarning, match="load_bilm: precision = 'bfloat16' runs as") as more:
+        load_bilm(bilm_dir, precision="bfloat16")
+    assert [w.filename for w in [*caught, *more]] == [__file__, __file__]
+
+
+@pytest.mark.parametrize(
+    "machine, x86, linux_flags, multiplies",
+    [
+        ("x86_64", {"avx512_bf16"}, None, True),
+        ("AMD64", {"amx_tile"}, None, True),
+        ("x86_64", set(), None, False),  # AVX-512 alone: oneDNN would emulate bfloat16
+        ("aarch64", set(), {"asimd", "bf16"}, True),
+        ("aarch64", set(), {"asimd"}, False),
+        ("arm64", set(), None, True),  # not Linux: no flags to read
+    ],
+)
+def test_bfloat16_instructions_are_found_on_each_kind_of_cpu(
+    monkeypatch, machine, x86, linux_flags, multiplies
+):
+    monkeypatch.setattr(precision_module.platform, "machine", lambda: machine)
+    for name in precision_module.X86_BF16_CHECKS:
+        monkeypatch.setattr(torch.cpu, f"_is_{name}_supported", lambda name=name: name in x86)
+    monkeypatch.setattr(precision_module, "_linux_cpu_flags", lambda: linux_flags)
+    assert precision_module.cpu_multiplies_bfloat16() is multiplies
+
+
 def test_a_precision_that_does_not_exist_is_refused_with_the_choices(bilm_dir, tmp_path):
     choices = "use one of 'float32', 'bfloat16'"
     with pytest.raises(ValueError, match=f"precision = 'float16'.*{choices}"):

@@ -35,7 +35,7 @@ from .locate import (
 )
 from .locate import SAFETENSORS_FILE as WEIGHTS_FILE
 from .model import BiLM
-from .precision import check_precision
+from .precision import check_precision, resolve_precision
 from .vocab import WordVocab
 
 
@@ -83,9 +83,10 @@ def load_bilm(
     precision: what the biLM computes in, "float32" or "bfloat16" (see
         `BiLM.precision`); the weights are float32 either way.
     """
-    check_precision(precision, "load_bilm: precision")
+    where = "load_bilm: precision"
+    check_precision(precision, where)
     bilm = load_bilm_at(resolve_bilm_path(path), with_softmax)
-    bilm.precision = precision
+    bilm.precision = resolve_precision(precision, next(bilm.parameters()).device, where)
     return bilm
 
 

@@ -194,7 +194,8 @@ class BiLM(nn.Module):
 
     @precision.setter
     def precision(self, precision: str) -> None:
-        self._precision = resolve_precision(precision, self._device, "BiLM.precision")
+        # the warning points at the assignment, past torch's Module.__setattr__
+        self._precision = resolve_precision(precision, self._device, "BiLM.precision", 4)
         self.weights_changed()  # kept encodings and packed weights are of one precision
 
     @in_precision

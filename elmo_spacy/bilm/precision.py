@@ -36,8 +36,8 @@ import torch
 from ..errors import ElmoSpacyError
 
 PRECISIONS = ("float32", "bfloat16")
-# CPU flags (Linux /proc/cpuinfo) of instructions that multiply bfloat16 natively.
-BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+# torch.cpu's checks (`_is_<name>_supported`) for x86 instructions that multiply bfloat16.
+X86_BF16_CHECKS = ("avx512_bf16", "amx_tile")
 
 Method = TypeVar("Method", bound=Callable[..., Any])
 
@@ -79,16 +79,26 @@ def _cpu_bfloat16_unsupported() -> str | None:
         usable = False
     if not usable:
         return "oneDNN cannot run bfloat16 on this CPU"
-    flags = cpu_flags()
-    if flags is not None and not flags & set(BF16_CPU_FLAGS):
+    if not cpu_multiplies_bfloat16():
         return (
-            f"this CPU lacks {' and '.join(BF16_CPU_FLAGS)}: bfloat16 would be emulated, "
-            "slower than float32"
+            "this CPU has no bfloat16 instructions: bfloat16 would be emulated, slower than float32"
         )
     return None
 
 
-def cpu_flags() -> set[str] | None:
+def cpu_multiplies_bfloat16() -> bool:
+    """Whether this CPU has instructions that multiply bfloat16: on x86
+    AVX512-BF16 or AMX (torch's own CPU checks, on every OS; oneDNN's
+    bfloat16 check asks only for AVX-512, on which it emulates bfloat16), on
+    ARM the BF16 extension where Linux lists it (elsewhere assumed)."""
+    if platform.machine().lower() in ("aarch64", "arm64"):
+        flags = _linux_cpu_flags()
+        return flags is None or "bf16" in flags
+    checks = [getattr(torch.cpu, f"_is_{name}_supported", None) for name in X86_BF16_CHECKS]
+    return any(check() for check in checks if check is not None)
+
+
+def _linux_cpu_flags() -> set[str] | None:
     """The CPU's feature flags as Linux lists them; None where unknown."""
     if platform.system() != "Linux":
         return None
@@ -103,16 +113,22 @@ def cpu_flags() -> set[str] | None:
 
 
 def resolve_precision(
-    precision: str, device: torch.device | str = "cpu", where: str = "precision"
+    precision: str,
+    device: torch.device | str = "cpu",
+    where: str = "precision",
+    stacklevel: int = 3,
 ) -> str:
     """The precision a biLM will run in: `precision` (checked), or float32
-    with a warning where bfloat16 does not pay on `device`."""
+    with a warning where bfloat16 does not pay on `device`. The warning names
+    `where` and points `stacklevel` frames up (3: the caller's caller)."""
     check_precision(precision, where)
     if precision == "bfloat16":
         reason = bfloat16_unsupported(device)
         if reason is not None:
             warnings.warn(
-                f"{where} = 'bfloat16' runs as 'float32': {reason}.", RuntimeWarning, stacklevel=3
+                f"{where} = 'bfloat16' runs as 'float32': {reason}.",
+                RuntimeWarning,
+                stacklevel=stacklevel,
             )
             return "float32"
     return precision

@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 import torch
 
+from .precision import without_autocast
+
 Product = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
 
 
@@ -28,7 +30,7 @@ def onednn_packing() -> bool:
         weight, x = torch.randn(8, 4, generator=generator), torch.randn(3, 4, generator=generator)
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, 3)
         y = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-        with torch.autocast("cpu", enabled=False):  # the check may run under autocast
+        with without_autocast("cpu"):  # the check may run under autocast
             return bool(torch.allclose(y, x @ weight.t(), atol=1e-5))
     except (AttributeError, RuntimeError):
         return False

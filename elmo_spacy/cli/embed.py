@@ -70,10 +70,12 @@ def embed_command(
     a float32 dataset per line, keyed by the line's index ("0", "1", ...),
     and a `sentence_to_index` dataset (JSON: sentence -> key). An empty line
     gives an empty dataset. The file appears only once it is complete."""
+    from ..bilm.precision import check_precision
     from ..embedder import Embedder
 
     with errors_to_exit():
         mode = _output_mode(all_layers, top, average)
+        check_precision(precision, "--precision")
         _check_format(output_format, use_sentence_keys, forget_sentences)
         keep, of = _parse_shard(shard)
         _check_output(output_file, overwrite)

@@ -58,7 +58,8 @@ def pretrain_command(
         -1, help="GPU to train on (-1: CPU). Under torchrun, >= 0 puts rank r on GPU LOCAL_RANK"
     ),
 ) -> None:
-    """Pretrain a biLM. Extra options override the config, e.g. --training.max_epochs 1.
+    """Pretrain a biLM. Extra options override the config, e.g. --training.max_epochs 1,
+    or --training.precision bfloat16 (faster on CPUs with bfloat16 instructions: README, Precision).
     Data-parallel on N processes: torchrun --nproc_per_node N --no-python elmo-spacy pretrain ..."""
     from ..pretrain import load_pretrain_config, pretrain, start_workers, stop_workers
     from ..pretrain.memory import keep_freed_memory
