@@ -5,7 +5,7 @@ run; and how far bfloat16 moves each layer from float32.
 
     python benchmarks/elmo_shapes.py [--text ../shared/data/ag_news/train.csv] [--batches 10]
         [--precisions float32 bfloat16] [--forwards clipped fused reference-style]
-        [--bilm PATH] [--batch-tokens 4096] [--device cpu]
+        [--bilm PATH] [--batch-tokens 4096] [--device cpu] [--int8-lstm]
 
 Random weights (speed does not depend on them), torch on two threads (or a
 CUDA GPU: --device cuda, TF32 off, the clock read after the GPU's queue is
@@ -25,6 +25,11 @@ pipe runs them:
   sorted by length, in batches of at most --batch-tokens padded tokens (4,096,
   their default), up to the float32 arrays handed back. Its batches hold more
   rows than 32, so each step's weights serve more arithmetic;
+- "embedder-int8_lstm" (with --int8-lstm): "embedder" with the LSTM's
+  products in int8 (torch's dynamic quantization, weights per output
+  channel, as benchmarks/step_gemm_rates.py times them), the rest float32:
+  what an int8 precision would give. The package has none (README,
+  "Precision"); no share of a roofline is given for it;
 - "reference-style": written here as AllenNLP's `_ElmoBiLm` computes ELMo: the
   char CNN over all 50 characters of every token position, padding tokens
   included, no cache; then per layer, direction and time step one matmul for
@@ -48,6 +53,7 @@ the distances, then a summary line per shape.
 """
 
 import argparse
+import contextlib
 import copy
 import csv
 import json
@@ -57,6 +63,7 @@ from pathlib import Path
 import spacy
 import torch
 from matmul_rates import float32_without_tf32, matmul_rates, roofline, synchronize
+from step_gemm_rates import int8_lstm_products
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm
 from elmo_spacy.bilm.inference import embed_tokens
@@ -206,6 +213,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-tokens", type=int, default=4096, help="the embedder's batches")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (cuda:N)")
+    parser.add_argument("--int8-lstm", action="store_true", help="Also: embedder-int8_lstm")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     float32_without_tf32()
@@ -220,6 +228,8 @@ def main() -> None:
         if name in BY_PRECISION
         for precision in args.precisions
     ]
+    if args.int8_lstm and "embedder" in args.forwards:
+        runs.append(INT8_RUN)
     runs += [name for name in args.forwards if name not in BY_PRECISION]
     shapes = [str(args.bilm)] if args.bilm else args.shapes
     for shape in shapes:
@@ -248,8 +258,9 @@ def main() -> None:
                 bilm = make()
                 if name == "fused":
                     bilm.forward_lstm.kernel = bilm.backward_lstm.kernel = "fused"
-                bilm.precision = precision_of(name)
-                with torch.inference_mode():
+                bilm.precision = "float32" if name == INT8_RUN else precision_of(name)
+                int8 = int8_lstm_products() if name == INT8_RUN else contextlib.nullcontext()
+                with int8, torch.inference_mode():
                     if name.startswith("embedder"):
 
                         def run(batch, bilm=bilm) -> None:
@@ -264,10 +275,12 @@ def main() -> None:
                     seconds[name] = min(seconds[name], timed(run, timed_batches, args.device))
         results = {name: tokens / seconds[name] for name in runs}
         for name in runs:
-            peak = roofline(rates, precision_of(name))
             line = {"shape": shape, "forward": name, "tokens": tokens, "seconds": seconds[name]}
             line["tokens_per_second"] = results[name]
-            line["share_of_roofline"] = flops / seconds[name] / peak
+            if name != INT8_RUN:
+                line["share_of_roofline"] = (
+                    flops / seconds[name] / roofline(rates, precision_of(name))
+                )
             print(json.dumps(line), flush=True)
         summary = {
             "shape": shape,
@@ -278,7 +291,7 @@ def main() -> None:
         }
         for name in runs:
             stem = name.partition("-")[0]
-            if stem in BY_PRECISION:
+            if stem in BY_PRECISION and name != INT8_RUN:
                 peak = roofline(rates, precision_of(name)) / (flops / tokens)
                 summary[f"{name}_share_of_roofline"] = results[name] / peak
             # a precision's run against float32's of the same forward, the others against "clipped"
@@ -294,6 +307,7 @@ def main() -> None:
 PRECISIONS = ("float32", "bfloat16")
 FORWARDS = ("clipped", "embedder", "fused", "reference-style")
 BY_PRECISION = ("clipped", "embedder")  # run once per precision
+INT8_RUN = "embedder-int8_lstm"
 
 
 def precision_of(name: str) -> str:

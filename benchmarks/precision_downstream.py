@@ -22,9 +22,8 @@ import spacy
 import torch
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
-from step_gemm_rates import int8_linear
+from step_gemm_rates import int8_lstm_products
 
-import elmo_spacy.bilm.lstm
 from elmo_spacy.bilm.precision import PRECISIONS
 
 
@@ -74,35 +73,6 @@ def main() -> None:
                 base = scores["float32"]
                 diff = {k: round(v - base[k], 5) for k, v in values.items() if k in base}
                 print(json.dumps({f"{precision}_minus_float32": diff}))
-
-
-@contextlib.contextmanager
-def int8_lstm_products():
-    """The LSTM's inference products (`lstm._linear`, on weights it may keep
-    in the biLM's inference cache) as step_gemm_rates.py times them: torch's
-    dynamic int8 linear (x86 engine), weights quantized per output channel,
-    the inputs at each call."""
-    float32_linear = elmo_spacy.bilm.lstm._linear
-
-    def int8_lstm_linear(weight, packed, name):
-        if packed is None:
-            return float32_linear(weight, packed, name)
-        key = f"{name}.int8"
-        if key not in packed:
-            packed[key] = int8_linear(weight.detach().float(), "x86")
-        layer = packed[key]
-
-        def product(x, add):
-            y = layer(x.float())
-            return y if add is None else y.add_(add)
-
-        return product
-
-    elmo_spacy.bilm.lstm._linear = int8_lstm_linear
-    try:
-        yield
-    finally:
-        elmo_spacy.bilm.lstm._linear = float32_linear
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ GEMM, over that product's largest |value|.
 """
 
 import argparse
+import contextlib
 import json
 import warnings
 
@@ -31,6 +32,7 @@ import torch
 from matmul_rates import best_rate
 from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
+import elmo_spacy.bilm.lstm
 from elmo_spacy.bilm.products import pack
 
 SHAPES = {
@@ -56,6 +58,35 @@ def int8_linear(weight: torch.Tensor, engine: str) -> DynamicInt8Linear:
             quantized = torch.quantize_per_channel(weight, scales, zeros, 0, torch.qint8)
         linear.set_weight_bias(quantized, torch.zeros(out_dim))
     return linear
+
+
+@contextlib.contextmanager
+def int8_lstm_products():
+    """The LSTM's inference products (`lstm._linear`, on weights it may keep
+    in the biLM's inference cache) as step_gemm_rates.py times them: torch's
+    dynamic int8 linear (x86 engine), weights quantized per output channel,
+    the inputs at each call."""
+    float32_linear = elmo_spacy.bilm.lstm._linear
+
+    def int8_lstm_linear(weight, packed, name):
+        if packed is None:
+            return float32_linear(weight, packed, name)
+        key = f"{name}.int8"
+        if key not in packed:
+            packed[key] = int8_linear(weight.detach().float(), "x86")
+        layer = packed[key]
+
+        def product(x, add):
+            y = layer(x.float())
+            return y if add is None else y.add_(add)
+
+        return product
+
+    elmo_spacy.bilm.lstm._linear = int8_lstm_linear
+    try:
+        yield
+    finally:
+        elmo_spacy.bilm.lstm._linear = float32_linear
 
 
 def main() -> None:

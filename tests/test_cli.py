@@ -53,7 +53,7 @@ def test_the_installed_package_holds_the_plugin_and_not_the_study():
 STUDY_TESTS = {
     "benchmark_scripts.py",
     "test_baselines.py",
-    "test_benchmark_precision_downstream.py",
+    "test_benchmark_int8_lstm.py",
     "test_benchmark_pretrain_throughput.py",
     "test_benchmark_primed_state.py",
     "test_contexts.py",

@@ -1,5 +1,6 @@
-"""benchmarks/precision_downstream.py's --int8-lstm: the LSTM's products in
-int8 inside its scope, and float32 again after it."""
+"""The int8 LSTM of the benchmarks' --int8-lstm (elmo_shapes.py,
+precision_downstream.py; step_gemm_rates.int8_lstm_products): the LSTM's
+products in int8 inside its scope, and float32 again after it."""
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from .test_precision import SENTENCES, layers_of, tiny_bilm
 
 @pytest.mark.skipif(not onednn_packing(), reason="the LSTM keeps packed weights with oneDNN only")
 def test_int8_lstm_moves_the_lstm_layers_a_little_and_only_in_its_scope(monkeypatch):
-    benchmark = load_benchmark("precision_downstream", monkeypatch)
+    benchmark = load_benchmark("step_gemm_rates", monkeypatch)
     bilm = tiny_bilm("char_cnn")
     float32 = layers_of(bilm, SENTENCES)
     with benchmark.int8_lstm_products():
