@@ -24,15 +24,21 @@ OPTIONS = [
     "--training.max_epochs", "4", "--training.batch_tokens", "500",
     "--training.checkpoint_every", "3",
 ]  # fmt: skip
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}  # a crash shows where
 
 
 def pretrain_command(output: Path, text: Path, ranks: int, *extra: str) -> list[str]:
     program = [str(Path(sys.executable).parent / "elmo-spacy"), "pretrain"]
     if ranks > 1:
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-        program = [*torchrun, "--nproc_per_node", str(ranks), "--no-python", *program]
+        logs = ["--log-dir", str(rank_logs(output)), "--redirects", "3"]
+        program = [*torchrun, *logs, "--nproc_per_node", str(ranks), "--no-python", *program]
     return [*program, str(CONFIG), str(text), str(output), *OPTIONS, *extra]
+
+
+def rank_logs(output: Path) -> Path:
+    """Where torchrun writes each rank's stdout and stderr: beside `output`."""
+    return output.with_name(f"{output.name}-ranks")
 
 
 def run_pretrain(output: Path, text: Path, ranks: int, *extra: str) -> dict:
@@ -40,7 +46,14 @@ def run_pretrain(output: Path, text: Path, ranks: int, *extra: str) -> dict:
     done = subprocess.run(
         pretrain_command(output, text, ranks, *extra), capture_output=True, text=True, env=ENV
     )
-    assert done.returncode == 0, done.stderr[-2000:]
+    if done.returncode != 0:  # each rank's own last words, then torchrun's
+        logs = {log: log.read_text(errors="replace") for log in rank_logs(output).glob("**/*.log")}
+        said = [
+            f"--- {log.relative_to(rank_logs(output))}:\n{text[-3000:]}"
+            for log, text in logs.items()
+            if text
+        ]
+        pytest.fail("\n".join([*sorted(said), "--- torchrun:", done.stderr[-1200:]]))
     return json.loads((output / "pretrain_log.json").read_text())
 
 

@@ -294,6 +294,7 @@ def pretrain(
     }
     if workers.is_main:
         (output_dir / LOG_FILE).write_text(json.dumps(log, indent=2) + "\n")
+    workers.wait_for_all()  # no rank leaves the process group while another still writes
     return log
 
 
