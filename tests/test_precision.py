@@ -1,6 +1,8 @@
 """bfloat16: close to float32 where it runs, float32 where it does not pay, and
 the float32 path untouched."""
 
+import warnings
+
 import numpy
 import pytest
 import spacy
@@ -13,7 +15,7 @@ from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm
 from elmo_spacy.bilm.products import onednn_packing
 from elmo_spacy.bilm.softmax import adaptive_nll, summed_nll
 from elmo_spacy.layers import get_bilm
-from elmo_spacy.pretrain import PretrainConfig, load_pretrain_config, pretrain
+from elmo_spacy.pretrain import PretrainConfig, Workers, load_pretrain_config, pretrain
 from elmo_spacy.pretrain.checkpoint import STATE_FILE, latest_checkpoint
 
 from .conftest import CONFIGS, DATA, TINY_BILM, tokenize
@@ -240,6 +242,17 @@ def test_bfloat16_where_it_does_not_pay_warns_and_runs_float32(monkeypatch, bilm
         elmo.initialize(lambda: [], bilm_path=bilm_dir)
     assert get_bilm(elmo.model).precision == "float32"
     assert elmo.precision == "bfloat16"  # what was asked for, kept in the config
+
+
+def test_one_rank_warns_of_the_fall_back_for_all(monkeypatch, tmp_path):
+    monkeypatch.setattr(precision_module, "bfloat16_unsupported", lambda device="cpu": "no")
+    settings = PretrainConfig(max_epochs=1, batch_tokens=600, patience=0, precision="bfloat16")
+    with pytest.warns(RuntimeWarning, match=r"\[training\] precision = 'bfloat16' runs as"):
+        assert pretrain(DOCS, TINY_BILM, settings, tmp_path / "0")["precision"] == "float32"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        log = pretrain(DOCS, TINY_BILM, settings, tmp_path / "1", workers=Workers(rank=1))
+    assert log["precision"] == "float32"
 
 
 def test_the_warning_points_at_the_users_line(monkeypatch, bilm_dir):

@@ -6,6 +6,7 @@ import math
 import random
 import shutil
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -247,7 +248,10 @@ def pretrain(
         bilm.to(workers.device)
         optimizer = new_optimizer(bilm, config)
         state = RunState(epoch_rng=rng.getstate())
-    bilm.precision = resolve_precision(config.precision, workers.device, "[training] precision")
+    with warnings.catch_warnings():
+        if not workers.is_main:  # rank 0 says it for all: one fall-back warning, not one a rank
+            warnings.simplefilter("ignore", RuntimeWarning)
+        bilm.precision = resolve_precision(config.precision, workers.device, "[training] precision")
     if init_bilm is not None and checkpoint is None:
         init_dev = evaluate_perplexity(bilm, corpus.dev, config.eval_batch_tokens, workers)
         state.init_dev_perplexity = init_dev
