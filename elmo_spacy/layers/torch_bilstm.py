@@ -1,9 +1,10 @@
-"""A bidirectional LSTM run by torch's fused kernel, with its weights held as thinc params.
+"""A bidirectional LSTM run by torch's fused kernels, with its weights held as thinc params.
 
 Keeping the weights as thinc params (not in a PyTorch shim) lets the input
 width be inferred at initialisation and serialises them with msgpack like any
-other thinc layer. Each call runs `torch.func.functional_call` on a
-weightless (meta-device) `torch.nn.LSTM`.
+other thinc layer. The params are those of a bidirectional `torch.nn.LSTM`;
+each call runs `torch.func.functional_call` on weightless (meta-device)
+one-layer, one-way LSTMs, a layer and a direction at a time.
 """
 
 from collections.abc import Callable
@@ -12,7 +13,6 @@ import torch
 from thinc.api import Model, torch2xp, xp2torch
 from thinc.types import Floats2d
 from torch.func import functional_call
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..errors import ElmoSpacyError
 
@@ -44,22 +44,18 @@ def _param_names(depth: int) -> list[str]:
     ]
 
 
-def _lstm(model: Model, device: str) -> torch.nn.LSTM:
-    return torch.nn.LSTM(
-        model.get_dim("nI"),
-        model.get_dim("nO") // 2,
-        model.attrs["depth"],
-        bidirectional=True,
-        batch_first=True,
-        dropout=model.attrs["dropout"] if model.attrs["depth"] > 1 else 0.0,
-        device=device,
-    )
+def _lstm(nI: int, units: int, device: str) -> torch.nn.LSTM:
+    """One layer, one direction: the unit that torch's oneDNN kernel runs."""
+    return torch.nn.LSTM(nI, units, batch_first=True, device=device)
 
 
 def init(model: Model, X: list[Floats2d] | None = None, Y=None) -> None:
     if X:
         model.set_dim("nI", X[0].shape[1], force=True)
-    for name, value in _lstm(model, "cpu").named_parameters():
+    lstm = torch.nn.LSTM(
+        model.get_dim("nI"), model.get_dim("nO") // 2, model.attrs["depth"], bidirectional=True
+    )
+    for name, value in lstm.named_parameters():
         model.set_param(name, model.ops.asarray(value.detach().numpy()))
 
 
@@ -76,12 +72,8 @@ def forward(model: Model, X: list[Floats2d], is_train: bool) -> tuple[list[Float
             for name in model.param_names
         }
         inputs = xp2torch(ops.pad([X[i] for i in rows]), requires_grad=is_train)
-        row_lengths = torch.tensor([lengths[i] for i in rows])
-        lstm = _lstm(model, "meta").train(is_train)
-        packed = pack_padded_sequence(inputs, row_lengths, batch_first=True, enforce_sorted=False)
-        outputs, _ = pad_packed_sequence(
-            functional_call(lstm, params, (packed,))[0], batch_first=True
-        )
+        row_lengths = torch.tensor([lengths[i] for i in rows], device=inputs.device)
+        outputs = _bidirectional(model, params, inputs, row_lengths, is_train)
     padded = torch2xp(outputs.detach())
     Y = [ops.alloc2f(0, nO) for _ in X]
     for j, i in enumerate(rows):
@@ -102,3 +94,41 @@ def forward(model: Model, X: list[Floats2d], is_train: bool) -> tuple[list[Float
         return dX
 
     return Y, backprop
+
+
+def _bidirectional(
+    model: Model,
+    params: dict[str, torch.Tensor],
+    inputs: torch.Tensor,
+    lengths: torch.Tensor,
+    is_train: bool,
+) -> torch.Tensor:
+    """(batch, time, nI) inputs, padded after each sequence's `lengths` ->
+    (batch, time, nO) outputs, zeros at the padding.
+
+    Each layer runs each direction as a one-way LSTM on padded input: the
+    backward one on the sequences reversed within their lengths, so that its
+    padding comes last too, where it changes no output. A bidirectional LSTM
+    on packed sequences computes the same, but on the CPU only padded float32
+    input reaches torch's oneDNN kernel, which trains in about half the time
+    (`benchmarks/head_bilstm.py`)."""
+    units = model.get_dim("nO") // 2
+    steps = torch.arange(inputs.shape[1], device=inputs.device)
+    inside = steps < lengths[:, None]  # (batch, time)
+    reverse = torch.where(inside, lengths[:, None] - 1 - steps, steps)[:, :, None]
+    hidden = inputs
+    for layer in range(model.attrs["depth"]):
+        if layer:
+            hidden = torch.nn.functional.dropout(hidden, model.attrs["dropout"], is_train)
+        directions = []
+        for suffix, flip in (("", False), ("_reverse", True)):
+            weights = {
+                f"{kind}_l0": params[f"{kind}_l{layer}{suffix}"]
+                for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+            }
+            lstm = _lstm(hidden.shape[2], units, "meta")
+            seen = hidden.gather(1, reverse.expand_as(hidden)) if flip else hidden
+            out = functional_call(lstm, weights, (seen,))[0]
+            directions.append(out.gather(1, reverse.expand_as(out)) if flip else out)
+        hidden = torch.cat(directions, dim=2) * inside[:, :, None]
+    return hidden
