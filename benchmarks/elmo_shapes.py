@@ -4,7 +4,7 @@ reference-style forward, and the machine's matmul rates measured in the same
 run; and how far bfloat16 moves each layer from float32.
 
     python benchmarks/elmo_shapes.py [--text ../shared/data/ag_news/train.csv] [--batches 10]
-        [--precisions float32 bfloat16] [--forwards clipped fused reference-style]
+        [--precisions float32 bfloat16] [--forwards clipped fused reference-style loop]
         [--bilm PATH] [--batch-tokens 4096] [--device cpu] [--int8-lstm]
 
 Random weights (speed does not depend on them), torch on two threads (or a
@@ -17,9 +17,13 @@ pipe runs them:
   projection clipped at 3), the LSTM recurrence on oneDNN-packed weights, the
   type cache on (it warms up over the run, as in a pipe); once per precision
   ("clipped" in float32, "clipped-bfloat16": `BiLM.precision = "bfloat16"`,
-  bfloat16 weights packed once, cell state in float32);
+  bfloat16 weights packed once, cell state in float32). On a GPU the recurrence replays CUDA graphs (`run_graphed_lstm_layer`),
+  captured before the clock starts, as a pipe's run over a corpus would have
+  them;
+- "loop" (not by default): "clipped" with the recurrence forced onto the
+  step loop (on the CPU, what "clipped" runs; on a GPU, without graphs);
 - "fused": the same model and cache on torch's fused nn.LSTM over packed
-  sequences, without clipping;
+  sequences, without clipping (cuDNN on a GPU);
 - "embedder" (once per precision, as "clipped"): the same biLM as the `elmo`
   pipe, `embed` and `Embedder` run it, on all the timed sentences at once:
   sorted by length, in batches of at most --batch-tokens padded tokens (4,096,
@@ -208,7 +212,9 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES))
     parser.add_argument("--bilm", type=Path, help="a trained biLM to run instead of the shapes")
     parser.add_argument("--precisions", nargs="*", default=list(PRECISIONS), choices=PRECISIONS)
-    parser.add_argument("--forwards", nargs="*", default=list(FORWARDS), choices=FORWARDS)
+    parser.add_argument(
+        "--forwards", nargs="*", default=list(FORWARDS), choices=(*FORWARDS, "loop")
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-tokens", type=int, default=4096, help="the embedder's batches")
@@ -256,8 +262,8 @@ def main() -> None:
                 rates[kernel] = max(rates.get(kernel, 0.0), rate)
             for name in runs:
                 bilm = make()
-                if name == "fused":
-                    bilm.forward_lstm.kernel = bilm.backward_lstm.kernel = "fused"
+                if name in ("fused", "loop"):
+                    bilm.forward_lstm.kernel = bilm.backward_lstm.kernel = name
                 bilm.precision = "float32" if name == INT8_RUN else precision_of(name)
                 int8 = int8_lstm_products() if name == INT8_RUN else contextlib.nullcontext()
                 with int8, torch.inference_mode():
@@ -272,6 +278,10 @@ def main() -> None:
                         continue
                     run = ReferenceStyle(bilm) if name == "reference-style" else bilm_forward(bilm)
                     run(warm_up)
+                    if "cuda" in args.device and name != "reference-style":
+                        for batch in timed_batches:  # the graphs of their shapes
+                            run(batch)
+                        bilm.inference_cache().types.clear()  # warms over the run, as on the CPU
                     seconds[name] = min(seconds[name], timed(run, timed_batches, args.device))
         results = {name: tokens / seconds[name] for name in runs}
         for name in runs:

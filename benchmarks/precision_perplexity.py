@@ -2,7 +2,7 @@
 
     python benchmarks/precision_perplexity.py configs/bilm.cfg ../shared/data/ag_news/unlabeled.txt
         [--steps 300] [--max-docs 0] [--precisions float32 bfloat16] [--threads 2]
-        [--output-dir /tmp/precision_perplexity]
+        [--output-dir /tmp/precision_perplexity] [--gpu-id -1]
 
 Pretrains the config's biLM once per precision (`[training] precision`), from
 the same initial weights on the same batches, for `--steps` steps (as many
@@ -28,6 +28,7 @@ import torch
 
 from elmo_spacy.bilm import load_bilm
 from elmo_spacy.pretrain import evaluate_perplexity, load_pretrain_config, pretrain
+from elmo_spacy.pretrain.distributed import start_workers
 from elmo_spacy.pretrain.texts import read_tokenised_texts
 from elmo_spacy.pretrain.train import _make_corpus  # the dev split pretrain() makes
 
@@ -43,6 +44,7 @@ def main() -> None:
     parser.add_argument("--precisions", nargs="*", default=list(PRECISIONS), choices=PRECISIONS)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output-dir", type=Path, default=Path("/tmp/precision_perplexity"))
+    parser.add_argument("--gpu-id", type=int, default=-1, help="a CUDA GPU to train on (-1: CPU)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -65,6 +67,7 @@ def main() -> None:
             output,
             show_progress=False,
             overwrite=True,
+            workers=start_workers(args.gpu_id),
         )
         wall = time.perf_counter() - started
         line = {
@@ -80,6 +83,7 @@ def main() -> None:
         }
         for evaluated_in in PRECISIONS:
             bilm = load_bilm(output / "model-last", precision=evaluated_in)
+            bilm.to(start_workers(args.gpu_id).device)
             perplexity = evaluate_perplexity(bilm, dev, settings.eval_batch_tokens)
             line[f"dev_perplexity_in_{evaluated_in}"] = perplexity["mean"]
         results[precision] = line

@@ -12,7 +12,8 @@ benchmarks/matmul_rates.py), then for the config as given and for the same
 model with a full softmax (the naive baseline), in each precision: tokens/s,
 training FLOPs per token computed from the sizes (3x the forward FLOPs of the
 matmuls, on real tokens, not padding), and the share of the precision's own
-roofline reached (with --torch-lstm, also on torch's LSTM kernel), and the
+roofline reached (with --torch-lstm, also on torch's LSTM kernel; on a GPU,
+on torch's alone, cuDNN's, as pretraining runs there), and the
 milliseconds per step of its forward (loss included), backward and optimizer
 phases (with --profile, then torch.profiler's operators over that many
 more steps and three warm-up steps, by their own time); last, each run's
@@ -163,12 +164,15 @@ def main() -> None:
         flops = 3 * forward_flops_per_token(config, len(vocab), tail_shares)
         speed = {}
         for precision in args.precisions:
-            for kernel in ("training", "fused") if args.torch_lstm else ("training",):
+            kernels = ("training", "fused") if args.torch_lstm else ("training",)
+            if "cuda" in args.device:  # the kernel pretraining runs there: cuDNN's
+                kernels = ("fused",)
+            for kernel in kernels:
                 torch.manual_seed(0)
                 bilm = BiLM(config, vocab).to(args.device)
                 bilm.precision = precision
                 bilm.forward_lstm.kernel = bilm.backward_lstm.kernel = kernel
-                key = precision if kernel == "training" else f"{precision}_torch_lstm"
+                key = precision if kernel == kernels[0] else f"{precision}_torch_lstm"
                 speed[key], phase_ms = train_steps(bilm, batches, args.steps, training)
                 gflops = speed[key] * flops / 1e9
                 print(

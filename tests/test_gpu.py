@@ -15,11 +15,11 @@ from thinc.api import NumpyOps
 
 import elmo_spacy.pipeline
 from elmo_spacy import Embedder
-from elmo_spacy.bilm import load_bilm
+from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm
 from elmo_spacy.layers import get_bilm
 
 from . import test_any_width
-from .conftest import CONFIGS, SCALAR_MIX, examples, make_nlp, run
+from .conftest import CONFIGS, DATA, SCALAR_MIX, TINY_BILM, examples, make_nlp, run, tokenize
 from .test_elmo_format import (
     FIXTURES,
     TOLERANCE,
@@ -165,6 +165,33 @@ def test_the_reference_fixtures_on_cuda():
 
 @on_cuda
 @pytest.mark.usefixtures("no_tf32")
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_the_clipped_recurrence_on_cuda_replays_graphs_of_the_loops_numbers(precision):
+    """At inference a clipped biLM on a GPU runs its LSTMs from CUDA graphs
+    (`run_graphed_lstm_layer`): the loop kernel's layers, batch by batch,
+    over batches of many shapes, from zero states and carried ones."""
+    docs = tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()[:60])
+    config = BiLMConfig(**{**TINY_BILM.to_dict(), "cell_clip": 0.5, "proj_clip": 0.5})
+    torch.manual_seed(0)
+    bilm = BiLM(config, WordVocab.build(docs, max_size=500, min_count=1)).to(CUDA).eval()
+    bilm.precision = precision
+    batches = [docs[start : start + size] for start, size in ((0, 1), (1, 7), (8, 3), (11, 30))]
+    layers = {}
+    for kernel in ("graph", "loop"):
+        bilm.forward_lstm.kernel = bilm.backward_lstm.kernel = kernel
+        with torch.inference_mode():
+            layers[kernel] = [bilm(bilm.batch(batch)) for batch in batches]
+            bilm.stateful = True
+            bilm.reset_state()
+            layers[kernel] += [bilm(bilm.batch(batch)) for batch in batches]
+            bilm.stateful = False
+    assert bilm.cache_info()["graphs"] >= 2 * config.n_layers
+    for graphed, looped in zip(layers["graph"], layers["loop"]):
+        scale = 1e-5 if precision == "float32" else 2e-2 * float(looped.abs().max())
+        assert float((graphed.float() - looped.float()).abs().max()) < scale
+
+
+@on_cuda
 def test_the_embedder_on_cuda_gives_the_cpu_vectors(bilm_dir):
     sentences = [text.split() for text in TEXTS]
     on_cpu = Embedder(bilm_dir).embed(sentences)

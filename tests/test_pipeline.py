@@ -281,7 +281,7 @@ def test_the_public_readers_of_the_mix_the_score_parts_and_the_cache(trained, bi
     assert score_parts(learned.get_pipe("textcat").model) is None  # no linear_model
     bilm = get_bilm(trained.get_pipe("elmo").model)
     bilm.weights_changed()
-    assert bilm.cache_info() == {"types": 0, "primed": 0, "packed": 0}
+    assert bilm.cache_info() == {"types": 0, "primed": 0, "packed": 0, "graphs": 0}
     doc = trained("Oil rose and oil fell.")
     assert bilm.cache_info()["types"] == len({t.text for t in doc})
 

@@ -317,3 +317,16 @@ def test_the_onednn_probe_leaves_torchs_random_numbers_alone():
     torch.manual_seed(0)
     onednn_packing()
     assert torch.equal(torch.rand(4), expected)
+
+
+def test_float32_on_a_gpu_keeps_cudnns_convolutions_out_of_tf32():
+    """torch runs cuDNN's convolutions in TF32 unless told not to; the
+    float32 path turns that off while it runs (on a GPU only) and restores it."""
+    float32_convolutions = precision_module.float32_convolutions
+    assert torch.backends.cudnn.allow_tf32  # torch's default
+    with float32_convolutions(torch.device("cpu")):
+        assert torch.backends.cudnn.allow_tf32
+    with pytest.raises(RuntimeError), float32_convolutions(torch.device("cuda")):
+        assert not torch.backends.cudnn.allow_tf32
+        raise RuntimeError
+    assert torch.backends.cudnn.allow_tf32

@@ -6,9 +6,11 @@ import pytest
 import torch
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab
+from elmo_spacy.bilm.graphs import GraphCache
 from elmo_spacy.bilm.lstm import LstmStack, lstm_cell
 from elmo_spacy.bilm.precision import ROW_BLOCK, padded_rows
 from elmo_spacy.bilm.recurrence import lstm_layer_for_training
+from elmo_spacy.errors import ElmoSpacyError
 
 from .conftest import TINY_BILM
 
@@ -156,3 +158,33 @@ def test_lstm_cell_in_place_without_gradients_is_the_cell_with_them(dtype, cell_
     assert torch.equal(c, c_before)
     if cell_clip:
         assert got[1].abs().max() <= cell_clip
+
+
+@pytest.mark.parametrize("cell_dim", [10, 6])  # projected, not projected
+def test_the_graph_kernel_computes_what_the_loop_kernel_does(cell_dim):
+    """The graph kernel's fixed-shape recurrence (run eagerly here: on a GPU
+    it is captured and replayed) against the loop's: clipped outputs, zero
+    past each length, and the states after each row's last step; two batches of
+    different sizes share one graph per layer, and the second sees nothing
+    of the first."""
+    torch.manual_seed(0)
+    stack = LstmStack(2, 6, cell_dim, dropout=0.0, cell_clip=0.5, proj_clip=0.3).eval()
+    graphs = GraphCache(capture=False)
+    for batch, steps, lengths in ((7, 6, [6, 3, 1, 0, 6, 2, 5]), (5, 3, [1, 3, 2, 3, 0])):
+        x = torch.randn(batch, steps, 6) * 3
+        initial = [(torch.randn(batch, 6), torch.randn(batch, cell_dim)) for _ in range(2)]
+        lengths = torch.tensor(lengths)
+        with torch.inference_mode():
+            expected = stack(x, lengths, initial, final=True, kernel="loop")
+            got = stack(x, lengths, initial, final=True, kernel="graph", graphs=graphs)
+        for e, g in zip(expected[0], got[0]):
+            torch.testing.assert_close(g, e, rtol=0, atol=1e-6)
+        for e, g in zip(expected[1], got[1]):
+            torch.testing.assert_close(g, e, rtol=0, atol=1e-6)
+        assert len(graphs) == 2  # 8 rows by 8 steps, a graph per layer
+
+
+def test_the_graph_kernel_without_graphs_says_where_it_runs():
+    stack = LstmStack(1, 6, 10, dropout=0.0, cell_clip=0.5).eval()
+    with torch.inference_mode(), pytest.raises(ElmoSpacyError, match="on a CUDA GPU"):
+        stack(torch.randn(2, 3, 6), torch.tensor([3, 2]), kernel="graph")

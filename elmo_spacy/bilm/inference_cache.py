@@ -4,7 +4,8 @@ inference, and how it knows the version.
 Outside training and without gradients, a biLM keeps (`InferenceCache`):
 with an encoder that reads characters, the encodings of token strings (an
 `LruCache` of at most `type_cache_size`), since they do not depend on
-context; the LSTM weights packed for oneDNN; and primed states. Any change
+context; the LSTM weights packed for oneDNN (on the CPU) or the CUDA graphs
+of their clipped recurrences (on a GPU); and primed states. Any change
 to the weights that torch can see (new storage, an in-place update,
 `train()`) empties it; a change that torch cannot see (a write through
 numpy, as thinc's optimiser does) is announced with `weights_changed()`.
@@ -17,6 +18,7 @@ from torch import nn
 
 from .batch import TokenBatch
 from .chars import CharIds
+from .graphs import GraphCache
 from .lru import LruCache
 from .lstm import PackedWeights
 from .products import onednn_packing
@@ -34,6 +36,7 @@ class InferenceCache:
     types: (P,) encodings of token strings (char CNN), least recently used first.
     boundaries: (2, P) encodings of <S> and </S>.
     packed: LSTM weights packed for oneDNN, per layer (see `run_lstm_layer`).
+    graphs: CUDA graphs of the LSTM layers (see `run_graphed_lstm_layer`).
     primed: `primed_states` of each warm-up text.
     """
 
@@ -41,6 +44,7 @@ class InferenceCache:
     types: LruCache[str, torch.Tensor]
     boundaries: torch.Tensor | None = None
     packed: PackedWeights = field(default_factory=dict)
+    graphs: GraphCache = field(default_factory=GraphCache)
     primed: dict[tuple, States] = field(default_factory=dict)
 
 
@@ -90,11 +94,17 @@ class InferenceCacheSlot:
     def info(self) -> dict[str, int]:
         """What the cache holds now (all 0 when there is none): `types`, token
         strings whose encodings are kept; `primed`, warm-up texts whose primed
-        states are kept; `packed`, LSTM layers whose weights are packed."""
+        states are kept; `packed`, LSTM layers whose weights are packed;
+        `graphs`, CUDA graphs kept."""
         cache = self.cache
         if cache is None:
-            return {"types": 0, "primed": 0, "packed": 0}
-        return {"types": len(cache.types), "primed": len(cache.primed), "packed": len(cache.packed)}
+            return {"types": 0, "primed": 0, "packed": 0, "graphs": 0}
+        return {
+            "types": len(cache.types),
+            "primed": len(cache.primed),
+            "packed": len(cache.packed),
+            "graphs": len(cache.graphs),
+        }
 
     def __getstate__(self) -> dict:
         # Copies and pickles leave the cache out: it is rebuilt on demand, and

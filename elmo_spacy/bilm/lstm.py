@@ -8,12 +8,15 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..errors import ElmoSpacyError
-from .precision import matmul_dtype, state_dtype, widened
+from .graphs import GraphCache
+from .precision import autocast_dtype, matmul_dtype, state_dtype, widened
 from .products import Product, onednn_packing, pack, packed_product
 from .recurrence import lstm_layer_for_training
 
 LstmState = tuple[torch.Tensor, torch.Tensor]  # h (B, P), c (B, H) of one layer
 PackedWeights = dict[int, dict[str, torch.Tensor]]  # id(layer) -> name -> packed weight
+GRAPH_STEPS = 8  # a graph's steps: a batch's, rounded up to a multiple of these
+GRAPH_ROWS = 8  # a graph's rows: likewise
 
 
 class LstmStack(nn.Module):
@@ -33,22 +36,25 @@ class LstmStack(nn.Module):
       in one call of it (`run_training_stacks`);
     - torch's fused kernel (`run_fused_layer`), for the same on other devices
       (cuDNN), and at inference where oneDNN is missing;
-    - `run_lstm_layer`: the input projections of all time steps in one GEMM,
-      then a tight recurrence that clips the cell to [-cell_clip, cell_clip]
-      and the projected output to [-proj_clip, proj_clip] (TensorFlow's
-      LSTMCell, as bilm-tf trains it), and that takes initial states and
-      returns each row's state after its last real step. At inference, given
-      a `packed` cache, its GEMMs run on weights that oneDNN has packed once
-      for small batches (twice the speed of a plain GEMM at ELMo's sizes);
-      without oneDNN, on plain GEMMs.
+    - `run_lstm_layer` ("loop"): the input projections of all time steps in
+      one GEMM, then a tight recurrence that clips the cell to [-cell_clip,
+      cell_clip] and the projected output to [-proj_clip, proj_clip]
+      (TensorFlow's LSTMCell, as bilm-tf trains it), and that takes initial
+      states and returns each row's state after its last real step. At
+      inference, given a `packed` cache, its GEMMs run on weights that oneDNN
+      has packed once for small batches (twice the speed of a plain GEMM at
+      ELMo's sizes); without oneDNN, on plain GEMMs;
+    - `run_graphed_lstm_layer` ("graph"): the same on a CUDA GPU at
+      inference, given a `graphs` cache, replayed from a CUDA graph of the
+      whole recurrence, where cuDNN cannot clip.
 
     forget_bias: None trains both biases, as torch's LSTM does. A number
         fixes `bias_hh` at that value on the forget gate and 0 elsewhere and
         never trains it: one trained bias plus the constant forget bias that
         TensorFlow's LSTMCell adds (1.0 in bilm-tf).
-    kernel: "auto" (as above), or "training", "fused" or "loop" to force one
-        (for benchmarks and tests; "training" and "fused" ignore the clips, and
-        "training" needs gradients).
+    kernel: "auto" (as above), or "training", "fused", "loop" or "graph" to
+        force one (for benchmarks and tests; "training" and "fused" ignore the
+        clips, "training" needs gradients and "graph" a `graphs` cache).
 
     Sequences are right-padded: positions after a row's length never affect
     the positions before it, so no packing is needed.
@@ -98,14 +104,17 @@ class LstmStack(nn.Module):
         final: bool = False,
         kernel: str | None = None,
         packed: PackedWeights | None = None,
+        graphs: GraphCache | None = None,
     ) -> tuple[list[torch.Tensor], list[LstmState] | None]:
         """x (B, T, P) and lengths (B,) -> one (B, T, P) output per layer, and
         with `final` each layer's state after each row's last real step.
         `initial` gives each layer's starting state (zeros without it).
         `kernel` forces one (None: as `self.kernel` says). `packed`: where
-        to keep packed weights for inference (see `run_lstm_layer`); the
-        caller empties it when the weights change."""
-        kernel = self.kernel_for(x, initial, final, packed, kernel)
+        to keep packed weights for inference on the CPU (see
+        `run_lstm_layer`), `graphs`: where to keep CUDA graphs for inference
+        on a GPU (see `run_graphed_lstm_layer`); the caller empties them when
+        the weights change."""
+        kernel = self.kernel_for(x, initial, final, packed, kernel, graphs)
         outputs, states = [], []
         for i, layer in enumerate(self.layers):
             inputs = self.dropout(x)
@@ -114,16 +123,17 @@ class LstmStack(nn.Module):
             elif kernel == "fused":
                 y = run_fused_layer(layer, inputs, lengths)
             else:
-                y, state = run_lstm_layer(
-                    layer,
-                    inputs,
-                    lengths,
-                    None if initial is None else initial[i],
-                    self.cell_clip,
-                    self.proj_clip,
-                    final,
-                    None if packed is None else packed.setdefault(id(layer), {}),
-                )
+                clips = self.cell_clip, self.proj_clip
+                state = None if initial is None else initial[i]
+                if kernel == "graph":
+                    y, state = run_graphed_lstm_layer(
+                        layer, inputs, lengths, state, *clips, final, graphs
+                    )
+                else:
+                    layer_packed = None if packed is None else packed.setdefault(id(layer), {})
+                    y, state = run_lstm_layer(
+                        layer, inputs, lengths, state, *clips, final, layer_packed
+                    )
                 states.append(state)
             x = y + x if i > 0 and self.skip_connections else y
             outputs.append(x)
@@ -136,6 +146,7 @@ class LstmStack(nn.Module):
         final: bool = False,
         packed: PackedWeights | None = None,
         kernel: str | None = None,
+        graphs: GraphCache | None = None,
     ) -> str:
         """The kernel `forward` runs for these arguments (see the class
         docstring): `kernel`, else `self.kernel`, with "auto" resolved."""
@@ -143,10 +154,18 @@ class LstmStack(nn.Module):
         if kernel == "auto":
             plain = not (self.clipped or initial is not None or final or packed is not None)
             training = torch.is_grad_enabled() and x.device.type == "cpu"  # cuDNN is faster
-            kernel = "loop" if not plain else "training" if training else "fused"
-        if kernel != "loop" and (initial is not None or final):
+            if not plain:
+                kernel = "loop" if graphs is None else "graph"
+            else:
+                kernel = "training" if training else "fused"
+        if kernel not in ("loop", "graph") and (initial is not None or final):
             raise ElmoSpacyError(
                 f"States in or out need the loop kernel: kernel = {kernel!r} cannot carry them"
+            )
+        if kernel == "graph" and graphs is None:
+            raise ElmoSpacyError(
+                "kernel = 'graph' runs at inference on a CUDA GPU (no gradients, eval mode), "
+                "where the biLM keeps its graphs: use kernel = 'loop' elsewhere"
             )
         return kernel
 
@@ -264,6 +283,101 @@ def run_lstm_layer(
     ended.append((h, c))
     h, c = (torch.cat([state[k] for state in reversed(ended)]) for k in (0, 1))
     return y, (h[restore], c[restore])
+
+
+def run_graphed_lstm_layer(
+    layer: nn.LSTM,
+    x: torch.Tensor,
+    lengths: torch.Tensor,
+    initial: LstmState | None,
+    cell_clip: float,
+    proj_clip: float,
+    final: bool,
+    graphs: GraphCache,
+) -> tuple[torch.Tensor, LstmState | None]:
+    """`run_lstm_layer` on a CUDA GPU without gradients: the same outputs
+    and states, replayed from a CUDA graph of the whole layer (the input
+    projections and `masked_recurrence`), one launch instead of about ten a
+    step. The graph's shape is the batch's, its steps rounded up to a
+    multiple of GRAPH_STEPS and its rows to one of GRAPH_ROWS (the extra rows
+    of length 0), so that batches of like shapes share it; `graphs` keeps it.
+    """
+    batch, steps, in_dim = x.shape
+    rows, padded_steps = (
+        -(-batch // GRAPH_ROWS) * GRAPH_ROWS,
+        -(-steps // GRAPH_STEPS) * GRAPH_STEPS,
+    )
+    hidden, out_dim = layer.hidden_size, layer.proj_size or layer.hidden_size
+    dtype = matmul_dtype(layer.weight_hh_l0)
+    cell_dtype = state_dtype(x.dtype)
+
+    def make_inputs() -> tuple[torch.Tensor, ...]:
+        # the weights transposed and cast once (in float32, the parameters
+        # themselves), kept with the graph, which reads them
+        weights = [w.to(dtype).t() for w in (layer.weight_ih_l0, layer.weight_hh_l0)]
+        if layer.proj_size:
+            weights.append(layer.weight_hr_l0.to(dtype).t())
+        return (
+            x.new_zeros(padded_steps, rows, in_dim),
+            lengths.new_zeros(rows),
+            x.new_zeros(rows, out_dim),
+            x.new_zeros(rows, hidden, dtype=cell_dtype),
+            layer.bias_ih_l0 + layer.bias_hh_l0,
+            *weights,
+        )
+
+    def run(inputs, row_lengths, h, c, bias, w_ih, w_hh, w_hr=None) -> tuple[torch.Tensor, ...]:
+        time = torch.arange(padded_steps, device=x.device)
+        real = (time[:, None] < row_lengths[None, :])[..., None]  # (T, R, 1)
+        gates_x = torch.addmm(bias, inputs.view(-1, in_dim), w_ih)
+        gates_x = gates_x.view(padded_steps, rows, -1)
+        return masked_recurrence(gates_x, real, h, c, w_hh, w_hr, cell_clip, proj_clip)
+
+    key = (id(layer), rows, padded_steps, x.dtype, autocast_dtype(x.device.type))
+    key += (cell_clip, proj_clip)
+    captured = graphs.get(key, make_inputs, run)
+    inputs, row_lengths, h, c = captured.inputs[:4]
+    inputs[:steps, :batch] = x.transpose(0, 1)
+    row_lengths.zero_()
+    row_lengths[:batch] = lengths
+    if initial is None:
+        h.zero_()
+        c.zero_()
+    else:
+        h[:batch], c[:batch] = initial
+    outputs, h, c = captured.replay()
+    y = outputs[:steps, :batch].transpose(0, 1).to(x.dtype, copy=True)
+    return y, ((h[:batch].clone(), c[:batch].clone()) if final else None)
+
+
+def masked_recurrence(
+    gates_x: torch.Tensor,
+    real: torch.Tensor,
+    h: torch.Tensor,
+    c: torch.Tensor,
+    w_hh: torch.Tensor,
+    w_hr: torch.Tensor | None,
+    cell_clip: float,
+    proj_clip: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The clipped recurrence of one layer over all R rows for all T steps,
+    each row's state held still past its last real step: a fixed shape, as a
+    CUDA graph needs. gates_x (T, R, 4H), the input projections with the
+    bias; real (T, R, 1), True at each row's real steps; h (R, P) and c (R,
+    H), the initial states; w_hh (P, 4H) and w_hr (H, P) or None, transposed.
+    Returns the outputs (T, R, P), zero where not real, and the state (h, c)
+    after each row's last real step."""
+    outputs = []
+    for t in range(gates_x.shape[0]):
+        new_h, new_c = lstm_cell(torch.addmm(gates_x[t], h, w_hh), c, cell_clip)
+        if w_hr is not None:
+            new_h = new_h.mm(w_hr)
+            if proj_clip:
+                new_h = new_h.clamp(-proj_clip, proj_clip)
+        outputs.append(torch.where(real[t], new_h, 0.0))
+        h = torch.where(real[t], new_h, h.to(new_h.dtype))
+        c = torch.where(real[t], new_c, c)
+    return torch.stack(outputs), h, c
 
 
 def lstm_cell(

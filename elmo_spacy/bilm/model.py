@@ -60,7 +60,8 @@ class BiLM(nn.Module):
       weights is kept across batches (`elmo_spacy.bilm.inference_cache`):
       with an encoder that reads characters, the encodings of token strings
       (at most `type_cache_size`, least recently used dropped first); the
-      LSTM weights packed for oneDNN; primed states. Any change to the
+      LSTM weights packed for oneDNN, or on a GPU the CUDA graphs of the
+      clipped recurrence; primed states. Any change to the
       weights that torch can see (new storage, an in-place update, `train()`)
       empties it; after writing weights where torch cannot see it (through
       numpy, as thinc's optimiser does), call `weights_changed()`.
@@ -266,6 +267,7 @@ class BiLM(nn.Module):
         empty lists without)."""
         cache = self.inference_cache()
         packed = packed_weights(cache, self.forward_lstm.layers[0].weight_ih_l0)
+        graphs = cache.graphs if cache is not None and self._device.type == "cuda" else None
         types = encode_types(self.encoder, self.chars, batch, cache)
         encoded = types[batch.index]
         lengths = batch.lengths + 2
@@ -274,7 +276,8 @@ class BiLM(nn.Module):
         initial = initial or {}
         stacks = {"forward": self.forward_lstm, "backward": self.backward_lstm}
         kernels = {
-            k: s.kernel_for(encoded, initial.get(k), final, packed) for k, s in stacks.items()
+            k: s.kernel_for(encoded, initial.get(k), final, packed, graphs=graphs)
+            for k, s in stacks.items()
         }
         if set(kernels.values()) == {"training"}:  # both directions' layers run together
             forward_layers, backward_layers = run_training_stacks(
@@ -283,10 +286,15 @@ class BiLM(nn.Module):
             forward_final = backward_final = None
         else:
             forward_layers, forward_final = self.forward_lstm(
-                encoded, lengths, initial.get("forward"), final=final, packed=packed
+                encoded, lengths, initial.get("forward"), final=final, packed=packed, graphs=graphs
             )
             backward_layers, backward_final = self.backward_lstm(
-                backward_inputs, lengths, initial.get("backward"), final=final, packed=packed
+                backward_inputs,
+                lengths,
+                initial.get("backward"),
+                final=final,
+                packed=packed,
+                graphs=graphs,
             )
         backward_layers = [_gather_time(y, reverse) for y in backward_layers]
         finals = {"forward": forward_final or [], "backward": backward_final or []}

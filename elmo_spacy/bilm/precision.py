@@ -1,7 +1,8 @@
 """The numeric precision a biLM computes in: float32 or bfloat16.
 
 - "float32" (the default): every tensor in float32, the conformant path
-  (a converted bilm-tf model reproduces the reference to 1e-5).
+  (a converted bilm-tf model reproduces the reference to 1e-5); on a GPU,
+  cuDNN's convolutions too, which torch would run in TF32.
 - "bfloat16": the matrix products (char CNN, highway, projections, the LSTM
   GEMMs, the softmax's logits) run in bfloat16 under torch's autocast, with
   float32 accumulation inside each product. The weights stay float32 (the
@@ -150,12 +151,16 @@ def in_precision(method: Method) -> Method:
     weight: it casts the weight again at every product (the char CNN's
     highway layers then cost twice their float32 time). So a bfloat16 call
     made in inference mode runs under `torch.no_grad` instead, which computes
-    the same numbers; its outputs are then ordinary tensors."""
+    the same numbers; its outputs are then ordinary tensors.
+
+    float32 on a GPU runs cuDNN's convolutions (the char CNN) in float32
+    (`float32_convolutions`)."""
 
     @functools.wraps(method)
     def run(bilm, *args, **kwargs):
         if bilm.precision == "float32":
-            return method(bilm, *args, **kwargs)
+            with float32_convolutions(next(bilm.parameters()).device):
+                return method(bilm, *args, **kwargs)
         with contextlib.ExitStack() as scope:
             if torch.is_inference_mode_enabled():
                 scope.enter_context(torch.inference_mode(False))
@@ -165,6 +170,24 @@ def in_precision(method: Method) -> Method:
         return to_float32(result)
 
     return run  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def float32_convolutions(device: torch.device):
+    """A scope in which cuDNN's convolutions on `device` multiply in float32.
+    torch lets them round their inputs to TF32 by default (10 bits of
+    mantissa: the char CNN's outputs then move by about 1e-4 of their size);
+    its matrix products, whose TF32 is off by default, are left as the user
+    set them. The setting is torch's, for the whole process: it is restored
+    on leaving."""
+    if device.type != "cuda" or not torch.backends.cudnn.allow_tf32:
+        yield
+        return
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = True
 
 
 def to_float32(value: Any) -> Any:

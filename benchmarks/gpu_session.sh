@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Every GPU check in one go, for a machine with a CUDA GPU and a CUDA build of
+# torch: the GPU tests (`pytest -m gpu`), then the benchmarks on the GPU.
+#
+#     bash benchmarks/gpu_session.sh [STEP ...]
+#
+# STEP: tests, elmo_shapes, pretrain_throughput, pretrain_throughput_original,
+# precision_perplexity, profile_clipped (default: all, in that order). $OUT (else gpu-logs)
+# gets one log per step. Where the
+# machine lacks spaCy and cannot reach a package index, carry the wheels in
+# .whl/ (README, "GPU"); where ../shared/data is missing, a .devdata/ folder
+# laid out like it stands in (allennlp_elmo/, ag_news/train.csv and
+# ag_news/unlabeled.txt: the conformance test and the benchmarks' text).
+# Each step has a time limit, so that one that hangs leaves the others time.
+set -uo pipefail
+logs=${OUT:-gpu-logs}
+steps=${*:-tests elmo_shapes pretrain_throughput pretrain_throughput_original precision_perplexity profile_clipped}
+mkdir -p "$logs"
+export PYTHONUNBUFFERED=1
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site
+fi
+python3 -m pip install -q --no-deps --no-build-isolation -e . >"$logs/install.log" 2>&1 ||
+    { tail -20 "$logs/install.log"; exit 1; }
+if [ ! -d ../shared/data ] && [ -d .devdata ]; then
+    mkdir -p ../shared && cp -r .devdata ../shared/data
+fi
+text=../shared/data/ag_news
+[ -d $text ] || text=.devdata/ag_news
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$logs/gpu.txt"
+python3 -c "import torch, spacy, cupy; print('torch', torch.__version__, 'spacy', spacy.__version__, 'cupy', cupy.__version__)" | tee -a "$logs/gpu.txt"
+
+step() {  # step NAME SECONDS COMMAND...: run it with a limit, log it, say how it ended
+    local name=$1 limit=$2
+    shift 2
+    local started=$SECONDS
+    timeout "$limit" "$@" >"$logs/$name.log" 2>&1
+    echo "== $name: exit $? in $((SECONDS - started)) s" | tee -a "$logs/steps.txt"
+}
+for name in $steps; do
+    case $name in
+    tests) step tests 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py ;;
+    elmo_shapes) step elmo_shapes 150 python3 benchmarks/elmo_shapes.py --device cuda \
+        --text $text/train.csv --forwards clipped loop fused reference-style embedder ;;
+    pretrain_throughput) step pretrain_throughput 90 python3 benchmarks/pretrain_throughput.py \
+        configs/bilm.cfg $text/unlabeled.txt --device cuda --no-full-softmax ;;
+    pretrain_throughput_original) step pretrain_throughput_original 90 \
+        python3 benchmarks/pretrain_throughput.py configs/bilm.cfg $text/unlabeled.txt \
+        --device cuda --no-full-softmax --bilm.lstm_dim 4096 --bilm.projection_dim 512 \
+        --training.batch_tokens 32768 --steps 20 ;;
+    precision_perplexity) step precision_perplexity 120 python3 \
+        benchmarks/precision_perplexity.py configs/bilm.cfg $text/unlabeled.txt --gpu-id 0 ;;
+    profile_clipped) step profile_clipped 60 bash -c "python3 -m cProfile -s tottime \
+        benchmarks/elmo_shapes.py --device cuda --text $text/train.csv --rounds 1 \
+        --shapes 'original 2x4096_512' --forwards clipped --precisions float32 | head -80" ;;
+    *) echo "no step $name" && exit 2 ;;
+    esac
+done
+[ -f "$logs/tests.log" ] && tail -n 25 "$logs/tests.log"
+cat "$logs"/*.log | grep '^{' | cut -c1-1200
+cat "$logs/steps.txt"
