@@ -6,6 +6,7 @@ run; and how far bfloat16 moves each layer from float32.
     python benchmarks/elmo_shapes.py [--text ../shared/data/ag_news/train.csv] [--batches 10]
         [--precisions float32 bfloat16] [--forwards clipped fused reference-style loop]
         [--bilm PATH] [--batch-tokens 4096] [--device cpu] [--int8-lstm]
+        [--type-cache-size N] [--profile]
 
 Random weights (speed does not depend on them), torch on two threads (or a
 CUDA GPU: --device cuda, TF32 off, the clock read after the GPU's queue is
@@ -53,7 +54,10 @@ vectors. With random weights (the default) the LSTM layers are small; --bilm
 PATH runs a trained biLM (a directory of `elmo-spacy pretrain` or
 `convert-elmo`, or a bilm-tf folder) instead of the shapes, for distances on
 real weights. Prints one JSON line per shape and forward, one per shape with
-the distances, then a summary line per shape.
+the distances, then a summary line per shape. --type-cache-size sets the
+biLM's (0: no type cache); --profile then prints torch.profiler's operators
+over one more timed run of the first forward (by their own CPU time, and on
+a GPU by their own GPU time).
 """
 
 import argparse
@@ -220,6 +224,8 @@ def main() -> None:
     parser.add_argument("--batch-tokens", type=int, default=4096, help="the embedder's batches")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (cuda:N)")
     parser.add_argument("--int8-lstm", action="store_true", help="Also: embedder-int8_lstm")
+    parser.add_argument("--type-cache-size", type=int, help="the biLM's (default: its own)")
+    parser.add_argument("--profile", action="store_true", help="then profile the first forward")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     float32_without_tf32()
@@ -262,6 +268,8 @@ def main() -> None:
                 rates[kernel] = max(rates.get(kernel, 0.0), rate)
             for name in runs:
                 bilm = make()
+                if args.type_cache_size is not None:
+                    bilm.type_cache_size = args.type_cache_size
                 if name in ("fused", "loop"):
                     bilm.forward_lstm.kernel = bilm.backward_lstm.kernel = name
                 bilm.precision = "float32" if name == INT8_RUN else precision_of(name)
@@ -283,6 +291,9 @@ def main() -> None:
                             run(batch)
                         bilm.inference_cache().types.clear()  # warms over the run, as on the CPU
                     seconds[name] = min(seconds[name], timed(run, timed_batches, args.device))
+                    if args.profile and name == runs[0] and _ == args.rounds - 1:
+                        bilm.inference_cache().types.clear()
+                        profile_run(run, timed_batches, args.device)
         results = {name: tokens / seconds[name] for name in runs}
         for name in runs:
             line = {"shape": shape, "forward": name, "tokens": tokens, "seconds": seconds[name]}
@@ -365,6 +376,21 @@ def real_positions(layers: torch.Tensor, batch: list[list[str]]) -> torch.Tensor
     for i, sentence in enumerate(batch):
         real[i, : len(sentence)] = True
     return layers[:, real]
+
+
+def profile_run(run, batches, device: str) -> None:
+    """Print torch.profiler's operators over `run` of each batch."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if "cuda" in device:
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as profiled:
+        timed(run, batches, device)
+    table = profiled.key_averages()
+    print(table.table(sort_by="self_cpu_time_total", row_limit=30), flush=True)
+    if "cuda" in device:
+        print(table.table(sort_by="self_device_time_total", row_limit=30), flush=True)
 
 
 def bilm_forward(bilm: BiLM):

@@ -5,7 +5,7 @@
 #     bash benchmarks/gpu_session.sh [STEP ...]
 #
 # STEP: tests, elmo_shapes, pretrain_throughput, pretrain_throughput_original,
-# precision_perplexity, profile_clipped (default: all, in that order). $OUT (else gpu-logs)
+# precision_perplexity, type_cache, profile_clipped (default: all, in that order). $OUT (else gpu-logs)
 # gets one log per step. Where the
 # machine lacks spaCy and cannot reach a package index, carry the wheels in
 # .whl/ (README, "GPU"); where ../shared/data is missing, a .devdata/ folder
@@ -14,7 +14,7 @@
 # Each step has a time limit, so that one that hangs leaves the others time.
 set -uo pipefail
 logs=${OUT:-gpu-logs}
-steps=${*:-tests elmo_shapes pretrain_throughput pretrain_throughput_original precision_perplexity profile_clipped}
+steps=${*:-tests elmo_shapes pretrain_throughput pretrain_throughput_original precision_perplexity type_cache profile_clipped}
 mkdir -p "$logs"
 export PYTHONUNBUFFERED=1
 if [ -d .whl ]; then
@@ -52,9 +52,12 @@ for name in $steps; do
         --training.batch_tokens 32768 --steps 20 ;;
     precision_perplexity) step precision_perplexity 120 python3 \
         benchmarks/precision_perplexity.py configs/bilm.cfg $text/unlabeled.txt --gpu-id 0 ;;
-    profile_clipped) step profile_clipped 60 bash -c "python3 -m cProfile -s tottime \
-        benchmarks/elmo_shapes.py --device cuda --text $text/train.csv --rounds 1 \
-        --shapes 'original 2x4096_512' --forwards clipped --precisions float32 | head -80" ;;
+    type_cache) step type_cache 150 python3 benchmarks/elmo_shapes.py --device cuda \
+        --text $text/train.csv --forwards clipped fused --precisions float32 \
+        --type-cache-size 0 ;;
+    profile_clipped) step profile_clipped 90 python3 benchmarks/elmo_shapes.py --device cuda \
+        --text $text/train.csv --shapes "original 2x4096_512" --forwards clipped \
+        --precisions float32 --rounds 1 --profile ;;
     *) echo "no step $name" && exit 2 ;;
     esac
 done

@@ -186,6 +186,7 @@ def test_the_clipped_recurrence_on_cuda_replays_graphs_of_the_loops_numbers(prec
             layers[kernel] += [bilm(bilm.batch(batch)) for batch in batches]
             bilm.stateful = False
     assert bilm.cache_info()["graphs"] >= 2 * config.n_layers
+    assert bilm.cache_info()["types"] == 0  # the char CNN runs on each batch's types
     for graphed, looped in zip(layers["graph"], layers["loop"]):
         scale = 1e-5 if precision == "float32" else 2e-2 * float(looped.abs().max())
         assert float((graphed.float() - looped.float()).abs().max()) < scale

@@ -58,8 +58,9 @@ class BiLM(nn.Module):
     - `inference_cache`, `weights_changed`, `cache_info`, `type_cache_size`:
       outside training and without gradients, what the biLM derives from its
       weights is kept across batches (`elmo_spacy.bilm.inference_cache`):
-      with an encoder that reads characters, the encodings of token strings
-      (at most `type_cache_size`, least recently used dropped first); the
+      with an encoder that reads characters, on the CPU, the encodings of
+      token strings (at most `type_cache_size`, least recently used dropped
+      first: on a GPU the char CNN costs less than keeping them); the
       LSTM weights packed for oneDNN, or on a GPU the CUDA graphs of the
       clipped recurrence; primed states. Any change to the
       weights that torch can see (new storage, an in-place update, `train()`)
