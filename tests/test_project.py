@@ -181,3 +181,15 @@ def test_every_project_command_names_only_options_its_command_takes():
                 assert not unknown, f"project.yml, {step['name']}: {name} takes no {unknown}"
                 checked += 1
     assert checked >= 20
+
+
+def test_every_project_variable_can_be_set_from_the_command_line():
+    """`spacy project run ... --vars.NAME VALUE` gives each variable its
+    value back (a value that holds `--` is read as options: it cannot be)."""
+    import srsly
+    from weasel.util import parse_config_overrides
+
+    variables = srsly.read_yaml(ROOT / "project.yml")["vars"]
+    for name, value in variables.items():
+        parsed = parse_config_overrides([f"--vars.{name}", str(value)])
+        assert parsed == {f"vars.{name}": value}, name
