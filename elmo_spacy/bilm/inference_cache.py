@@ -5,8 +5,8 @@ Outside training and without gradients, a biLM keeps (`InferenceCache`):
 with an encoder that reads characters, on the CPU, the encodings of token
 strings (an `LruCache` of at most `type_cache_size`), since they do not
 depend on context; the LSTM weights packed for oneDNN (on the CPU) or the
-CUDA graphs of their clipped recurrences (on a GPU); and primed states. Any change
-to the weights that torch can see (new storage, an in-place update,
+CUDA graphs of their clipped recurrences (on a GPU); and primed states. Any
+change to the weights that torch can see (new storage, an in-place update,
 `train()`) empties it; a change that torch cannot see (a write through
 numpy, as thinc's optimiser does) is announced with `weights_changed()`.
 """
@@ -128,10 +128,11 @@ def encode_types(
     With a cache and an encoder that reads characters (`chars` set), on the
     CPU, kept encodings are reused and the others computed (`encode_alike`)
     and kept, the batch's types becoming the most recently used; otherwise
-    the encoder runs on the whole batch. On a GPU that costs less than the
-    cache's bookkeeping (a kernel or more per type): the original shape's
-    forward ran 1.3x faster without it on an H100, the small shape's 1.6x
-    (benchmarks/elmo_shapes.py --device cuda --type-cache-size 0)."""
+    the encoder runs on all the batch's types. On a GPU the encoder costs
+    less than the cache's bookkeeping (a kernel or more per type): the
+    original shape's forward ran 1.3x faster without the cache on an H100,
+    the small shape's 1.6x (benchmarks/elmo_shapes.py --device cuda
+    --type-cache-size 0)."""
     keeps = cache is not None and chars is not None and cache.types.max_size > 0
     if not (keeps and batch.types and batch.type_inputs.device.type == "cpu"):
         return encoder(batch.type_inputs, batch.type_chars, batch.type_word_ids)

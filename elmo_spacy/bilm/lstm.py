@@ -160,7 +160,7 @@ class LstmStack(nn.Module):
                 kernel = "training" if training else "fused"
         if kernel not in ("loop", "graph") and (initial is not None or final):
             raise ElmoSpacyError(
-                f"States in or out need the loop kernel: kernel = {kernel!r} cannot carry them"
+                f"States in or out need the loop or graph kernel: kernel = {kernel!r} cannot carry them"
             )
         if kernel == "graph" and graphs is None:
             raise ElmoSpacyError(

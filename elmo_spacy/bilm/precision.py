@@ -176,7 +176,8 @@ def in_precision(method: Method) -> Method:
 def float32_convolutions(device: torch.device):
     """A scope in which cuDNN's convolutions on `device` multiply in float32.
     torch lets them round their inputs to TF32 by default (10 bits of
-    mantissa: the char CNN's outputs then move by about 1e-4 of their size);
+    mantissa: `embed` on an H100 then differed from the CPU by up to 4e-4,
+    1e-3 of the value);
     its matrix products, whose TF32 is off by default, are left as the user
     set them. The setting is torch's, for the whole process: it is restored
     on leaving."""
