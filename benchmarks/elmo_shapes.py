@@ -18,9 +18,9 @@ pipe runs them:
   projection clipped at 3), the LSTM recurrence on oneDNN-packed weights, the
   type cache on (it warms up over the run, as in a pipe); once per precision
   ("clipped" in float32, "clipped-bfloat16": `BiLM.precision = "bfloat16"`,
-  bfloat16 weights packed once, cell state in float32). On a GPU the recurrence replays CUDA graphs (`run_graphed_lstm_layer`),
-  captured before the clock starts, as a pipe's run over a corpus would have
-  them;
+  bfloat16 weights packed once, cell state in float32). On a GPU, no type
+  cache, and the recurrence replays CUDA graphs (`run_graphed_lstm_layer`),
+  captured before the clock starts, as a pipe's run over a corpus has them;
 - "loop" (not by default): "clipped" with the recurrence forced onto the
   step loop (on the CPU, what "clipped" runs; on a GPU, without graphs);
 - "fused": the same model and cache on torch's fused nn.LSTM over packed
@@ -263,7 +263,7 @@ def main() -> None:
         flops = sum(model_flops(config, batch) for batch in timed_batches)
         seconds = {name: float("inf") for name in runs}
         rates: dict[str, float] = {}
-        for _ in range(args.rounds):
+        for round_ in range(args.rounds):
             for kernel, rate in matmul_rates(device=args.device).items():
                 rates[kernel] = max(rates.get(kernel, 0.0), rate)
             for name in runs:
@@ -289,9 +289,8 @@ def main() -> None:
                     if "cuda" in args.device and name != "reference-style":
                         for batch in timed_batches:  # the graphs of their shapes
                             run(batch)
-                        bilm.inference_cache().types.clear()  # warms over the run, as on the CPU
                     seconds[name] = min(seconds[name], timed(run, timed_batches, args.device))
-                    if args.profile and name == runs[0] and _ == args.rounds - 1:
+                    if args.profile and name == runs[0] and round_ == args.rounds - 1:
                         bilm.inference_cache().types.clear()
                         profile_run(run, timed_batches, args.device)
         results = {name: tokens / seconds[name] for name in runs}

@@ -5,13 +5,21 @@
 #     bash benchmarks/gpu_session.sh [STEP ...]
 #
 # STEP: tests, elmo_shapes, pretrain_throughput, pretrain_throughput_original,
-# precision_perplexity, type_cache, profile_clipped (default: all, in that order). $OUT (else gpu-logs)
-# gets one log per step. Where the
-# machine lacks spaCy and cannot reach a package index, carry the wheels in
-# .whl/ (README, "GPU"); where ../shared/data is missing, a .devdata/ folder
-# laid out like it stands in (allennlp_elmo/, ag_news/train.csv and
-# ag_news/unlabeled.txt: the conformance test and the benchmarks' text).
-# Each step has a time limit, so that one that hangs leaves the others time.
+# precision_perplexity, type_cache, profile_clipped (default: all, in that
+# order). $OUT (else gpu-logs) gets one log per step. Each step has a time
+# limit, so that one that hangs leaves the others their time.
+#
+# A machine that lacks spaCy and reaches no package index takes wheels from
+# .whl/, made where pip works (for the machine's Python, here 3.12):
+#     pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#         --implementation cp --platform manylinux_2_28_x86_64 \
+#         --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+#         spacy thinc blis cymem preshed murmurhash srsly catalogue confection \
+#         wasabi weasel spacy-legacy spacy-loggers cloudpathlib smart-open \
+#         pydantic pydantic-core annotated-types typing-inspection
+# (the versions of a working install: `pip freeze`). Where ../shared/data is
+# missing, a .devdata/ folder laid out like it stands in: allennlp_elmo/ (the
+# conformance test), ag_news/train.csv and ag_news/unlabeled.txt (the text).
 set -uo pipefail
 logs=${OUT:-gpu-logs}
 steps=${*:-tests elmo_shapes pretrain_throughput pretrain_throughput_original precision_perplexity type_cache profile_clipped}
