@@ -69,3 +69,16 @@ def token_batch(
     return TokenBatch(
         type_inputs, type_chars, type_word_ids, torch.from_numpy(index), lengths, types
     )
+
+
+def reverse_index(lengths: torch.Tensor, length: int) -> torch.Tensor:
+    """(B, T) index that reverses each row's first lengths[b] positions and keeps
+    the padding in place. It is its own inverse."""
+    steps = torch.arange(length, device=lengths.device)[None, :]
+    flipped = lengths[:, None] - 1 - steps
+    return torch.where(flipped >= 0, flipped, steps)
+
+
+def gather_time(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x (B, T, D), index (B, T) -> x[b, index[b, t]]."""
+    return x.gather(1, index[:, :, None].expand(-1, -1, x.shape[2]))

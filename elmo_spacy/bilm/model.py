@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from ..errors import ElmoSpacyError
-from .batch import TokenBatch, token_batch
+from .batch import TokenBatch, gather_time, reverse_index, token_batch
 from .chars import CharIds, char_ids_for
 from .config import BiLMConfig
 from .encoders import CharCNNEncoder, WordCharEncoder, WordEncoder
@@ -272,7 +272,7 @@ class BiLM(nn.Module):
         types = encode_types(self.encoder, self.chars, batch, cache)
         encoded = types[batch.index]
         lengths = batch.lengths + 2
-        reverse = _reverse_index(lengths, batch.index.shape[1])
+        reverse = reverse_index(lengths, batch.index.shape[1])
         backward_inputs = types[batch.index.gather(1, reverse)]
         initial = initial or {}
         stacks = {"forward": self.forward_lstm, "backward": self.backward_lstm}
@@ -297,7 +297,7 @@ class BiLM(nn.Module):
                 packed=packed,
                 graphs=graphs,
             )
-        backward_layers = [_gather_time(y, reverse) for y in backward_layers]
+        backward_layers = [gather_time(y, reverse) for y in backward_layers]
         finals = {"forward": forward_final or [], "backward": backward_final or []}
         return encoded, forward_layers, backward_layers, finals
 
@@ -305,16 +305,3 @@ class BiLM(nn.Module):
         if mode:  # a training step is coming, which may change the weights
             self.weights_changed()
         return super().train(mode)
-
-
-def _reverse_index(lengths: torch.Tensor, length: int) -> torch.Tensor:
-    """(B, T) index that reverses each row's first lengths[b] positions and keeps
-    the padding in place. It is its own inverse."""
-    steps = torch.arange(length, device=lengths.device)[None, :]
-    flipped = lengths[:, None] - 1 - steps
-    return torch.where(flipped >= 0, flipped, steps)
-
-
-def _gather_time(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """x (B, T, D), index (B, T) -> x[b, index[b, t]]."""
-    return x.gather(1, index[:, :, None].expand(-1, -1, x.shape[2]))

@@ -14,6 +14,7 @@ from thinc.api import Model, torch2xp, xp2torch
 from thinc.types import Floats2d
 from torch.func import functional_call
 
+from ..bilm.batch import gather_time, reverse_index
 from ..errors import ElmoSpacyError
 
 
@@ -114,21 +115,21 @@ def _bidirectional(
     (`benchmarks/head_bilstm.py`)."""
     units = model.get_dim("nO") // 2
     steps = torch.arange(inputs.shape[1], device=inputs.device)
-    inside = steps < lengths[:, None]  # (batch, time)
-    reverse = torch.where(inside, lengths[:, None] - 1 - steps, steps)[:, :, None]
+    inside = (steps < lengths[:, None])[:, :, None]  # (batch, time, 1)
+    reverse = reverse_index(lengths, inputs.shape[1])
     hidden = inputs
     for layer in range(model.attrs["depth"]):
         if layer:
             hidden = torch.nn.functional.dropout(hidden, model.attrs["dropout"], is_train)
+        lstm = _lstm(hidden.shape[2], units, "meta")  # both directions' shape
         directions = []
         for suffix, flip in (("", False), ("_reverse", True)):
             weights = {
                 f"{kind}_l0": params[f"{kind}_l{layer}{suffix}"]
                 for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
             }
-            lstm = _lstm(hidden.shape[2], units, "meta")
-            seen = hidden.gather(1, reverse.expand_as(hidden)) if flip else hidden
+            seen = gather_time(hidden, reverse) if flip else hidden
             out = functional_call(lstm, weights, (seen,))[0]
-            directions.append(out.gather(1, reverse.expand_as(out)) if flip else out)
-        hidden = torch.cat(directions, dim=2) * inside[:, :, None]
+            directions.append(gather_time(out, reverse) if flip else out)
+        hidden = torch.cat(directions, dim=2) * inside
     return hidden
