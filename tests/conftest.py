@@ -1,15 +1,17 @@
 """Shared fixtures: a tiny pretrained biLM and a tiny AG News corpus, built once per session."""
 
+import json
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import spacy
 
 from elmo_spacy.bilm import BiLMConfig
-from elmo_spacy.pretrain import PretrainConfig, pretrain
+from elmo_spacy.pretrain import Corpus, PretrainConfig, prepare_docs, pretrain
 from elmo_spacy.pretrain.texts import read_texts
 
 from .fixture_corpus import build_fixture_corpus
@@ -93,6 +95,26 @@ def tokenize(texts):
     return [[t.text for t in doc] for doc in tokenizer.pipe(texts)]
 
 
+_CORPORA: dict[str, Path] = {}  # prepared corpora of this session, by their docs
+
+
+def corpus_of(docs: list[list[str]]) -> Corpus:
+    """The prepared corpus of tokenised docs (`prepare_docs`), written once a session."""
+    key = json.dumps(docs)
+    if key not in _CORPORA:
+        folder = Path(tempfile.mkdtemp(prefix="corpus-", dir=_CORPUS_ROOT[0]))
+        _CORPORA[key] = prepare_docs(docs, folder)
+    return Corpus.open([_CORPORA[key]])
+
+
+_CORPUS_ROOT: list[Path] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _corpus_root(tmp_path_factory):
+    _CORPUS_ROOT.append(tmp_path_factory.mktemp("corpora"))
+
+
 @pytest.fixture(scope="session")
 def corpus_dir(tmp_path_factory) -> Path:
     """train/dev .spacy files and pretrain.txt from the fixture CSV (120 rows)."""
@@ -107,7 +129,7 @@ def bilm_dir(tmp_path_factory, corpus_dir) -> Path:
     out = tmp_path_factory.mktemp("bilm")
     docs = tokenize(read_texts(corpus_dir / "pretrain.txt"))
     settings = PretrainConfig(max_epochs=3, batch_tokens=1500, learning_rate=0.005, patience=0)
-    pretrain(docs, TINY_BILM, settings, out, show_progress=False)
+    pretrain(corpus_of(docs), TINY_BILM, settings, out, show_progress=False)
     return out / "model-best"
 
 

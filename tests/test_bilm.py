@@ -1,16 +1,17 @@
 """The biLM alone: plain PyTorch, no spaCy pipeline."""
 
-import random
+import bisect
 
 import numpy
 import pytest
 import torch
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm, save_bilm
+from elmo_spacy.bilm.batch import length_runs
 from elmo_spacy.bilm.io import BiLMLoadError
-from elmo_spacy.pretrain import PretrainConfig, bucketed_batches, evaluate_perplexity, pretrain
+from elmo_spacy.pretrain import PretrainConfig, evaluate_perplexity, pretrain
 
-from .conftest import TINY_BILM, tokenize
+from .conftest import TINY_BILM, corpus_of, tokenize
 
 SENTENCES = tokenize(
     [
@@ -41,9 +42,8 @@ def layers(bilm: BiLM, docs):
 def test_held_in_perplexity_halves(tmp_path):
     docs = SENTENCES * 2
     torch.manual_seed(0)
-    before = evaluate_perplexity(
-        BiLM(TINY_BILM, WordVocab.build(docs, max_size=1000, min_count=1)), docs
-    )["mean"]
+    bilm = BiLM(TINY_BILM, WordVocab.build(docs, max_size=1000, min_count=1))
+    before = evaluate_perplexity(bilm, [bilm.batch(docs)])["mean"]
     settings = PretrainConfig(
         dev_fraction=0.0,
         max_epochs=300,
@@ -52,7 +52,7 @@ def test_held_in_perplexity_halves(tmp_path):
         learning_rate=0.01,
         patience=0,
     )
-    log = pretrain(docs, TINY_BILM, settings, tmp_path, show_progress=False)
+    log = pretrain(corpus_of(docs), TINY_BILM, settings, tmp_path, show_progress=False)
     after = log["epochs"][-1]["dev_perplexity"]["mean"]
     assert log["epochs"][-1]["step"] == 300
     assert after <= before / 2, (before, after)
@@ -121,16 +121,23 @@ def test_full_and_adaptive_softmax_give_normalised_probabilities():
         head = bilm.softmax
         total = torch.zeros(3)
         for word in range(len(vocab)):
-            nll = torch.stack([head(hidden[i : i + 1], torch.tensor([word])) for i in range(3)])
-            total += torch.exp(-nll)
+            cluster = bisect.bisect_right(head.cluster_starts, word)
+            splits = [0] + [int(cluster <= i) for i in range(len(head.cluster_starts) + 1)]
+            rows = [head(hidden[i : i + 1], torch.tensor([word]), splits) for i in range(3)]
+            total += torch.exp(-torch.stack(rows))
         torch.testing.assert_close(total, torch.ones(3), atol=1e-4, rtol=1e-4)
 
 
-def test_bucketed_batches_respect_token_budget_and_keep_every_doc():
-    docs = [["w"] * n for n in random.Random(0).choices(range(1, 60), k=500)]
-    batches = list(bucketed_batches(docs, 600, random.Random(0)))
-    assert sum(len(b) for b in batches) == len(docs)
-    assert all(len(b) * max(map(len, b)) <= 600 for b in batches)
+def test_length_runs_fill_each_batch_to_the_token_budget_and_keep_every_item():
+    lengths = numpy.sort(numpy.random.default_rng(0).integers(1, 60, 500))
+    lengths[-1] = 700  # longer than the budget: a batch of its own
+    bounds = length_runs(lengths, 600)
+    assert bounds[0] == 0 and bounds[-1] == len(lengths)
+    for start, stop in zip(bounds[:-1], bounds[1:]):
+        assert stop > start
+        assert (stop - start) * lengths[stop - 1] <= 600 or stop - start == 1
+        if stop < len(lengths):  # greedy: one more item would not fit
+            assert (stop - start + 1) * lengths[stop] > 600
 
 
 def test_save_and_load_round_trip(tmp_path):

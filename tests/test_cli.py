@@ -16,7 +16,7 @@ from spacy.cli.train import train as spacy_train
 from elmo_spacy.bilm import BiLMConfig, load_bilm
 from elmo_spacy.layers.scalar_mix import scalar_mix_node
 
-from .conftest import CONFIGS, DATA, TINY_BILM, cli, command_names, run
+from .conftest import CONFIGS, DATA, TINY_BILM, cli, command_names, run, tokenize
 
 
 def test_help_lists_the_commands():
@@ -31,6 +31,7 @@ def test_help_lists_the_commands():
         "convert-efml",
         "export-elmo",
         "embed",
+        "prepare",
         "pretrain",
         "init-config",
     ]
@@ -54,7 +55,6 @@ STUDY_TESTS = {
     "benchmark_scripts.py",
     "test_baselines.py",
     "test_benchmark_int8_lstm.py",
-    "test_benchmark_pretrain_throughput.py",
     "test_benchmark_primed_state.py",
     "test_contexts.py",
     "test_corpus.py",
@@ -112,13 +112,11 @@ def test_pretrain_command_writes_a_loadable_bilm(tmp_path, corpus_dir):
 def test_pretrain_starts_the_word_embeddings_from_static_vectors(tmp_path, corpus_dir):
     from spacy.vectors import Vectors
 
-    from elmo_spacy.pretrain.texts import read_tokenised_texts
+    from elmo_spacy.pretrain.texts import read_texts
 
     vectors = tmp_path / "vectors"  # a spaCy pipeline with vectors, as `spacy init vectors` writes
     text = str(corpus_dir / "pretrain.txt")
-    words = sorted(
-        {token for doc in read_tokenised_texts(text, show_progress=False) for token in doc}
-    )
+    words = sorted({token for doc in tokenize(read_texts(text)) for token in doc})
     table = numpy.random.default_rng(0).normal(size=(len(words), 16)).astype("f")
     with_vectors = spacy.blank("en")
     keys = [with_vectors.vocab.strings.add(word) for word in words]
@@ -255,17 +253,21 @@ def elmo_spacy(*args) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize(
-    "extra, message",
+    "paths, extra, message",
     [
-        (["--epochs", "2"], "No such option: --epochs. Did you mean --training.max_epochs?"),
-        (["--resum"], "No such option: --resum. Did you mean --resume?"),
-        (["--training.max_epochs", "1", "stray"], "Got unexpected extra argument (stray)."),
+        (
+            ["text.txt", "out"],
+            ["--epochs", "2"],
+            "No such option: --epochs. Did you mean --training.max_epochs?",
+        ),
+        (["text.txt", "out"], ["--resum"], "No such option: --resum. Did you mean --resume?"),
+        (["out"], ["--training.max_epochs", "1"], "Missing CORPUS or OUTPUT_DIR"),
     ],
 )
-def test_pretrain_usage_errors_are_short_and_show_the_usage(tmp_path, extra, message):
+def test_pretrain_usage_errors_are_short_and_show_the_usage(tmp_path, paths, extra, message):
     (tmp_path / "text.txt").write_text("Some text to pretrain on.\n", encoding="utf-8")
     code, output = elmo_spacy(
-        "pretrain", CONFIGS / "bilm_tiny.cfg", tmp_path / "text.txt", tmp_path / "out", *extra
+        "pretrain", CONFIGS / "bilm_tiny.cfg", *(tmp_path / p for p in paths), *extra
     )
     assert code == 2, output
     assert message in output
@@ -281,7 +283,9 @@ def test_pretrain_on_an_empty_text_names_it_and_leaves_no_folder(tmp_path, conte
         "pretrain", CONFIGS / "bilm_tiny.cfg", tmp_path / "empty.txt", tmp_path / "out"
     )
     assert code == 1, output
-    assert f"{tmp_path / 'empty.txt'}: no tokens to pretrain on" in output
+    assert (
+        f"{tmp_path / 'empty.txt'}: no text: the file is empty or holds only blank lines" in output
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -408,7 +412,8 @@ def test_help_keeps_sentences_whole_and_shows_no_bool_type_for_flags():
         "biLM directory for the `elmo` pipe (bilm_path) and `load_bilm`." in lines
     )
     assert any(
-        line.startswith("pretrain Pretrain a biLM. ") and "torchrun" in line for line in lines
+        line.startswith("pretrain Pretrain a biLM on a prepared corpus") and "torchrun" in line
+        for line in lines
     )
     for command in ((), ("pretrain",), ("convert-elmo",), ("export-elmo",)):
         lines = help_lines(*command)
@@ -464,16 +469,15 @@ def test_only_user_errors_become_one_line_and_a_bug_keeps_its_traceback(tmp_path
 
 def test_pretrain_stops_its_workers_after_an_error_too(tmp_path, monkeypatch):
     import elmo_spacy.pretrain as pretrain_package
-    import elmo_spacy.pretrain.texts as texts
     from elmo_spacy.errors import ElmoSpacyError
 
     stopped = []
     monkeypatch.setattr(pretrain_package, "stop_workers", stopped.append)
 
-    def unreadable(path, lang):
-        raise ElmoSpacyError(f"{path}: not UTF-8")
+    def unreadable(paths, *_, **__):
+        raise ElmoSpacyError(f"{paths[0]}: not UTF-8")
 
-    monkeypatch.setattr(texts, "read_tokenised_texts", unreadable)
+    monkeypatch.setattr(pretrain_package, "prepare_corpus", unreadable)
     (tmp_path / "text.txt").write_text("Some text.\nMore text.\n", encoding="utf-8")
     code, output = elmo_spacy(
         "pretrain", CONFIGS / "bilm_tiny.cfg", tmp_path / "text.txt", tmp_path / "out"

@@ -79,7 +79,7 @@ def test_shard_losses_average_to_the_whole_batch_gradient():
 
     def gradients(docs, world_size):
         bilm.zero_grad()
-        loss, _ = ShardLoss(bilm, world_size)(docs, batch_tokens, 1.0)
+        loss, _ = ShardLoss(bilm, world_size)(bilm.batch(docs), batch_tokens, 1.0)
         loss.backward()
         return [p.grad.clone() for p in bilm.parameters()]
 

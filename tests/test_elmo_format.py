@@ -16,7 +16,7 @@ from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm, save_bilm
 from elmo_spacy.bilm.bilm_tf import BilmTfFormatError, read_bilm_tf, write_bilm_tf
 from elmo_spacy.bilm.chars import BilmTfCharIds
 
-from .conftest import CONFIGS, ROOT, cli, tokenize
+from .conftest import CONFIGS, ROOT, cli, corpus_of, tokenize
 
 FIXTURES = ROOT.parent / "shared" / "data" / "allennlp_elmo"
 needs_fixtures = pytest.mark.skipif(
@@ -259,7 +259,7 @@ def test_export_then_convert_a_biLM_trained_here(tmp_path):
     docs = SENTENCES * 4
     settings = PretrainConfig(max_epochs=1, batch_tokens=200, dev_fraction=0.0, patience=0)
     bilm_config = BiLMConfig(**{**TINY_ELMO.to_dict(), "softmax": "full"})
-    pretrain(docs, bilm_config, settings, tmp_path / "run", show_progress=False)
+    pretrain(corpus_of(docs), bilm_config, settings, tmp_path / "run", show_progress=False)
     trained = load_bilm(tmp_path / "run" / "model-best", with_softmax=False)
     assert not torch.equal(
         trained.forward_lstm.layers[0].bias_ih_l0, tiny_elmo().forward_lstm.layers[0].bias_ih_l0

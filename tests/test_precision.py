@@ -18,7 +18,7 @@ from elmo_spacy.layers import get_bilm
 from elmo_spacy.pretrain import PretrainConfig, Workers, load_pretrain_config, pretrain
 from elmo_spacy.pretrain.checkpoint import STATE_FILE, latest_checkpoint
 
-from .conftest import CONFIGS, DATA, TINY_BILM, tokenize
+from .conftest import CONFIGS, DATA, TINY_BILM, corpus_of, tokenize
 
 DOCS = tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()[:40])
 SENTENCES = DOCS[:12]
@@ -142,9 +142,16 @@ def test_adaptive_nll_is_the_adaptive_softmax_loss():
     hidden, targets = torch.randn(64, 16), torch.randint(0, 300, (64,))
     with torch.no_grad():
         expected = softmax(hidden, targets).loss * 64
-        assert float(adaptive_nll(softmax, hidden, targets)) == pytest.approx(float(expected), 1e-6)
+    # grouped by cluster, as LMTargets groups them: rows of one cluster in one slice
+    cluster = torch.bucketize(targets, torch.tensor([20, 100]), right=True)
+    order = torch.argsort(cluster, stable=True)
+    hidden, targets = hidden[order], targets[order]
+    splits = [0, *torch.cumsum(torch.bincount(cluster, minlength=3), 0).tolist()]
+    with torch.no_grad():
+        nll = adaptive_nll(softmax, hidden, targets, splits)
+        assert float(nll) == pytest.approx(float(expected), 1e-6)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        low = adaptive_nll(softmax, hidden, targets)
+        low = adaptive_nll(softmax, hidden, targets, splits)
     assert low.dtype == torch.float32
     assert float(low) == pytest.approx(float(expected), rel=1e-2)
 
@@ -216,7 +223,7 @@ def test_pretraining_in_bfloat16_learns_and_saves_float32(tmp_path):
         dev_fraction=0.0,
         precision="bfloat16",
     )
-    log = pretrain(DOCS, config, settings, tmp_path, show_progress=False)
+    log = pretrain(corpus_of(DOCS), config, settings, tmp_path, show_progress=False)
     assert log["precision"] == "bfloat16"
     dev = [epoch["dev_perplexity"]["mean"] for epoch in log["epochs"]]
     assert dev[1] < dev[0]
@@ -248,10 +255,14 @@ def test_one_rank_warns_of_the_fall_back_for_all(monkeypatch, tmp_path):
     monkeypatch.setattr(precision_module, "bfloat16_unsupported", lambda device="cpu": "no")
     settings = PretrainConfig(max_epochs=1, batch_tokens=600, patience=0, precision="bfloat16")
     with pytest.warns(RuntimeWarning, match=r"\[training\] precision = 'bfloat16' runs as"):
-        assert pretrain(DOCS, TINY_BILM, settings, tmp_path / "0")["precision"] == "float32"
+        assert (
+            pretrain(corpus_of(DOCS), TINY_BILM, settings, tmp_path / "0")["precision"] == "float32"
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        log = pretrain(DOCS, TINY_BILM, settings, tmp_path / "1", workers=Workers(rank=1))
+        log = pretrain(
+            corpus_of(DOCS), TINY_BILM, settings, tmp_path / "1", workers=Workers(rank=1)
+        )
     assert log["precision"] == "float32"
 
 

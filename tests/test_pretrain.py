@@ -14,7 +14,7 @@ from elmo_spacy.pretrain.checkpoint import LATEST, latest_checkpoint, load_check
 from elmo_spacy.pretrain.texts import read_texts
 from elmo_spacy.pretrain.train import NotEnoughText
 
-from .conftest import DATA, TINY_BILM, tokenize
+from .conftest import DATA, TINY_BILM, corpus_of, tokenize
 
 DOCS = tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()[:40])
 BILM = BiLMConfig(**{**TINY_BILM.to_dict(), "dropout": 0.2})  # dropout draws random numbers
@@ -28,7 +28,7 @@ class Crash(Exception):
 
 
 def test_resume_after_a_crash_ends_with_the_uninterrupted_weights(tmp_path, monkeypatch):
-    uninterrupted = pretrain(DOCS, BILM, SETTINGS, tmp_path / "a", show_progress=False)
+    uninterrupted = pretrain(corpus_of(DOCS), BILM, SETTINGS, tmp_path / "a", show_progress=False)
     real_save = train_module.save_checkpoint
 
     def save_then_crash(output_dir, bilm, optimizer, state):
@@ -39,10 +39,12 @@ def test_resume_after_a_crash_ends_with_the_uninterrupted_weights(tmp_path, monk
 
     monkeypatch.setattr(train_module, "save_checkpoint", save_then_crash)
     with pytest.raises(Crash):
-        pretrain(DOCS, BILM, SETTINGS, tmp_path / "b", show_progress=False)
+        pretrain(corpus_of(DOCS), BILM, SETTINGS, tmp_path / "b", show_progress=False)
     assert (tmp_path / "b" / LATEST).read_text().strip() == "checkpoint-6"
     monkeypatch.setattr(train_module, "save_checkpoint", real_save)
-    resumed = pretrain(DOCS, BILM, SETTINGS, tmp_path / "b", show_progress=False, resume=True)
+    resumed = pretrain(
+        corpus_of(DOCS), BILM, SETTINGS, tmp_path / "b", show_progress=False, resume=True
+    )
     assert resumed["resumed_from"].endswith("checkpoint-6")
     assert resumed["steps"] == uninterrupted["steps"]
     a = load_bilm(tmp_path / "a" / "model-last").state_dict()
@@ -63,14 +65,14 @@ def test_pretraining_and_its_resumption_step_with_the_fused_adam(tmp_path, monke
         return real_save(output_dir, bilm, optimizer, state)
 
     monkeypatch.setattr(train_module, "save_checkpoint", record)
-    pretrain(DOCS, BILM, SETTINGS, tmp_path, show_progress=False)
+    pretrain(corpus_of(DOCS), BILM, SETTINGS, tmp_path, show_progress=False)
     assert fused and all(fused)
     _, optimizer, _ = load_checkpoint(latest_checkpoint(tmp_path), BILM, SETTINGS)
     assert optimizer.param_groups[0]["fused"]
 
 
 def test_only_the_latest_checkpoint_is_kept_and_the_log_is_written(tmp_path):
-    log = pretrain(DOCS, BILM, SETTINGS, tmp_path, show_progress=False)
+    log = pretrain(corpus_of(DOCS), BILM, SETTINGS, tmp_path, show_progress=False)
     checkpoints = sorted(p.name for p in tmp_path.glob("checkpoint-*"))
     assert checkpoints == [f"checkpoint-{log['steps']}"]
     assert not list(tmp_path.glob(".*"))  # no temporary directories left
@@ -83,12 +85,21 @@ def test_only_the_latest_checkpoint_is_kept_and_the_log_is_written(tmp_path):
 
 def test_resume_refuses_another_bilm_config(tmp_path):
     pretrain(
-        DOCS, BILM, PretrainConfig(max_epochs=1, batch_tokens=600), tmp_path, show_progress=False
+        corpus_of(DOCS),
+        BILM,
+        PretrainConfig(max_epochs=1, batch_tokens=600),
+        tmp_path,
+        show_progress=False,
     )
     other = BiLMConfig(**{**BILM.to_dict(), "lstm_dim": 48})
     with pytest.raises(ValueError, match="another \\[bilm\\] config"):
         pretrain(
-            DOCS, other, PretrainConfig(max_epochs=2), tmp_path, show_progress=False, resume=True
+            corpus_of(DOCS),
+            other,
+            PretrainConfig(max_epochs=2),
+            tmp_path,
+            show_progress=False,
+            resume=True,
         )
 
 
@@ -160,34 +171,42 @@ def test_text_that_is_not_utf8_names_the_line_column_and_offset_of_the_bad_byte(
 def test_too_few_docs_for_a_dev_split_are_refused_and_say_how_many_are_needed(tmp_path):
     settings = PretrainConfig(max_epochs=1, dev_fraction=0.9)
     with pytest.raises(NotEnoughText, match="3 doc.* too few.* at least 5 docs"):
-        pretrain(DOCS[:3], BILM, settings, tmp_path / "a", show_progress=False)
+        pretrain(corpus_of(DOCS[:3]), BILM, settings, tmp_path / "a", show_progress=False)
     assert not (tmp_path / "a").exists()
-    log = pretrain(DOCS[:5], BILM, settings, tmp_path / "b", show_progress=False)
-    assert log["train_docs"] == 1 and log["steps"] == 1
+    log = pretrain(corpus_of(DOCS[:5]), BILM, settings, tmp_path / "b", show_progress=False)
+    assert log["corpus"]["docs"] - log["dev"]["docs"] == 1 and log["steps"] == 1
     held_in = PretrainConfig(max_epochs=1, dev_fraction=0.0)
-    log = pretrain(DOCS[:1], BILM, held_in, tmp_path / "c", show_progress=False)
-    assert log["steps"] == 1 and not log["dev_is_held_out"]
+    log = pretrain(corpus_of(DOCS[:1]), BILM, held_in, tmp_path / "c", show_progress=False)
+    assert log["steps"] == 1 and not log["dev"]["held_out"]
 
 
 def test_a_finished_run_is_replaced_only_when_asked(tmp_path):
     one_epoch = PretrainConfig(max_epochs=1, batch_tokens=600)
-    pretrain(DOCS, BILM, one_epoch, tmp_path, show_progress=False)
+    pretrain(corpus_of(DOCS), BILM, one_epoch, tmp_path, show_progress=False)
     (tmp_path / "notes.txt").write_text("mine", encoding="utf-8")
     best = (tmp_path / "model-best" / "weights.safetensors").read_bytes()
     with pytest.raises(FileExistsError, match="holds an earlier pretraining run") as refused:
-        pretrain(DOCS, BILM, one_epoch, tmp_path, show_progress=False)
+        pretrain(corpus_of(DOCS), BILM, one_epoch, tmp_path, show_progress=False)
     assert "--resume" in str(refused.value) and "--overwrite" in str(refused.value)
     assert (tmp_path / "model-best" / "weights.safetensors").read_bytes() == best
     with pytest.raises(ValueError, match="choose one"):
-        pretrain(DOCS, BILM, one_epoch, tmp_path, show_progress=False, resume=True, overwrite=True)
+        pretrain(
+            corpus_of(DOCS),
+            BILM,
+            one_epoch,
+            tmp_path,
+            show_progress=False,
+            resume=True,
+            overwrite=True,
+        )
     other_seed = PretrainConfig(max_epochs=1, batch_tokens=600, seed=1)
-    log = pretrain(DOCS, BILM, other_seed, tmp_path, show_progress=False, overwrite=True)
+    log = pretrain(corpus_of(DOCS), BILM, other_seed, tmp_path, show_progress=False, overwrite=True)
     assert log["resumed_from"] is None
     assert (tmp_path / "model-best" / "weights.safetensors").read_bytes() != best
     assert (tmp_path / "notes.txt").read_text(encoding="utf-8") == "mine"  # not the run's
     (tmp_path / LATEST).unlink()
     with pytest.raises(FileExistsError, match=f"no {LATEST} to resume from"):
-        pretrain(DOCS, BILM, one_epoch, tmp_path, show_progress=False, resume=True)
+        pretrain(corpus_of(DOCS), BILM, one_epoch, tmp_path, show_progress=False, resume=True)
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o027])
@@ -196,7 +215,7 @@ def test_written_files_have_the_usual_permissions_so_others_can_read_them(tmp_pa
     old_umask = os.umask(umask)
     try:
         pretrain(
-            DOCS,
+            corpus_of(DOCS),
             BILM,
             PretrainConfig(max_epochs=1, batch_tokens=600),
             tmp_path,
@@ -215,14 +234,16 @@ OTHER_DOCS = tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").split
 
 def test_a_bilm_trained_further_starts_from_its_weights_and_keeps_its_vocabulary(tmp_path):
     first = PretrainConfig(max_epochs=1, batch_tokens=600)
-    pretrain(DOCS, BILM, first, tmp_path / "a", show_progress=False)
+    pretrain(corpus_of(DOCS), BILM, first, tmp_path / "a", show_progress=False)
     start = load_bilm(tmp_path / "a" / "model-best", with_softmax=True)
     vocab = start.vocab
     assert vocab != WordVocab.build(
         OTHER_DOCS, max_size=BILM.max_vocab_size, min_count=BILM.min_count
     )
     settings = PretrainConfig(max_epochs=2, batch_tokens=600, learning_rate=0.005)
-    log = pretrain(OTHER_DOCS, BILM, settings, tmp_path / "b", show_progress=False, init_bilm=start)
+    log = pretrain(
+        corpus_of(OTHER_DOCS), BILM, settings, tmp_path / "b", show_progress=False, init_bilm=start
+    )
     assert log["epochs"][-1]["dev_perplexity"]["mean"] < log["init_dev_perplexity"]["mean"]
     adapted = load_bilm(tmp_path / "b" / "model-best")
     assert adapted.vocab == vocab
@@ -233,13 +254,19 @@ def test_a_bilm_trained_further_starts_from_its_weights_and_keeps_its_vocabulary
 
 def test_training_further_refuses_a_bilm_it_cannot_go_on_with(tmp_path):
     first = PretrainConfig(max_epochs=1, batch_tokens=600)
-    pretrain(DOCS, BILM, first, tmp_path / "a", show_progress=False)
+    pretrain(corpus_of(DOCS), BILM, first, tmp_path / "a", show_progress=False)
     settings = PretrainConfig(max_epochs=1, batch_tokens=600)
 
     def further(bilm, bilm_config=BILM, **extra):
         output = tmp_path / "b"
         pretrain(
-            OTHER_DOCS, bilm_config, settings, output, show_progress=False, init_bilm=bilm, **extra
+            corpus_of(OTHER_DOCS),
+            bilm_config,
+            settings,
+            output,
+            show_progress=False,
+            init_bilm=bilm,
+            **extra,
         )
 
     with pytest.raises(ValueError, match="no softmax head"):
@@ -253,7 +280,7 @@ def test_training_further_refuses_a_bilm_it_cannot_go_on_with(tmp_path):
 
 
 def test_a_resumed_run_keeps_the_perplexity_its_start_had(tmp_path, monkeypatch):
-    pretrain(DOCS, BILM, SETTINGS, tmp_path / "a", show_progress=False)
+    pretrain(corpus_of(DOCS), BILM, SETTINGS, tmp_path / "a", show_progress=False)
     start = load_bilm(tmp_path / "a" / "model-best", with_softmax=True)
     real_save = train_module.save_checkpoint
 
@@ -263,13 +290,22 @@ def test_a_resumed_run_keeps_the_perplexity_its_start_had(tmp_path, monkeypatch)
 
     monkeypatch.setattr(train_module, "save_checkpoint", save_then_crash)
     with pytest.raises(Crash):
-        pretrain(OTHER_DOCS, BILM, SETTINGS, tmp_path / "b", show_progress=False, init_bilm=start)
+        pretrain(
+            corpus_of(OTHER_DOCS),
+            BILM,
+            SETTINGS,
+            tmp_path / "b",
+            show_progress=False,
+            init_bilm=start,
+        )
     monkeypatch.setattr(train_module, "save_checkpoint", real_save)
-    log = pretrain(OTHER_DOCS, BILM, SETTINGS, tmp_path / "b", show_progress=False, resume=True)
+    log = pretrain(
+        corpus_of(OTHER_DOCS), BILM, SETTINGS, tmp_path / "b", show_progress=False, resume=True
+    )
     assert log["resumed_from"] is not None
     start = load_bilm(tmp_path / "a" / "model-best", with_softmax=True)
     again = pretrain(
-        OTHER_DOCS, BILM, SETTINGS, tmp_path / "c", show_progress=False, init_bilm=start
+        corpus_of(OTHER_DOCS), BILM, SETTINGS, tmp_path / "c", show_progress=False, init_bilm=start
     )
     assert log["init_dev_perplexity"] is not None
     assert log["init_dev_perplexity"] == again["init_dev_perplexity"]

@@ -15,6 +15,7 @@ from .conftest import (
     DATA,
     SCALAR_MIX,
     TINY_BILM,
+    corpus_of,
     examples,
     make_nlp,
     tokenize,
@@ -134,7 +135,7 @@ def test_same_seed_same_pretrained_biLM(tmp_path):
     docs = tokenize(read_texts(DATA / "unlabeled.txt"))
     settings = PretrainConfig(max_epochs=1, batch_tokens=1500, seed=3)
     for run in ("a", "b"):
-        pretrain(docs, TINY_BILM, settings, tmp_path / run, show_progress=False)
+        pretrain(corpus_of(docs), TINY_BILM, settings, tmp_path / run, show_progress=False)
     weights = [(tmp_path / run / "model-last" / "weights.safetensors").read_bytes() for run in "ab"]
     assert weights[0] == weights[1]
 

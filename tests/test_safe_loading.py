@@ -9,7 +9,7 @@ from elmo_spacy.bilm.io import BiLMLoadError
 from elmo_spacy.pretrain import PretrainConfig, pretrain
 from elmo_spacy.pretrain.checkpoint import STATE_FILE, latest_checkpoint
 
-from .conftest import TINY_BILM, examples, make_nlp, tokenize
+from .conftest import TINY_BILM, corpus_of, examples, make_nlp, tokenize
 
 
 class Exploit:
@@ -53,7 +53,9 @@ def test_a_pickle_in_a_pipeline_directory_is_refused(tmp_path, saved_pipeline, v
 
 def test_a_pickle_in_a_checkpoint_is_refused(tmp_path):
     docs = tokenize(["the cat sat on the mat", "a dog ran in the park"] * 5)
-    pretrain(docs, TINY_BILM, PretrainConfig(max_epochs=1), tmp_path, show_progress=False)
+    pretrain(
+        corpus_of(docs), TINY_BILM, PretrainConfig(max_epochs=1), tmp_path, show_progress=False
+    )
     checkpoint = latest_checkpoint(tmp_path)
     marker = tmp_path / "pwned"
     for victim in (STATE_FILE, "weights.safetensors"):
@@ -61,7 +63,7 @@ def test_a_pickle_in_a_checkpoint_is_refused(tmp_path):
         plant(checkpoint / victim, marker)
         with pytest.raises(BiLMLoadError, match="not a readable safetensors file"):
             pretrain(
-                docs,
+                corpus_of(docs),
                 TINY_BILM,
                 PretrainConfig(max_epochs=2),
                 tmp_path,

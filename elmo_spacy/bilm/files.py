@@ -1,7 +1,8 @@
-"""Output folders written all at once, so that a crash never leaves half of one."""
+"""Output files and folders written all at once, so that a crash never leaves half of one."""
 
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Collection
 from pathlib import Path
 
@@ -54,6 +55,32 @@ def write_directory(
         raise type(err)(f"Cannot write {path}: {describe_os_error(err)}") from err
     shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+def write_file(path: str | Path, write: Callable[[Path], None]) -> None:
+    """Run `write` on a temporary file beside `path`, flush it to disk, then
+    rename it to `path`: `path` is never half written, and the temporary file
+    is removed if `write` fails or is interrupted (Ctrl-C)."""
+    path = Path(path)
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    temporary = Path(name)
+    try:
+        write(temporary)
+        with open(temporary, "rb") as file:
+            os.fsync(file.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 is not what a user expects
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def _usual_permissions(folder: Path) -> None:

@@ -236,22 +236,26 @@ class BiLM(nn.Module):
     @in_precision
     def lm_loss(self, batch: TokenBatch) -> LMLoss:
         """Language-model loss: every word and the closing </S> is predicted
-        forwards, every word and the opening <S> backwards."""
+        forwards, every word and the opening <S> backwards (see `LMTargets`).
+        A batch built with its targets (`TokenBatch.with_targets`) runs without
+        waiting on the device."""
         if self.softmax is None:
             raise RuntimeError("This biLM was built without its softmax head")
+        if batch.targets is None:
+            batch = batch.with_targets(self.softmax.cluster_starts)
         batch = batch.to(self._device)
+        targets = batch.targets
         _, forward_layers, backward_layers, _ = self._run(batch)
-        targets = batch.type_word_ids[batch.index]
-        # Position t of the framed doc predicts t + 1 forwards and, from t + 1,
-        # predicts t backwards; valid while t + 1 < length + 2.
-        steps = torch.arange(targets.shape[1] - 1, device=targets.device)
-        mask = steps[None, :] < (batch.lengths + 1)[:, None]
-        forward_hidden = self.dropout(forward_layers[-1][:, :-1][mask])
-        backward_hidden = self.dropout(backward_layers[-1][:, 1:][mask])
+        forward_hidden = _rows(forward_layers[-1], targets.forward_rows)
+        backward_hidden = _rows(backward_layers[-1], targets.backward_rows)
         return LMLoss(
-            forward_nll=self.softmax(forward_hidden, targets[:, 1:][mask]),
-            backward_nll=self.softmax(backward_hidden, targets[:, :-1][mask]),
-            n_tokens=int(mask.sum()),
+            forward_nll=self.softmax(
+                self.dropout(forward_hidden), targets.forward_words, targets.forward_splits
+            ),
+            backward_nll=self.softmax(
+                self.dropout(backward_hidden), targets.backward_words, targets.backward_splits
+            ),
+            n_tokens=targets.n_tokens,
         )
 
     @property
@@ -305,3 +309,8 @@ class BiLM(nn.Module):
         if mode:  # a training step is coming, which may change the weights
             self.weights_changed()
         return super().train(mode)
+
+
+def _rows(layer: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """layer (B, T, P), rows (N,) flat positions -> (N, P)."""
+    return layer.reshape(-1, layer.shape[-1]).index_select(0, rows)

@@ -25,21 +25,35 @@ class SoftmaxHead(nn.Module):
         else:
             self.head = nn.Linear(dim, vocab_size)
 
-    def forward(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """hidden (N, dim) float, targets (N,) int64 -> scalar summed NLL."""
+    @property
+    def cluster_starts(self) -> list[int]:
+        """The first vocabulary id of each tail cluster (none for a full softmax)."""
+        return list(self.head.cutoffs[:-1]) if self.adaptive else []
+
+    def forward(
+        self, hidden: torch.Tensor, targets: torch.Tensor, splits: list[int]
+    ) -> torch.Tensor:
+        """hidden (N, dim) float, targets (N,) int64, grouped by cluster as
+        `LMTargets` groups them (`splits`: 0, then the end of the head's rows
+        and of each tail cluster's) -> scalar summed NLL."""
         if hidden.shape[0] == 0:
             return hidden.sum() * 0.0
         if self.adaptive:
-            return adaptive_nll(self.head, hidden, targets)
+            return adaptive_nll(self.head, hidden, targets, splits)
         return summed_nll(self.head(hidden), targets)
 
 
 def adaptive_nll(
-    softmax: nn.AdaptiveLogSoftmaxWithLoss, hidden: torch.Tensor, targets: torch.Tensor
+    softmax: nn.AdaptiveLogSoftmaxWithLoss,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    splits: list[int],
 ) -> torch.Tensor:
     """The summed NLL that `softmax(hidden, targets).loss * N` gives, in
-    float32 or reduced precision: the head's logits come from its layer in
-    the ambient precision (autocast), over rows padded to a few sizes
+    float32 or reduced precision, with the rows grouped by cluster: rows
+    splits[i + 1]:splits[i + 2] are those of tail cluster i (host-side
+    bounds: no synchronisation to find them). The head's logits come from its
+    layer in the ambient precision (autocast), over rows padded to a few sizes
     (`padded_rows`: each new shape of a bfloat16 product costs a kernel
     build); the tail clusters, narrow products (dim / 4 and less) of a
     different number of rows each batch, run in float32; the log-softmax and
@@ -49,8 +63,8 @@ def adaptive_nll(
     nll = hidden.new_zeros((), dtype=torch.float32)
     bounds = [softmax.shortlist_size, *softmax.cutoffs[1:]]
     for i, tail in enumerate(softmax.tail):
-        rows = ((targets >= bounds[i]) & (targets < bounds[i + 1])).nonzero().squeeze(1)
-        if len(rows) == 0:
+        rows = slice(splits[i + 1], splits[i + 2])
+        if rows.start == rows.stop:
             continue
         head_targets[rows] = softmax.shortlist_size + i
         with without_autocast(hidden.device.type):

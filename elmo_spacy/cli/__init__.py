@@ -28,7 +28,7 @@ class _Group(_NoFlagTypes, TyperGroup):
 app = typer.Typer(
     cls=_Group,
     name="elmo-spacy",
-    help="ELMo for spaCy: pretrain a biLM; convert bilm-tf and ELMoForManyLangs models, export bilm-tf; embed a corpus.",
+    help="ELMo for spaCy: prepare a corpus and pretrain a biLM; convert bilm-tf and ELMoForManyLangs models, export bilm-tf; embed a corpus.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -57,7 +57,7 @@ def main(
         help="Show the versions of elmo-spacy, spaCy and PyTorch, and exit.",
     ),
 ) -> None:
-    """ELMo for spaCy: pretrain a biLM; convert bilm-tf and ELMoForManyLangs models, export bilm-tf; embed a corpus."""
+    """ELMo for spaCy: prepare a corpus and pretrain a biLM; convert bilm-tf and ELMoForManyLangs models, export bilm-tf; embed a corpus."""
 
 
 class errors_to_exit:
@@ -95,7 +95,25 @@ def _message(error: Exception) -> str:
     return f"{where}: {describe_os_error(error)}" if where else describe_os_error(error)
 
 
-from . import elmo_format, embed, pretrain  # noqa: E402,F401  (registers the commands)
+def parse_part(shard: str | None) -> tuple[int, int]:
+    """ "K/N" (the --shard of embed and prepare) -> (K, N), 0 <= K < N; None -> (0, 1)."""
+    from ..errors import ElmoSpacyError
+
+    if shard is None:
+        return 0, 1
+    try:
+        keep, of = (int(part) for part in shard.split("/"))
+    except ValueError:
+        keep, of = -1, 0
+    if not 0 <= keep < of:
+        raise ElmoSpacyError(
+            f"--shard {shard}: give K/N with 0 <= K < N, e.g. --shard 0/4 to --shard 3/4 "
+            "for four shards"
+        )
+    return keep, of
+
+
+from . import elmo_format, embed, prepare, pretrain  # noqa: E402,F401  (registers the commands)
 
 
 def _reflowed(text: str) -> str:

@@ -2,8 +2,6 @@
 HDF5 (the layout of AllenNLP's `allennlp elmo`) or in a DocBin."""
 
 import json
-import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -11,7 +9,7 @@ from pathlib import Path
 import typer
 
 from ..errors import ElmoSpacyError
-from . import app, errors_to_exit
+from . import app, errors_to_exit, parse_part
 
 FORMATS = ("hdf5", "spacy")
 
@@ -70,6 +68,7 @@ def embed_command(
     a float32 dataset per line, keyed by the line's index ("0", "1", ...),
     and a `sentence_to_index` dataset (JSON: sentence -> key). An empty line
     gives an empty dataset. The file appears only once it is complete."""
+    from ..bilm.files import write_file
     from ..bilm.precision import check_precision
     from ..embedder import Embedder
 
@@ -77,7 +76,7 @@ def embed_command(
         mode = _output_mode(all_layers, top, average)
         check_precision(precision, "--precision")
         _check_format(output_format, use_sentence_keys, forget_sentences)
-        keep, of = _parse_shard(shard)
+        keep, of = parse_part(shard)
         _check_output(output_file, overwrite)
         lines = read_lines(input_file)
         tokenizer = _tokenizer(tokenize, lang)
@@ -102,7 +101,7 @@ def embed_command(
         started = time.perf_counter()
         vectors = _embedded(embedder, sentences, mode)
         if output_format == "spacy":
-            write_atomically(output_file, lambda path: write_docbin(path, docs, vectors))
+            write_file(output_file, lambda path: write_docbin(path, docs, vectors))
         else:
             keys = [lines[i] if use_sentence_keys else str(i) for i in indices]
             index = (
@@ -110,7 +109,7 @@ def embed_command(
                 if use_sentence_keys or forget_sentences
                 else _sentence_to_index(lines, indices)
             )
-            write_atomically(output_file, lambda path: write_hdf5(path, keys, vectors, index))
+            write_file(output_file, lambda path: write_hdf5(path, keys, vectors, index))
     seconds = time.perf_counter() - started
     n_tokens = sum(len(s) for s in sentences)
     typer.echo(
@@ -184,31 +183,6 @@ def write_docbin(path: Path, docs: list, vectors: Callable) -> None:
     DocBin(store_user_data=True, docs=docs).to_disk(path)
 
 
-def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
-    """Run `write` on a temporary file beside `path`, flush it to disk, then
-    rename it to `path`: `path` is never half written, and the temporary file
-    is removed if `write` fails or is interrupted (Ctrl-C)."""
-    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    temporary = Path(name)
-    try:
-        write(temporary)
-        with open(temporary, "rb") as file:
-            os.fsync(file.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 is not what a user expects
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
-
-
 def _output_mode(all_layers: bool, top: bool, average: bool) -> str:
     flags = {"all": all_layers, "top": top, "average": average}
     chosen = [name for name, flag in flags.items() if flag]
@@ -225,22 +199,6 @@ def _check_format(output_format: str, use_sentence_keys: bool, forget_sentences:
             "--use-sentence-keys and --forget-sentences shape HDF5 output: a DocBin keeps the "
             "docs in line order, with their text"
         )
-
-
-def _parse_shard(shard: str | None) -> tuple[int, int]:
-    """ "K/N" -> (K, N), 0 <= K < N; None -> (0, 1)."""
-    if shard is None:
-        return 0, 1
-    try:
-        keep, of = (int(part) for part in shard.split("/"))
-    except ValueError:
-        keep, of = -1, 0
-    if not 0 <= keep < of:
-        raise ElmoSpacyError(
-            f"--shard {shard}: give K/N with 0 <= K < N, e.g. --shard 0/4 to --shard 3/4 "
-            "for four shards"
-        )
-    return keep, of
 
 
 def _parse_layers(layers: str | None) -> list[int] | None:

@@ -1,6 +1,7 @@
-"""`elmo-spacy pretrain`: tokenise a text file with spaCy and pretrain a biLM on it."""
+"""`elmo-spacy pretrain`: pretrain a biLM on a prepared corpus (or on text, prepared first)."""
 
 import difflib
+import shutil
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -20,17 +21,26 @@ def pretrain_command(
     config_path: Path = typer.Argument(
         ..., exists=True, dir_okay=False, metavar="CONFIG_PATH", help="Pretraining config (.cfg)"
     ),
-    text_path: Path = typer.Argument(
+    paths: list[str] = typer.Argument(
         ...,
-        exists=True,
-        dir_okay=False,
-        metavar="TEXT_PATH",
-        help="Text: .txt (a doc per line) or .jsonl",
+        metavar="CORPUS... OUTPUT_DIR",
+        help="CORPUS: prepared corpus folders (`elmo-spacy prepare`; the N parts of one, or "
+        "several), or text files (.txt, .jsonl, .gz; folders, globs), prepared into "
+        "OUTPUT_DIR/corpus. OUTPUT_DIR: where model-best/, model-last/, the checkpoints "
+        "and pretrain_log.json go",
+        show_default=False,
     ),
-    output_dir: Path = typer.Argument(
-        ..., metavar="OUTPUT_DIR", help="Writes model-best/, model-last/ and pretrain_log.json"
+    dev: list[str] = typer.Option(
+        None,
+        help="A held-out corpus of its own for dev perplexity (prepared folder or text), "
+        "instead of a share of CORPUS; repeat for several",
     ),
-    lang: str = typer.Option("en", help="Language of the spaCy tokenizer"),
+    lang: str = typer.Option(
+        None, help="Language of spaCy's tokenizer, for text files (default en)"
+    ),
+    pretokenized: bool = typer.Option(
+        False, "--pretokenized", help="Text files come tokenised: split them on white space"
+    ),
     resume: bool = typer.Option(
         False, "--resume", help="Go on from the latest checkpoint in OUTPUT_DIR"
     ),
@@ -50,7 +60,7 @@ def pretrain_command(
         None,
         exists=True,
         file_okay=False,
-        help="Train this biLM further (a model-best/ of `elmo-spacy pretrain`) on TEXT_PATH, "
+        help="Train this biLM further (a model-best/ of `elmo-spacy pretrain`) on CORPUS, "
         "keeping its vocabulary and [bilm] settings (the config's are not used): adapts it to "
         "a task's or domain's text",
     ),
@@ -58,26 +68,38 @@ def pretrain_command(
         -1, help="GPU to train on (-1: CPU). Under torchrun, >= 0 puts rank r on GPU LOCAL_RANK"
     ),
 ) -> None:
-    """Pretrain a biLM. Extra options override the config, e.g. --training.max_epochs 1,
-    or --training.precision bfloat16 (faster on CPUs with bfloat16 instructions: README, Precision).
-    Data-parallel on N processes: torchrun --nproc_per_node N --no-python elmo-spacy pretrain ..."""
+    """Pretrain a biLM on a prepared corpus, streamed from disk. Extra options
+    override the config, e.g. --training.max_epochs 1, or --training.precision
+    bfloat16 (faster on CPUs with bfloat16 instructions: README, Precision).
+    Data-parallel on N processes: torchrun --nproc_per_node N --no-python
+    elmo-spacy pretrain ..."""
     from ..pretrain import load_pretrain_config, pretrain, start_workers, stop_workers
+    from ..pretrain.batches import NotEnoughText
     from ..pretrain.memory import keep_freed_memory
-    from ..pretrain.texts import read_tokenised_texts
-    from ..pretrain.train import NotEnoughText, check_output_dir
+    from ..pretrain.train import check_output_dir, earlier_run
 
     keep_freed_memory()  # this process is the training run's: its steps reuse freed pages
     with errors_to_exit():
-        overrides = config_overrides(ctx)
+        *corpus, output_dir = paths_and_overrides(ctx, paths)
+        overrides = config_overrides(ctx, paths)
+        if not corpus:
+            ctx.fail(
+                "Missing CORPUS or OUTPUT_DIR: give CONFIG_PATH CORPUS... OUTPUT_DIR, then any "
+                "config settings as --section.setting VALUE."
+            )
+        output_dir = Path(output_dir)
         bilm_config, training = load_pretrain_config(config_path, overrides)
         bilm = None
         if init_bilm is not None:
             bilm = _bilm_to_train_further(init_bilm, overrides, init_vectors)
             bilm_config = bilm.config
-        check_output_dir(output_dir, resume=resume, overwrite=overwrite)  # before tokenising
+        check_output_dir(output_dir, resume=resume, overwrite=overwrite)  # before any work
+        new_folder = not output_dir.exists()
         workers = start_workers(gpu_id)
         try:
-            docs = read_tokenised_texts(text_path, lang)
+            text = {"lang": lang, "pretokenized": pretokenized, "workers": workers}
+            train_corpus = open_corpus(corpus, output_dir / "corpus", **text)
+            dev_corpus = open_corpus(dev, output_dir / "dev-corpus", **text) if dev else None
             vectors = None
             if init_vectors is not None:
                 import spacy
@@ -88,10 +110,11 @@ def pretrain_command(
                 }
             try:
                 log = pretrain(
-                    docs,
+                    train_corpus,
                     bilm_config,
                     training,
                     output_dir,
+                    dev=dev_corpus,
                     resume=resume,
                     overwrite=overwrite,
                     init_vectors=vectors,
@@ -99,11 +122,15 @@ def pretrain_command(
                     workers=workers,
                 )
             except NotEnoughText as err:
-                raise ElmoSpacyError(f"{text_path}: {err}") from err
+                raise ElmoSpacyError(f"{' '.join(corpus)}: {err}") from err
             except KeyboardInterrupt as interrupt:
                 if workers.is_main:
                     typer.secho(_how_to_resume(output_dir, overwrite), fg="yellow", err=True)
                 raise typer.Exit(130) from interrupt
+        except (ElmoSpacyError, OSError):
+            if new_folder and workers.is_main and not earlier_run(output_dir):
+                shutil.rmtree(output_dir, ignore_errors=True)  # the corpus it prepared, if any
+            raise
         finally:  # after an error or Ctrl-C too: no process group left behind
             stop_workers(workers)
     if not workers.is_main:
@@ -115,9 +142,39 @@ def pretrain_command(
     except ImportError as err:
         typer.secho(f"No perplexity plot: {err}", fg="yellow")
     typer.echo(
-        f"Best dev perplexity {log['best_dev_perplexity']:.2f} after {len(log['epochs'])} "
-        f"epoch(s), {log['wall_seconds']:.0f} s. biLM: {output_dir / 'model-best'}"
+        f"Best dev perplexity {log['best_dev_perplexity']:.2f} after {log['steps']} steps "
+        f"({len(log['epochs'])} epoch(s)), {log['wall_seconds']:.0f} s. "
+        f"biLM: {output_dir / 'model-best'}"
     )
+
+
+def open_corpus(paths: list[str], cache: Path, *, lang: str | None, pretokenized: bool, workers):
+    """The `Corpus` of prepared folders, or of text files prepared (by rank 0,
+    the others waiting) into `cache`, where a later run, or a resumed one,
+    finds them prepared."""
+    from ..pretrain import Corpus, prepare_corpus
+    from ..pretrain.corpus import is_prepared
+
+    prepared = [is_prepared(p) for p in paths]
+    if all(prepared):
+        corpus = Corpus.open(paths)
+        if lang is not None or pretokenized:
+            asked = "white space" if pretokenized else f"spaCy's tokenizer for {lang!r}"
+            if asked != str(corpus.tokenization):
+                raise ElmoSpacyError(
+                    f"{paths[0]} was prepared with {corpus.tokenization}, not {asked}: leave out "
+                    "--lang and --pretokenized, which are for text files, or prepare it again"
+                )
+        return corpus
+    if any(prepared):
+        raise ElmoSpacyError(
+            f"{', '.join(paths)}: give prepared folders or text files, not both (prepare the "
+            "text with `elmo-spacy prepare` first)"
+        )
+    if workers.is_main:
+        prepare_corpus(paths, cache, lang=lang or "en", pretokenized=pretokenized, overwrite=True)
+    workers.wait_for_all()
+    return Corpus.open([cache])
 
 
 def _bilm_to_train_further(path: Path, overrides: dict[str, Any], init_vectors: Path | None):
@@ -161,27 +218,42 @@ def _how_to_resume(output_dir: Path, overwrite: bool) -> str:
     )
 
 
-def config_overrides(ctx: typer.Context) -> dict[str, Any]:
-    """The extra arguments as config overrides (--section.setting VALUE or
-    --section.setting=VALUE). Anything else is a usage error, shown with the
-    usage and a close option or setting if there is one (spaCy's own parser
-    raises a click exception that typer does not catch: a traceback)."""
-    args, position = ctx.args, 0
+def paths_and_overrides(ctx: typer.Context, arguments: list[str]) -> list[str]:
+    """The paths among a command's free arguments: those that are not config
+    overrides (see `config_overrides`)."""
+    return _split(ctx, [*arguments, *ctx.args])[0]
+
+
+def config_overrides(ctx: typer.Context, arguments: list[str] = ()) -> dict[str, Any]:
+    """The config overrides among a command's free arguments (`arguments`, and
+    the extra ones click leaves in ctx.args): --section.setting VALUE or
+    --section.setting=VALUE. Any other option is a usage error, shown with
+    the usage and a close option or setting if there is one (spaCy's own
+    parser raises a click exception that typer does not catch: a traceback)."""
+    return parse_config_overrides(_split(ctx, [*arguments, *ctx.args])[1])
+
+
+def _split(ctx: typer.Context, args: list[str]) -> tuple[list[str], list[str]]:
+    paths: list[str] = []
+    overrides: list[str] = []
+    position = 0
     while position < len(args):
         arg = args[position]
         if not arg.startswith("--"):
-            ctx.fail(
-                f"Got unexpected extra argument ({arg}). Config settings are overridden as "
-                "--section.setting VALUE, e.g. --training.max_epochs 2."
-            )
+            paths.append(arg)
+            position += 1
+            continue
         if "." not in arg.split("=", 1)[0]:
             ctx.fail(
                 f"No such option: {arg}.{_close_option(ctx, arg)} Config settings are "
                 "overridden as --section.setting VALUE, e.g. --training.max_epochs 2."
             )
-        has_value = "=" not in arg and position + 1 < len(args)
-        position += 2 if has_value and not args[position + 1].startswith("--") else 1
-    return parse_config_overrides(list(args))
+        has_value = (
+            "=" not in arg and position + 1 < len(args) and not args[position + 1].startswith("--")
+        )
+        overrides += args[position : position + 1 + has_value]
+        position += 1 + has_value
+    return paths, overrides
 
 
 def _close_option(ctx: typer.Context, arg: str) -> str:
@@ -235,5 +307,5 @@ def init_config_command(
         output_file.write_text(text, encoding="utf-8")
     typer.echo(
         f"{output_file}: the {preset} pretraining config. Next: elmo-spacy pretrain "
-        f"{output_file} TEXT_PATH OUTPUT_DIR"
+        f"{output_file} CORPUS OUTPUT_DIR"
     )

@@ -1,18 +1,22 @@
-"""biLM pretraining: tokenised text -> length-bucketed batches -> training loop."""
+"""biLM pretraining: text prepared once into a corpus on disk (`prepare_corpus`),
+streamed in length-bucketed batches to the training loop (`pretrain`)."""
 
-from .batching import bucketed_batches, split_long
 from .config import PretrainConfig, load_pretrain_config
+from .corpus import Corpus, Tokenization
 from .distributed import Workers, start_workers, stop_workers
+from .prepare import prepare_corpus, prepare_docs
 from .train import evaluate_perplexity, pretrain
 
 __all__ = [
+    "Corpus",
     "PretrainConfig",
+    "Tokenization",
     "Workers",
-    "bucketed_batches",
     "evaluate_perplexity",
     "load_pretrain_config",
+    "prepare_corpus",
+    "prepare_docs",
     "pretrain",
-    "split_long",
     "start_workers",
     "stop_workers",
 ]

@@ -2,8 +2,9 @@
 
 A checkpoint is a directory `checkpoint-<step>/` with the biLM (the layout of
 `save_bilm`), `training_state.safetensors` (Adam's tensors and torch's random
-state) and `progress.json` (step, epoch, position in the epoch, Python's random
-state, the log so far). It is written under a temporary name and renamed into
+state) and `progress.json` (step, epoch, batches done in the epoch, the
+corpus's fingerprint, the log so far). Each epoch's batches follow from the
+seed and the epoch, so that is all a run needs to go on. It is written under a temporary name and renamed into
 place, then `latest-checkpoint` (a one-line file, itself replaced atomically)
 is pointed at it; older checkpoints are removed after that. A run killed at
 any moment leaves the previous checkpoint intact and pointed to.
@@ -11,7 +12,6 @@ any moment leaves the previous checkpoint intact and pointed to.
 
 import json
 import math
-import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,7 +22,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from ..bilm import BiLM, BiLMConfig, load_bilm
-from ..bilm.files import write_directory
+from ..bilm.files import write_directory, write_file
 from ..bilm.io import BILM_FILES, BiLMLoadError, state_tensors, write_bilm_files
 from ..errors import ElmoSpacyError
 from .config import PretrainConfig
@@ -36,24 +36,28 @@ PROGRESS_FILE = "progress.json"
 class RunState:
     """Where a pretraining run is; saved in every checkpoint."""
 
+    corpus: str = ""  # the fingerprint of the corpus (and dev corpus) trained on
     step: int = 0
     epoch: int = 1
     batch: int = 0  # batches of `epoch` done
-    epoch_rng: Any = None  # Python's random state at the start of `epoch`
+    tokens: int = 0  # of text trained on, all epochs (see PretrainConfig.max_tokens)
+    train_seconds: float = 0.0  # all runs (see PretrainConfig.max_hours)
     best: float = math.inf
-    bad_epochs: int = 0
+    bad_evaluations: int = 0
     finished: bool = False
-    epoch_tokens: int = 0
+    epoch_tokens: int = 0  # predictions of one direction: each doc's tokens and its boundary
+    epoch_text_tokens: int = 0
     epoch_nll: float = 0.0
     epoch_seconds: float = 0.0
     epochs: list[dict[str, Any]] = field(default_factory=list)
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
     init_dev_perplexity: dict[str, float] | None = None  # of a biLM trained further
 
-    def next_epoch(self, rng_state: Any) -> None:
+    def next_epoch(self) -> None:
         self.epoch += 1
         self.batch = 0
-        self.epoch_rng = rng_state
-        self.epoch_tokens, self.epoch_nll, self.epoch_seconds = 0, 0.0, 0.0
+        self.epoch_tokens, self.epoch_text_tokens = 0, 0
+        self.epoch_nll, self.epoch_seconds = 0.0, 0.0
 
 
 def save_checkpoint(
@@ -71,7 +75,7 @@ def save_checkpoint(
         (folder / PROGRESS_FILE).write_text(json.dumps(progress) + "\n")
 
     write_directory(final, write, owned=(*BILM_FILES, STATE_FILE, PROGRESS_FILE))
-    _write_atomic(output_dir / LATEST, final.name + "\n")
+    write_file(output_dir / LATEST, lambda path: path.write_text(final.name + "\n"))
     for old in output_dir.glob("checkpoint-*"):
         if old != final:
             shutil.rmtree(old, ignore_errors=True)
@@ -115,10 +119,7 @@ def load_checkpoint(
     optimizer = new_optimizer(bilm, config)
     optimizer.load_state_dict(_optimizer_state(tensors, saved["param_groups"]))
     torch.set_rng_state(tensors["torch_rng_state"])
-    progress = saved["progress"]
-    version, internal, gauss = progress["epoch_rng"]
-    progress["epoch_rng"] = (version, tuple(internal), gauss)
-    return bilm, optimizer, RunState(**progress)
+    return bilm, optimizer, RunState(**saved["progress"])
 
 
 def new_optimizer(bilm: BiLM, config: PretrainConfig) -> torch.optim.Adam:
@@ -149,9 +150,3 @@ def _optimizer_state(tensors: dict[str, torch.Tensor], groups: Any) -> dict[str,
     for group in groups:
         group["betas"] = tuple(group["betas"])
     return {"state": state, "param_groups": groups}
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)

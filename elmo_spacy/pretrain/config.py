@@ -18,16 +18,28 @@ from ..errors import ElmoSpacyError
 class PretrainConfig:
     """[training] settings of `elmo-spacy pretrain`.
 
-    seed: seeds torch, the dev split and the batch order.
-    dev_fraction: share of the docs held out for dev perplexity.
+    seed: seeds torch, the dev sample and each epoch's batch order.
+    dev_fraction: share of the docs held out for dev perplexity (0: measured
+        on a sample of the training docs); ignored with a dev corpus of its own.
+    max_dev_tokens: the dev docs are drawn until they hold this many tokens,
+        so that measuring perplexity takes seconds on any corpus.
     max_length: docs longer than this many tokens are cut into pieces.
-    batch_tokens: padded tokens per batch.
+    batch_tokens: padded tokens per optimizer step, all ranks together (under
+        torchrun each rank builds and trains on its share of every batch).
     learning_rate, grad_clip: Adam's step size and the gradient-norm clip.
-    max_epochs: passes over the training docs; max_steps > 0 stops earlier.
-    patience: stop after this many epochs without a better dev perplexity
-        (0 = never stop early).
+    max_epochs: passes over the training docs. Budgets that stop earlier (0:
+        none): max_steps optimizer steps, max_tokens tokens of text trained
+        on, max_hours of training (all runs of a resumed run together; the
+        ranks agree on the step to stop at).
+    patience: stop after this many evaluations without a better dev
+        perplexity (0 = never stop early).
+    eval_every: steps between measurements of dev perplexity, each writing
+        model-last/ and, when better, model-best/ (0: at each epoch's end
+        only; an epoch's end always measures it).
     eval_batch_tokens: padded tokens per batch when measuring perplexity.
     checkpoint_every: steps between checkpoints (0 = only at epoch ends).
+    log_every: steps between the progress bar's loss figures, and the points
+        where the time budget is checked: each costs a wait on the device.
     precision: "float32", or "bfloat16" to compute in bfloat16 under autocast
         where the hardware multiplies in it (float32 master weights, loss and
         log-softmax in float32; see `elmo_spacy.bilm.precision`). Checkpoints
@@ -36,15 +48,20 @@ class PretrainConfig:
 
     seed: int = 0
     dev_fraction: float = 0.02
+    max_dev_tokens: int = 200_000
     max_length: int = 200
     batch_tokens: int = 3000
     learning_rate: float = 0.002
     grad_clip: float = 5.0
     max_epochs: int = 5
     max_steps: int = 0
+    max_tokens: int = 0
+    max_hours: float = 0.0
     patience: int = 2
+    eval_every: int = 0
     eval_batch_tokens: int = 8000
     checkpoint_every: int = 500
+    log_every: int = 20
     precision: str = "float32"
 
     def __post_init__(self) -> None:
@@ -68,8 +85,13 @@ class PretrainConfig:
             "batch_tokens": 1,
             "eval_batch_tokens": 1,
             "max_steps": 0,
+            "max_tokens": 0,
+            "max_hours": 0,
+            "max_dev_tokens": 1,
             "patience": 0,
+            "eval_every": 0,
             "checkpoint_every": 0,
+            "log_every": 1,
         }
         problems = [
             f"{name} = {getattr(self, name)}: at least {low}"

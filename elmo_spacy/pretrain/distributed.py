@@ -2,10 +2,11 @@
 collective operations the training loop needs.
 
 Started as `torchrun --nproc_per_node N --no-python elmo-spacy pretrain ...`,
-each of the N processes (ranks) builds the same vocabulary and batches from
-the same text, trains on its share of every batch, and PyTorch's
-DistributedDataParallel averages the gradients (gloo on the CPU, NCCL on
-GPUs). Started without torchrun, there is one rank and nothing is shared.
+each of the N processes (ranks) maps the same prepared corpus, plans the
+same batches, builds and trains on its own share of every batch, and
+PyTorch's DistributedDataParallel averages the gradients (gloo on the CPU,
+NCCL on GPUs). Started without torchrun, there is one rank and nothing is
+shared.
 """
 
 import os
@@ -42,12 +43,19 @@ class Workers:
         """This rank's share of `items`: every world_size-th one from `rank`."""
         return items[self.rank :: self.world_size]
 
-    def sum(self, values: list[float]) -> list[float]:
-        """Element-wise sums of `values` over all ranks."""
-        if not self.distributed:
-            return values
-        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
-        dist.all_reduce(tensor)
+    def sum(self, values: list[float | torch.Tensor]) -> list[float]:
+        """Element-wise sums over all ranks of numbers or scalar tensors (on
+        this rank's device): one transfer to the host, one collective."""
+        tensor = torch.stack(
+            [
+                v.detach().to(self.device, torch.float64)
+                if isinstance(v, torch.Tensor)
+                else torch.tensor(float(v), dtype=torch.float64, device=self.device)
+                for v in values
+            ]
+        )
+        if self.distributed:
+            dist.all_reduce(tensor)
         return tensor.tolist()
 
     def wait_for_all(self) -> None:

@@ -1,82 +1,166 @@
-"""Raw pretraining text: one doc per line (.txt) or one {"text": ...} object per line (.jsonl)."""
+"""Raw pretraining text: files of one doc per line (.txt) or of one {"text": ...}
+object per line (.jsonl), either gzip-compressed (.gz), named one by one, by
+folder or by glob."""
 
+import glob
+import gzip
+import hashlib
+import io
 import json
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from ..errors import ElmoSpacyError
 
+TEXT_SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz")
+
+
+def find_text_files(inputs: Sequence[str | Path]) -> list[Path]:
+    """The text files that `inputs` name, in order, each once: a file as it
+    is; a folder, every file under it whose name ends in one of
+    TEXT_SUFFIXES, sorted; a glob pattern (`*`, `?`, `[...]`, `**`) its
+    matching files, sorted."""
+    found: list[Path] = []
+    for given in inputs:
+        path = Path(given)
+        if path.is_dir():
+            matches = sorted(
+                p for p in path.rglob("*") if p.is_file() and p.name.endswith(TEXT_SUFFIXES)
+            )
+            if not matches:
+                raise ElmoSpacyError(
+                    f"{path}: a folder without text files (names ending in "
+                    f"{', '.join(TEXT_SUFFIXES)})"
+                )
+        elif path.exists():
+            matches = [path]
+        elif glob.has_magic(str(given)):
+            matches = sorted(Path(p) for p in glob.glob(str(given), recursive=True))
+            matches = [p for p in matches if p.is_file()]
+            if not matches:
+                raise ElmoSpacyError(f"{given}: no file matches this pattern")
+        else:
+            raise FileNotFoundError(f"{path}: no such text file or folder")
+        found += [p for p in matches if p not in found]
+    return found
+
+
+class TextFile:
+    """One text file, read once from start to end: its docs with their line
+    numbers (`docs`), and, once read, the size and SHA-256 of its bytes on
+    disk (compressed ones for .gz)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        name = self.path.name
+        self.compressed = name.endswith(".gz")
+        self.jsonl = name.removesuffix(".gz").endswith(".jsonl")
+        self.size = 0
+        self.sha256 = ""
+
+    def docs(self) -> Iterator[tuple[int, str]]:
+        """Yield (line number, text) for each doc: each line of a .txt file
+        (its line break removed; lines end at LF, CRLF or CR), or the "text"
+        of each line of a .jsonl file. Blank lines are skipped. Errors name
+        the file and line."""
+        if not self.path.is_file():
+            raise FileNotFoundError(f"{self.path}: no such text file")
+        digest = hashlib.sha256()
+        with self.path.open("rb") as raw:
+            hashed = _Hashed(raw, digest)
+            stream: BinaryIO = io.BufferedReader(hashed, 1 << 20)
+            if self.compressed:
+                stream = gzip.GzipFile(fileobj=stream)
+            lines = io.TextIOWrapper(stream, encoding="utf-8", errors="strict")
+            number = 0
+            for number, line in enumerate(self._lines(lines), start=1):
+                if not line.strip():
+                    continue
+                yield number, self._text(line, number)
+            while hashed.read(1 << 20):  # the rest (a gzip trailer) counts in the checksum
+                pass
+        self.size, self.sha256 = hashed.size, digest.hexdigest()
+
+    def _lines(self, lines: io.TextIOWrapper) -> Iterator[str]:
+        while True:
+            try:
+                line = next(lines)
+            except StopIteration:
+                return
+            except UnicodeDecodeError as err:
+                # The text reader decodes in chunks: err.start counts from the
+                # chunk, not the file, so find the first bad byte again.
+                raise ElmoSpacyError(self._where_not_utf8(err)) from err
+            except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+                raise ElmoSpacyError(
+                    f"{self.path}: not a readable gzip file ({err}): it may be truncated or "
+                    "not compressed; check it with `gzip -t`"
+                ) from err
+            yield line
+
+    def _text(self, line: str, number: int) -> str:
+        if not self.jsonl:
+            return line.rstrip("\n")
+        try:
+            text = json.loads(line)["text"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise ElmoSpacyError(
+                f'{self.path}:{number}: expected a JSON object with a "text" field ({err})'
+            ) from err
+        if not isinstance(text, str):
+            raise ElmoSpacyError(
+                f'{self.path}:{number}: "text" is a {type(text).__name__}, not a string'
+            )
+        return text
+
+    def _where_not_utf8(self, err: UnicodeDecodeError) -> str:
+        """`path:line:column: ...` for the first byte that is not UTF-8. Lines
+        end at LF, CRLF or CR (as when reading the text); the column counts
+        bytes from 1, and the offset counts bytes of the (uncompressed) text
+        from 0."""
+        offset, line_number = 0, 1
+        with self.path.open("rb") as raw:
+            stream = gzip.GzipFile(fileobj=raw) if self.compressed else raw
+            for line in stream:  # a UTF-8 sequence never holds the byte \n
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as bad:
+                    before = line[: bad.start]
+                    line_number += before.count(b"\r")
+                    column = bad.start - (before.rfind(b"\r") + 1) + 1
+                    found = line[bad.start : bad.start + 1].hex()
+                    return (
+                        f"{self.path}:{line_number}:{column}: not valid UTF-8: byte 0x{found} "
+                        f"at byte offset {offset + bad.start} of the "
+                        f"{'uncompressed ' if self.compressed else ''}file ({bad.reason}). "
+                        "Re-encode the file as UTF-8 (from Latin-1: iconv -f latin1 -t utf-8), "
+                        "or fix that line."
+                    )
+                line_number += 1 + line.count(b"\r") - line.endswith(b"\r\n")
+                offset += len(line)
+        return f"{self.path}: not valid UTF-8 ({err.reason}); re-encode the file as UTF-8"
+
+
+class _Hashed(io.RawIOBase):
+    """A binary file that feeds what is read from it to a hash and counts it."""
+
+    def __init__(self, raw: BinaryIO, digest) -> None:
+        self.raw, self.digest, self.size = raw, digest, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self.raw.readinto(buffer)
+        if n:
+            self.digest.update(memoryview(buffer)[:n])
+            self.size += n
+        return n
+
 
 def read_texts(path: str | Path) -> Iterator[str]:
-    """Yield the texts of a .txt file (one per line, blank lines skipped) or of a
-    .jsonl file (the "text" field of each line). Errors name file and line."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such text file")
-    jsonl = path.suffix == ".jsonl"
-    with path.open(encoding="utf-8", errors="strict") as lines:
-        for number, line in enumerate(_decoded(lines, path), start=1):
-            if not line.strip():
-                continue
-            if not jsonl:
-                yield line.rstrip("\n")
-                continue
-            try:
-                record = json.loads(line)
-                yield record["text"]
-            except (ValueError, KeyError, TypeError) as err:
-                raise ElmoSpacyError(
-                    f'{path}:{number}: expected a JSON object with a "text" field ({err})'
-                ) from err
-
-
-def _decoded(lines, path: Path) -> Iterator[str]:
-    while True:
-        try:
-            line = next(lines)
-        except StopIteration:
-            return
-        except UnicodeDecodeError as err:
-            # The text reader decodes in chunks: err.start counts from the chunk,
-            # not the file, so find the first bad byte again from the start.
-            raise ElmoSpacyError(_where_not_utf8(path, err)) from err
-        yield line
-
-
-def _where_not_utf8(path: Path, err: UnicodeDecodeError) -> str:
-    """`path:line:column: ...` for the first byte of `path` that is not UTF-8.
-    Lines end at LF, CRLF or CR (as when reading the text); the column counts
-    bytes from 1, and the offset counts bytes of the file from 0."""
-    offset, line_number = 0, 1
-    with path.open("rb") as raw:
-        for line in raw:  # a UTF-8 sequence never holds the byte \n
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError as bad:
-                before = line[: bad.start]
-                line_number += before.count(b"\r")
-                column = bad.start - (before.rfind(b"\r") + 1) + 1
-                found = line[bad.start : bad.start + 1].hex()
-                return (
-                    f"{path}:{line_number}:{column}: not valid UTF-8: byte 0x{found} at byte "
-                    f"offset {offset + bad.start} of the file ({bad.reason}). Re-encode the "
-                    "file as UTF-8 (from Latin-1: iconv -f latin1 -t utf-8), or fix that line."
-                )
-            line_number += 1 + line.count(b"\r") - line.endswith(b"\r\n")
-            offset += len(line)
-    return f"{path}: not valid UTF-8 ({err.reason}); re-encode the file as UTF-8"
-
-
-def read_tokenised_texts(
-    path: str | Path, lang: str = "en", show_progress: bool = True
-) -> list[list[str]]:
-    """The texts of `path` (see `read_texts`), each cut into tokens by spaCy's
-    tokenizer for `lang`: the tokens a pipeline will later see. With
-    `show_progress`, a progress bar counts the docs on stderr."""
-    import spacy
-    from tqdm import tqdm
-
-    tokenizer = spacy.blank(lang).tokenizer
-    docs = tokenizer.pipe(read_texts(path), batch_size=1000)
-    bar = tqdm(docs, desc=f"tokenising {Path(path).name}", unit="doc", disable=not show_progress)
-    return [[t.text for t in doc] for doc in bar]
+    """Yield the texts of one text file (see `TextFile.docs`)."""
+    for _, text in TextFile(path).docs():
+        yield text

@@ -1,14 +1,15 @@
-"""The biLM training loop: Adam, gradient clipping, dev perplexity per epoch, early
+"""The biLM training loop: Adam, gradient clipping, dev perplexity at epoch ends
+(and every `eval_every` steps), budgets of steps, tokens and hours, early
 stopping, and checkpoints that a killed run resumes from."""
 
+import itertools
 import json
 import math
-import random
 import shutil
 import time
 import warnings
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,21 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from ..bilm import BiLM, BiLMConfig, WordVocab, save_bilm
+from ..bilm import BiLM, BiLMConfig, TokenBatch, save_bilm
 from ..bilm.files import check_output_folder
 from ..bilm.precision import resolve_precision
 from ..errors import ElmoSpacyError
-from .batching import Tokens, bucketed_batches, split_long
+from .batches import (
+    BatchBuilder,
+    DevSample,
+    NotEnoughText,
+    Pieces,
+    Prefetcher,
+    corpus_vocabulary,
+    dev_sample,
+    epoch_batches,
+    ordered_batches,
+)
 from .checkpoint import (
     LATEST,
     RunState,
@@ -32,22 +43,27 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .config import PretrainConfig
+from .corpus import Corpus
 from .distributed import Workers
 
 LOG_FILE = "pretrain_log.json"
 # What a run writes in its output folder (`elmo-spacy pretrain` adds the plot).
 RUN_OUTPUTS = ("model-best", "model-last", LOG_FILE, LATEST, "perplexity.png")
 
-
-class NotEnoughText(ElmoSpacyError):
-    """The docs are too few to pretrain on (the message says how many are needed)."""
+__all__ = ["NotEnoughText", "evaluate_perplexity", "pretrain"]
 
 
 @dataclass
-class Corpus:
-    train: list[Tokens]
-    dev: list[Tokens]
-    dev_is_held_out: bool = True
+class TrainingData:
+    """What a run trains on and measures: the corpus, the dev sample and its
+    batches, and a `BatchBuilder` for each."""
+
+    corpus: Corpus
+    dev: DevSample
+    dev_batches: list[Pieces]
+    build: BatchBuilder
+    build_dev: BatchBuilder
+    epoch_tokens: int  # of text trained on in an epoch
 
 
 @dataclass(kw_only=True)
@@ -58,66 +74,147 @@ class Pretraining:
     bilm: BiLM
     optimizer: torch.optim.Optimizer
     loss: nn.Module  # ShardLoss, wrapped in DistributedDataParallel when distributed
-    corpus: Corpus
+    data: TrainingData
     config: PretrainConfig
-    rng: random.Random
     output_dir: Path
     workers: Workers
     show_progress: bool
     state: RunState
+    started: float  # time.perf_counter() when pretrain() began
+    first_step: float | None = None  # seconds from `started` to the first step
+    _pending_nll: torch.Tensor | None = None
+    _clock: float = field(default_factory=time.perf_counter)
 
     def run(self) -> None:
-        while self.state.epoch <= self.config.max_epochs and not self.state.finished:
+        while not self.state.finished:
             self.train_epoch()
-            self.end_epoch()
 
     def train_epoch(self) -> None:
-        """Train on the rest of the current epoch (from batch `state.batch`)."""
+        """Train on the rest of the current epoch (from batch `state.batch`),
+        or until a budget is spent or patience runs out; then end the epoch."""
         bilm, config, state = self.bilm, self.config, self.state
         bilm.train()
-        self.rng.setstate(state.epoch_rng)  # the epoch's batch order follows from it
-        batches = list(bucketed_batches(self.corpus.train, config.batch_tokens, self.rng))
+        plans = epoch_batches(
+            self.data.corpus,
+            seed=config.seed,
+            epoch=state.epoch,
+            max_length=config.max_length,
+            batch_tokens=config.batch_tokens,
+            exclude=self.data.dev.excluded_from(self.data.corpus),
+        )
         bar = tqdm(
-            total=len(batches),
-            initial=state.batch,
+            total=self.data.epoch_tokens,
+            initial=state.epoch_text_tokens,
             desc=f"epoch {state.epoch}",
             disable=not self.show_progress,
-            unit="batch",
+            unit="tok",
+            unit_scale=True,
             mininterval=1.0,
         )
-        for batch in batches[state.batch :]:
-            started = time.perf_counter()
-            shard = self.workers.shard(batch)
-            batch_tokens = sum(len(doc) + 1 for doc in batch)
-            # A rank left without docs still runs (on one doc, weighted 0): all ranks must sync.
-            loss, nll = self.loss(shard or batch[:1], batch_tokens, 1.0 if shard else 0.0)
-            self.optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(bilm.parameters(), config.grad_clip)
-            self.optimizer.step()
-            state.epoch_seconds += time.perf_counter() - started
-            state.step += 1
-            state.batch += 1
-            state.epoch_tokens += batch_tokens
-            state.epoch_nll += self.workers.sum([nll.item()])[0]
-            bar.update(1)
-            bar.set_postfix(
-                loss=f"{state.epoch_nll / state.epoch_tokens:.3f}",
-                ppl=f"{perplexity(state.epoch_nll, state.epoch_tokens):.1f}",
-                tok_s=f"{state.epoch_tokens / state.epoch_seconds:.0f}",
-                refresh=False,
-            )
-            if config.max_steps and state.step >= config.max_steps:
-                break
-            if config.checkpoint_every and state.step % config.checkpoint_every == 0:
-                self.save_checkpoint()
+        self._pending_nll = torch.zeros((), device=self.workers.device)
+        self._clock = time.perf_counter()
+        stopped = False
+        with Prefetcher(
+            itertools.islice(plans, state.batch, None), self.data.build, self.workers
+        ) as batches:
+            for batch, pieces, weight in batches:
+                if self.first_step is None:
+                    self.first_step = time.perf_counter() - self.started
+                loss, nll = self.loss(batch, pieces.predictions, weight)
+                self.optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(bilm.parameters(), config.grad_clip)
+                self.optimizer.step()
+                self._pending_nll += nll
+                state.step += 1
+                state.batch += 1
+                state.epoch_tokens += pieces.predictions
+                state.epoch_text_tokens += pieces.tokens
+                state.tokens += pieces.tokens
+                bar.update(pieces.tokens)
+                stopped = bool(
+                    (config.max_steps and state.step >= config.max_steps)
+                    or (config.max_tokens and state.tokens >= config.max_tokens)
+                )
+                if state.step % config.log_every == 0 or stopped:
+                    stopped = self.flush() or stopped
+                    bar.set_postfix(
+                        ppl=f"{perplexity(state.epoch_nll, state.epoch_tokens):.1f}",
+                        tok_s=f"{state.epoch_tokens / max(state.epoch_seconds, 1e-9):.0f}",
+                        refresh=False,
+                    )
+                if stopped:
+                    break
+                if config.eval_every and state.step % config.eval_every == 0:
+                    self.evaluate()
+                    if state.finished:  # patience ran out
+                        break
+                if config.checkpoint_every and state.step % config.checkpoint_every == 0:
+                    self.save_checkpoint()
         bar.close()
+        self.end_epoch(stopped)
 
-    def end_epoch(self) -> None:
-        """Measure dev perplexity, write model-last/model-best, decide whether to
-        stop, move on to the next epoch and checkpoint."""
+    def flush(self) -> bool:
+        """Bring the figures kept on the device to the host (one wait, one
+        collective): the NLL summed since the last flush, over all ranks, and
+        the training time. Returns whether the time budget is spent on any
+        rank, so that all stop at the same step."""
+        now = time.perf_counter()
+        self.state.epoch_seconds += now - self._clock
+        self.state.train_seconds += now - self._clock
+        hours = self.config.max_hours
+        over = bool(hours and self.state.train_seconds >= hours * 3600)
+        nll, over_anywhere = self.workers.sum([self._pending_nll, float(over)])
+        self.state.epoch_nll += nll
+        self._pending_nll.zero_()
+        self._clock = time.perf_counter()
+        return over_anywhere > 0
+
+    def evaluate(self) -> None:
+        """Measure dev perplexity, write model-last/ and, if it is the best
+        yet, model-best/, and count the evaluations without a better one."""
         bilm, config, state = self.bilm, self.config, self.state
-        dev = evaluate_perplexity(bilm, self.corpus.dev, config.eval_batch_tokens, self.workers)
+        self.flush()
+        dev = evaluate_perplexity(
+            bilm,
+            (self.data.build_dev(p) for p in self.workers.shard(self.data.dev_batches)),
+            self.workers,
+        )
+        bilm.train()
+        state.evaluations.append(
+            {
+                "step": state.step,
+                "epoch": state.epoch,
+                "tokens": state.tokens,
+                "train_perplexity": perplexity(state.epoch_nll, state.epoch_tokens),
+                "dev_perplexity": dev,
+            }
+        )
+        if self.workers.is_main:
+            save_bilm(bilm, self.output_dir / "model-last")
+        if dev["mean"] < state.best:
+            state.best, state.bad_evaluations = dev["mean"], 0
+            if self.workers.is_main:
+                save_bilm(bilm, self.output_dir / "model-best")
+        else:
+            state.bad_evaluations += 1
+        if config.patience and state.bad_evaluations >= config.patience:
+            state.finished = True
+        if self.show_progress:
+            tqdm.write(
+                f"step {state.step} (epoch {state.epoch}): dev perplexity forward "
+                f"{dev['forward']:.1f}, backward {dev['backward']:.1f}, mean {dev['mean']:.1f}"
+            )
+        self._clock = time.perf_counter()
+
+    def end_epoch(self, stopped: bool) -> None:
+        """At an epoch's end, or where a budget stopped it: measure dev
+        perplexity (unless just done), log the epoch, decide whether to go
+        on, move on to the next epoch and checkpoint."""
+        state = self.state
+        self.flush()
+        if not state.evaluations or state.evaluations[-1]["step"] != state.step:
+            self.evaluate()
         state.epochs.append(
             {
                 "epoch": state.epoch,
@@ -125,35 +222,22 @@ class Pretraining:
                 "train_tokens": state.epoch_tokens,
                 "train_perplexity": perplexity(state.epoch_nll, state.epoch_tokens),
                 "tokens_per_second": state.epoch_tokens / max(state.epoch_seconds, 1e-9),
-                "dev_perplexity": dev,
+                "dev_perplexity": state.evaluations[-1]["dev_perplexity"],
             }
         )
-        if self.workers.is_main:
-            save_bilm(bilm, self.output_dir / "model-last")
-        if dev["mean"] < state.best:
-            state.best, state.bad_epochs = dev["mean"], 0
-            if self.workers.is_main:
-                save_bilm(bilm, self.output_dir / "model-best")
-        else:
-            state.bad_epochs += 1
         if self.show_progress:
-            tqdm.write(
-                f"epoch {state.epoch}: dev perplexity forward {dev['forward']:.1f}, "
-                f"backward {dev['backward']:.1f}, mean {dev['mean']:.1f}; "
-                f"{state.epochs[-1]['tokens_per_second']:.0f} tokens/s"
-            )
-        state.finished = bool(
-            (config.patience and state.bad_epochs >= config.patience)
-            or (config.max_steps and state.step >= config.max_steps)
-        )
-        state.next_epoch(self.rng.getstate())
+            tqdm.write(f"epoch {state.epoch}: {state.epochs[-1]['tokens_per_second']:.0f} tokens/s")
+        state.finished = state.finished or stopped or state.epoch >= self.config.max_epochs
+        state.next_epoch()
         self.save_checkpoint()
 
     def save_checkpoint(self) -> None:
         """Rank 0 writes the checkpoint; the others wait until it is in place."""
+        self.flush()
         if self.workers.is_main:
             save_checkpoint(self.output_dir, self.bilm, self.optimizer, self.state)
         self.workers.wait_for_all()
+        self._clock = time.perf_counter()
 
 
 class ShardLoss(nn.Module):
@@ -161,9 +245,10 @@ class ShardLoss(nn.Module):
     averaged over ranks, are those of the whole batch's mean NLL per token.
 
     forward(batch, batch_tokens, weight) -> (scaled loss, summed NLL of the
-    shard); `batch_tokens` counts the predictions of the whole batch, and
-    `weight` 0 makes a rank that has no docs of this batch add nothing.
-    DistributedDataParallel syncs gradients only through a module's forward.
+    shard, a tensor on the device); `batch_tokens` counts the predictions of
+    the whole batch, and `weight` 0 makes a rank that has no docs of this
+    batch add nothing. DistributedDataParallel syncs gradients only through a
+    module's forward.
     """
 
     def __init__(self, bilm: BiLM, world_size: int) -> None:
@@ -172,18 +257,22 @@ class ShardLoss(nn.Module):
         self.world_size = world_size
 
     def forward(
-        self, docs: Sequence[Tokens], batch_tokens: int, weight: float
+        self, batch: TokenBatch, batch_tokens: int, weight: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        loss = self.bilm.lm_loss(self.bilm.batch(docs))
+        device = next(self.bilm.parameters()).device
+        batch = batch.to(device, non_blocking=device.type == "cuda")  # from pinned memory
+        loss = self.bilm.lm_loss(batch)
         nll = (loss.forward_nll + loss.backward_nll) * weight
         return nll * self.world_size / (2 * batch_tokens), nll.detach() / 2
 
 
 def pretrain(
-    docs: Sequence[Tokens],
+    corpus: Corpus,
     bilm_config: BiLMConfig,
     config: PretrainConfig,
     output_dir: Path,
+    *,
+    dev: Corpus | None = None,
     show_progress: bool = True,
     resume: bool = False,
     overwrite: bool = False,
@@ -191,47 +280,63 @@ def pretrain(
     init_bilm: BiLM | None = None,
     workers: Workers | None = None,
 ) -> dict[str, Any]:
-    """Train a biLM on tokenised docs. Writes to `output_dir`: `model-best/` and
-    `model-last/` (biLM directories), `checkpoint-<step>/` every
-    `checkpoint_every` steps and at each epoch's end, and `pretrain_log.json`.
+    """Train a biLM on a prepared corpus (`Corpus.open`). Writes to
+    `output_dir`: `model-best/` and `model-last/` (biLM directories),
+    `checkpoint-<step>/` every `checkpoint_every` steps and at each epoch's
+    end, and `pretrain_log.json`.
 
-    A seeded `dev_fraction` of the docs is held out for perplexity; with
-    dev_fraction = 0 perplexity is measured on the training docs (held-in).
+    Dev perplexity is measured on a seeded sample of the corpus's docs held
+    out of training (`dev_fraction`, `max_dev_tokens`; with dev_fraction = 0,
+    a sample of the training docs, held in), or on a sample of `dev`, a
+    corpus of its own. The vocabulary of a fresh biLM comes from the corpus's
+    type counts (`max_vocab_size`, `min_count`).
     With `resume`, training goes on from the latest checkpoint in `output_dir`
-    (weights, Adam state, step, random states, position in the epoch) and ends
-    with the same weights as an uninterrupted run on the CPU.
-    An `output_dir` that holds an earlier run (see `check_output_dir`) is
-    refused unless `resume` goes on from it or `overwrite` replaces it: the
-    earlier run's outputs are removed before the new run starts.
+    (weights, Adam state, step, random state, position in the epoch) and ends
+    with the same weights as an uninterrupted run on the CPU; a checkpoint of
+    another corpus is refused. An `output_dir` that holds an earlier run
+    (see `check_output_dir`) is refused unless `resume` goes on from it or
+    `overwrite` replaces it: the earlier run's outputs are removed before the
+    new run starts.
     `init_vectors` (word -> vector of width word_dim) start the word encoder's
     embeddings of a fresh run (see `BiLM.init_word_vectors`).
     `init_bilm` (a pretrained biLM with its softmax head, of config
-    `bilm_config`) is trained further on these docs instead of a fresh one (in
-    place: the object passed is the one trained), its vocabulary kept: adapting
-    it to the text of a task or domain, as bilm-tf's restart.py does. Its dev
-    perplexity before the first step is logged as `init_dev_perplexity`.
+    `bilm_config`) is trained further on this corpus instead of a fresh one
+    (in place: the object passed is the one trained), its vocabulary kept:
+    adapting it to the text of a task or domain, as bilm-tf's restart.py does.
+    Its dev perplexity before the first step is logged as `init_dev_perplexity`.
     `workers` (from `start_workers`) places the biLM on a device and, under
-    torchrun, trains data-parallel: each rank takes every world_size-th doc of
-    each batch, and only rank 0 writes files. With dropout 0 this trains the
-    same weights as one process (up to float rounding); with dropout, each rank
-    draws its own masks.
+    torchrun, trains data-parallel: each rank builds and trains on every
+    world_size-th piece of each batch, and only rank 0 writes files. With
+    dropout 0 this trains the same weights as one process (up to float
+    rounding); with dropout, each rank draws its own masks.
     `config.precision` = "bfloat16" trains and measures dev perplexity under
     bfloat16 autocast (float32 with a warning where it does not pay); the
     weights, checkpoints and saved biLMs stay float32.
-    Returns the log: settings, per-epoch perplexities, tokens/s, wall time.
+    Returns the log: settings, the corpus, perplexities per evaluation and
+    epoch, tokens/s, the time to the first step and the wall time.
     """
     started = time.perf_counter()
     workers = workers or Workers()
     output_dir = Path(output_dir)
     check_output_dir(output_dir, resume=resume, overwrite=overwrite)
-    rng = random.Random(config.seed)
-    corpus = _make_corpus(docs, config, rng)
+    if dev is None:
+        sample = dev_sample(
+            corpus,
+            config.dev_fraction,
+            config.max_dev_tokens,
+            config.seed,
+            held_out=config.dev_fraction > 0,
+        )
+    else:
+        sample = dev_sample(dev, 1.0, config.max_dev_tokens, config.seed, held_out=False)
+    fingerprint = corpus.fingerprint + ("" if dev is None else f"+{dev.fingerprint}")
     checkpoint = latest_checkpoint(output_dir) if resume else None
     initialised = None
     if init_bilm is not None:
         _check_init_bilm(init_bilm, bilm_config, init_vectors)
     if checkpoint is not None:
         bilm, optimizer, state = load_checkpoint(checkpoint, bilm_config, config, workers.device)
+        _check_same_corpus(checkpoint, state, fingerprint, corpus, dev)
         if show_progress and workers.is_main:
             tqdm.write(f"Resuming from {checkpoint} (step {state.step}, epoch {state.epoch})")
     else:
@@ -239,21 +344,32 @@ def pretrain(
         if init_bilm is not None:
             bilm = init_bilm
         else:
-            vocab = WordVocab.build(
-                corpus.train, max_size=bilm_config.max_vocab_size, min_count=bilm_config.min_count
+            vocab = corpus_vocabulary(
+                corpus.types, bilm_config.max_vocab_size, bilm_config.min_count
             )
             bilm = BiLM(bilm_config, vocab)
         if init_vectors is not None:
             initialised = bilm.init_word_vectors(init_vectors)
         bilm.to(workers.device)
         optimizer = new_optimizer(bilm, config)
-        state = RunState(epoch_rng=rng.getstate())
+        state = RunState(corpus=fingerprint)
     with warnings.catch_warnings():
         if not workers.is_main:  # rank 0 says it for all: one fall-back warning, not one a rank
             warnings.simplefilter("ignore", RuntimeWarning)
         bilm.precision = resolve_precision(config.precision, workers.device, "[training] precision")
+    dev_pieces = sample.pieces(config.max_length)
+    data = TrainingData(
+        corpus=corpus,
+        dev=sample,
+        dev_batches=ordered_batches(dev_pieces, config.eval_batch_tokens),
+        build=BatchBuilder(corpus, bilm),
+        build_dev=BatchBuilder(sample.corpus, bilm),
+        epoch_tokens=corpus.n_tokens - (dev_pieces.tokens if sample.held_out else 0),
+    )
     if init_bilm is not None and checkpoint is None:
-        init_dev = evaluate_perplexity(bilm, corpus.dev, config.eval_batch_tokens, workers)
+        init_dev = evaluate_perplexity(
+            bilm, (data.build_dev(p) for p in workers.shard(data.dev_batches)), workers
+        )
         state.init_dev_perplexity = init_dev
         if show_progress and workers.is_main:
             tqdm.write(f"dev perplexity before training: mean {init_dev['mean']:.1f}")
@@ -266,33 +382,41 @@ def pretrain(
         if overwrite:
             remove_run(output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
-    Pretraining(
+    run = Pretraining(
         bilm=bilm,
         optimizer=optimizer,
         loss=loss,
-        corpus=corpus,
+        data=data,
         config=config,
-        rng=rng,
         output_dir=output_dir,
         workers=workers,
         show_progress=show_progress and workers.is_main,
         state=state,
-    ).run()
+        started=started,
+    )
+    run.run()
     log = {
         "bilm": bilm_config.to_dict(),
         "training": config.to_dict(),
+        "corpus": corpus.describe(),
+        "dev": {
+            "corpus": "held out of the corpus" if dev is None else dev.describe(),
+            "docs": len(sample.docs),
+            "tokens": dev_pieces.tokens,
+            "held_out": sample.held_out or dev is not None,
+        },
         "vocab_size": len(bilm.vocab),
         "words_from_init_vectors": initialised,
         "init_dev_perplexity": state.init_dev_perplexity,
-        "train_docs": len(corpus.train),
-        "train_tokens": sum(len(d) for d in corpus.train),
-        "dev_docs": len(corpus.dev),
-        "dev_is_held_out": corpus.dev_is_held_out,
         "world_size": workers.world_size,
+        "batch_tokens_scope": "one optimizer step, all ranks together",
         "precision": bilm.precision,
         "epochs": state.epochs,
+        "evaluations": state.evaluations,
         "best_dev_perplexity": state.best,
         "steps": state.step,
+        "tokens": state.tokens,
+        "seconds_to_first_step": run.first_step,
         "wall_seconds": time.perf_counter() - started,
         "resumed_from": str(checkpoint) if checkpoint is not None else None,
     }
@@ -321,6 +445,22 @@ def _check_init_bilm(
             "Word vectors start a fresh biLM's embeddings; a biLM trained further keeps "
             "its own: give init_vectors or init_bilm, not both."
         )
+
+
+def _check_same_corpus(
+    checkpoint: Path, state: RunState, fingerprint: str, corpus: Corpus, dev: Corpus | None
+) -> None:
+    if state.corpus == fingerprint:
+        return
+    given = ", ".join(str(f.path) for f in corpus.folders)
+    if dev is not None:
+        given += f" (dev: {', '.join(str(f.path) for f in dev.folders)})"
+    raise ElmoSpacyError(
+        f"{checkpoint} was trained on another corpus than the one given ({given}; "
+        f"fingerprint {fingerprint[:12]}, the checkpoint's {state.corpus[:12]}): a resumed "
+        "run goes on over the same docs in the same order. Resume with the corpus it was "
+        "started on, or start a new run (--overwrite, or another output folder)."
+    )
 
 
 def earlier_run(output_dir: Path) -> list[str]:
@@ -371,37 +511,6 @@ def _is_checkpoint(name: str) -> bool:
     return name.startswith("checkpoint-") and name[len("checkpoint-") :].isdigit()
 
 
-def _make_corpus(docs: Sequence[Tokens], config: PretrainConfig, rng: random.Random) -> Corpus:
-    docs = [d for d in docs if len(d)]
-    if not docs:
-        raise NotEnoughText(
-            "no tokens to pretrain on: the text is empty or holds only blank lines."
-        )
-    if config.dev_fraction <= 0:
-        train = split_long(docs, config.max_length)
-        return Corpus(train, train, dev_is_held_out=False)
-    n_dev = _dev_size(len(docs), config.dev_fraction)
-    if n_dev >= len(docs):
-        need = next(n for n in range(len(docs) + 1, 10**6) if _dev_size(n, config.dev_fraction) < n)
-        raise NotEnoughText(
-            f"{len(docs)} doc(s) (non-blank lines) are too few: [training] dev_fraction = "
-            f"{config.dev_fraction} holds out {n_dev} for dev perplexity, which leaves none to "
-            f"train on. Give at least {need} docs, or set dev_fraction = 0 "
-            "(--training.dev_fraction 0) to measure perplexity on the training docs."
-        )
-    order = list(range(len(docs)))
-    rng.shuffle(order)
-    dev = set(order[:n_dev])
-    train = [d for i, d in enumerate(docs) if i not in dev]
-    dev_docs = [docs[i] for i in sorted(dev)]
-    return Corpus(split_long(train, config.max_length), split_long(dev_docs, config.max_length))
-
-
-def _dev_size(n_docs: int, dev_fraction: float) -> int:
-    """How many of `n_docs` docs a dev_fraction > 0 holds out: at least one."""
-    return max(1, int(round(n_docs * dev_fraction)))
-
-
 def perplexity(nll: float, n_tokens: int) -> float:
     """exp(mean NLL per token), capped so that an early, huge loss does not overflow."""
     return math.exp(min(nll / max(n_tokens, 1), 50))
@@ -409,20 +518,23 @@ def perplexity(nll: float, n_tokens: int) -> float:
 
 @torch.inference_mode()
 def evaluate_perplexity(
-    bilm: BiLM, docs: Sequence[Tokens], batch_tokens: int = 8000, workers: Workers | None = None
+    bilm: BiLM, batches: Iterable[TokenBatch], workers: Workers | None = None
 ) -> dict[str, float]:
-    """Exact perplexity of `docs` per direction and their geometric mean.
+    """Exact perplexity of the batches per direction and their geometric mean.
     Every word and the closing (forwards) or opening (backwards) boundary counts.
-    With `workers`, each rank scores its share of the batches."""
+    With `workers`, each rank gives its own share of the batches and the sums
+    are taken over all ranks."""
     workers = workers or Workers()
     was_training = bilm.training
     bilm.eval()
-    forward, backward, n_tokens = 0.0, 0.0, 0
-    batches = list(bucketed_batches(docs, batch_tokens, random.Random(0), shuffle=False))
-    for batch in workers.shard(batches):
-        loss = bilm.lm_loss(bilm.batch(batch))
-        forward += float(loss.forward_nll)
-        backward += float(loss.backward_nll)
+    device = next(bilm.parameters()).device
+    forward = torch.zeros((), dtype=torch.float64, device=device)
+    backward = torch.zeros((), dtype=torch.float64, device=device)
+    n_tokens = 0
+    for batch in batches:
+        loss = bilm.lm_loss(batch)
+        forward += loss.forward_nll
+        backward += loss.backward_nll
         n_tokens += loss.n_tokens
     bilm.train(was_training)
     forward, backward, n_tokens = workers.sum([forward, backward, n_tokens])

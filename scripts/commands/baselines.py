@@ -29,12 +29,15 @@ def vectors_command(
 ) -> None:
     """Static word vectors on the same tokens as the biLM, written as a spaCy
     pipeline with vectors (like `spacy init vectors`), for a config's initialize.vectors."""
-    from elmo_spacy.pretrain.texts import read_tokenised_texts
+    import spacy
+
+    from elmo_spacy.pretrain.texts import read_texts
 
     from ..baselines import train_static_vectors
 
     started = time.perf_counter()
-    docs = read_tokenised_texts(text_path, lang)
+    tokenizer = spacy.blank(lang).tokenizer  # the tokens `elmo-spacy prepare --lang` gives
+    docs = [[t.text for t in doc] for doc in tokenizer.pipe(read_texts(text_path), batch_size=1000)]
     try:
         if not any(docs):
             raise ValueError(f"{text_path} has no words to train vectors on: is it the right file?")
