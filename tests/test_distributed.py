@@ -1,5 +1,6 @@
-"""Data-parallel pretraining: two ranks under torchrun train the single-process
-model, and a killed two-rank run resumes."""
+"""Data-parallel pretraining: two ranks under torchrun, each mapping the same
+prepared corpus and building its own share of each batch, train the
+single-process model, and a killed two-rank run resumes."""
 
 import json
 import os
@@ -17,7 +18,7 @@ from elmo_spacy.pretrain import start_workers
 from elmo_spacy.pretrain.checkpoint import LATEST
 from elmo_spacy.pretrain.train import ShardLoss
 
-from .conftest import DATA, TINY_BILM, tokenize
+from .conftest import DATA, TINY_BILM, cli, tokenize
 
 CONFIG = DATA.parent.parent / "configs" / "bilm_tiny.cfg"
 OPTIONS = [
@@ -27,13 +28,13 @@ OPTIONS = [
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}  # a crash shows where
 
 
-def pretrain_command(output: Path, text: Path, ranks: int, *extra: str) -> list[str]:
+def pretrain_command(output: Path, corpus: Path, ranks: int, *extra: str) -> list[str]:
     program = [str(Path(sys.executable).parent / "elmo-spacy"), "pretrain"]
     if ranks > 1:
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
         logs = ["--log-dir", str(rank_logs(output)), "--redirects", "3"]
         program = [*torchrun, *logs, "--nproc_per_node", str(ranks), "--no-python", *program]
-    return [*program, str(CONFIG), str(text), str(output), *OPTIONS, *extra]
+    return [*program, str(CONFIG), str(corpus), str(output), *OPTIONS, *extra]
 
 
 def rank_logs(output: Path) -> Path:
@@ -41,10 +42,10 @@ def rank_logs(output: Path) -> Path:
     return output.with_name(f"{output.name}-ranks")
 
 
-def run_pretrain(output: Path, text: Path, ranks: int, *extra: str) -> dict:
+def run_pretrain(output: Path, corpus: Path, ranks: int, *extra: str) -> dict:
     """Run `elmo-spacy pretrain` to the end; returns its log."""
     done = subprocess.run(
-        pretrain_command(output, text, ranks, *extra), capture_output=True, text=True, env=ENV
+        pretrain_command(output, corpus, ranks, *extra), capture_output=True, text=True, env=ENV
     )
     if done.returncode != 0:  # each rank's own last words, then torchrun's
         logs = {log: log.read_text(errors="replace") for log in rank_logs(output).glob("**/*.log")}
@@ -65,9 +66,17 @@ def assert_same_weights(a: Path, b: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def single_process_run(tmp_path_factory, corpus_dir) -> Path:
+def prepared(tmp_path_factory, corpus_dir) -> Path:
+    """The fixture text as a prepared corpus."""
+    output = tmp_path_factory.mktemp("prepared") / "corpus"
+    assert cli("prepare", corpus_dir / "pretrain.txt", output).returncode == 0
+    return output
+
+
+@pytest.fixture(scope="module")
+def single_process_run(tmp_path_factory, prepared) -> Path:
     output = tmp_path_factory.mktemp("single")
-    run_pretrain(output, corpus_dir / "pretrain.txt", 1)
+    run_pretrain(output, prepared, 1)
     return output
 
 
@@ -90,8 +99,8 @@ def test_shard_losses_average_to_the_whole_batch_gradient():
     assert bilm.lm_loss(bilm.batch(docs)).n_tokens == batch_tokens
 
 
-def test_two_ranks_train_the_single_process_model(tmp_path, corpus_dir, single_process_run):
-    log = run_pretrain(tmp_path, corpus_dir / "pretrain.txt", 2)
+def test_two_ranks_train_the_single_process_model(tmp_path, prepared, single_process_run):
+    log = run_pretrain(tmp_path, prepared, 2)
     assert_same_weights(single_process_run / "model-last", tmp_path / "model-last")
     single = json.loads((single_process_run / "pretrain_log.json").read_text())
     assert log["world_size"] == 2 and single["world_size"] == 1
@@ -107,11 +116,10 @@ def test_two_ranks_train_the_single_process_model(tmp_path, corpus_dir, single_p
 
 @pytest.mark.slow  # over 30 s: make test-slow
 def test_two_ranks_killed_then_resumed_match_the_single_process_model(
-    tmp_path, corpus_dir, single_process_run
+    tmp_path, prepared, single_process_run
 ):
-    text = corpus_dir / "pretrain.txt"
     run = subprocess.Popen(
-        pretrain_command(tmp_path, text, 2),
+        pretrain_command(tmp_path, prepared, 2),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=ENV,
@@ -125,7 +133,7 @@ def test_two_ranks_killed_then_resumed_match_the_single_process_model(
     run.wait()
     assert run.returncode == -signal.SIGKILL, "the run ended before it could be killed"
     assert not (tmp_path / "pretrain_log.json").exists()
-    log = run_pretrain(tmp_path, text, 2, "--resume")
+    log = run_pretrain(tmp_path, prepared, 2, "--resume")
     assert log["resumed_from"] is not None and log["world_size"] == 2
     assert_same_weights(single_process_run / "model-last", tmp_path / "model-last")
 

@@ -14,7 +14,7 @@ from elmo_spacy.pretrain.checkpoint import LATEST, latest_checkpoint, load_check
 from elmo_spacy.pretrain.texts import read_texts
 from elmo_spacy.pretrain.train import NotEnoughText
 
-from .conftest import DATA, TINY_BILM, corpus_of, tokenize
+from .conftest import DATA, TINY_BILM, cli, corpus_of, tokenize
 
 DOCS = tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()[:40])
 BILM = BiLMConfig(**{**TINY_BILM.to_dict(), "dropout": 0.2})  # dropout draws random numbers
@@ -309,3 +309,43 @@ def test_a_resumed_run_keeps_the_perplexity_its_start_had(tmp_path, monkeypatch)
     )
     assert log["init_dev_perplexity"] is not None
     assert log["init_dev_perplexity"] == again["init_dev_perplexity"]
+
+
+def test_a_text_file_and_its_prepared_corpus_train_the_same_weights(tmp_path, corpus_dir):
+    text = corpus_dir / "pretrain.txt"
+    options = ["--training.max_epochs", "2", "--bilm.dropout", "0.2"]
+    config = DATA.parent.parent / "configs" / "bilm_tiny.cfg"
+    from_text = cli("pretrain", config, text, tmp_path / "a", *options)
+    assert from_text.returncode == 0, from_text.stderr
+    assert cli("prepare", text, tmp_path / "corpus").returncode == 0
+    prepared = cli("pretrain", config, tmp_path / "corpus", tmp_path / "b", *options)
+    assert prepared.returncode == 0, prepared.stderr
+    a = load_bilm(tmp_path / "a" / "model-last").state_dict()
+    b = load_bilm(tmp_path / "b" / "model-last").state_dict()
+    for key in a:  # up to the rounding of two threads (bit for bit on one)
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6, msg=key)
+    # The text was prepared into the run's folder, where a resumed run finds it.
+    assert (tmp_path / "a" / "corpus" / "manifest.json").is_file()
+
+
+def test_resuming_on_another_corpus_is_refused(tmp_path):
+    pretrain(corpus_of(DOCS), BILM, SETTINGS, tmp_path, show_progress=False)
+    with pytest.raises(ValueError, match="trained on another corpus than the one given"):
+        pretrain(corpus_of(OTHER_DOCS), BILM, SETTINGS, tmp_path, show_progress=False, resume=True)
+
+
+def test_budgets_of_tokens_and_time_stop_the_run_and_it_is_measured_at_eval_every(tmp_path):
+    tokens = PretrainConfig(
+        max_epochs=5, batch_tokens=300, max_tokens=1500, eval_every=2, patience=0
+    )
+    log = pretrain(corpus_of(DOCS), BILM, tokens, tmp_path / "tokens", show_progress=False)
+    assert 1500 <= log["tokens"] < 1500 + 300  # stopped at the step that reached it
+    steps = [e["step"] for e in log["evaluations"]]
+    assert steps == [*range(2, log["steps"], 2), log["steps"]] or steps == [
+        *range(2, log["steps"] + 1, 2)
+    ]
+    assert len(log["epochs"]) == 1 and log["epochs"][0]["step"] == log["steps"]
+    assert (tmp_path / "tokens" / "model-best").is_dir()
+    hours = PretrainConfig(max_epochs=50, batch_tokens=300, max_hours=1e-9, log_every=3)
+    log = pretrain(corpus_of(DOCS), BILM, hours, tmp_path / "hours", show_progress=False)
+    assert log["steps"] == 3  # the first point where the ranks compare the time
