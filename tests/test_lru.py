@@ -1,4 +1,4 @@
-"""The one bounded cache (`LruCache`) and the three caches bounded by it."""
+"""The one bounded cache (`LruCache`) and the caches bounded by it."""
 
 import copy
 import operator
@@ -66,17 +66,14 @@ def test_a_lower_bound_holds_at_once_and_zero_keeps_nothing(size_of):
     assert len(cache) == cache.size == 0
 
 
-def test_char_ids_keep_the_tokens_used_last_when_full():
+def test_char_ids_of_a_batch_are_each_tokens_own():
+    """Vectorised over the batch, without a cache: each row is the token's ids."""
     chars = MaskedCharIds(max_chars=10, min_width=3)
-    assert isinstance(chars.cached_ids, LruCache)
-    assert chars.cached_ids.max_size == chars.max_cached
-    chars.cached_ids.max_size = 3
-    first = chars.token_ids("bank")
-    for token in ("river", "boat", "bank", "rate"):  # bank used again: river is the oldest
-        chars.token_ids(token)
-    assert list(chars.cached_ids) == ["boat", "bank", "rate"]  # not emptied when full
-    assert chars.token_ids("bank") is first and chars.cached_ids.hits == 2
+    ids, lengths = chars.char_ids(["river", "", "x" * 20, "é"])
     numpy.testing.assert_array_equal(chars.token_ids("river"), [257, 115, 106, 119, 102, 115, 258])
+    assert lengths.tolist() == [3, 3, 7, 2, 10, 4]
+    assert ids[4].tolist() == [257, *[121] * 8, 258]  # cut to max_chars
+    assert ids[5, :4].tolist() == [257, 0xC3 + 1, 0xA9 + 1, 258] and ids.shape[1] == 10
 
 
 def test_the_frozen_output_cache_is_bounded_by_bytes():

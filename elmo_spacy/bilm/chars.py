@@ -30,7 +30,6 @@ import numpy
 import torch
 
 from ..errors import ElmoSpacyError
-from .lru import LruCache
 
 SCHEMES = ("masked", "bilm_tf", "char_vocab")
 
@@ -43,7 +42,6 @@ class CharIds:
     min_width: the widest convolution; each batch has at least this many
         columns past its longest token, so that every window that starts
         inside a token fits.
-    cached_ids: the (n,) ids of the `max_cached` token strings used last.
     """
 
     begin_of_word: int
@@ -56,12 +54,11 @@ class CharIds:
     masked: bool  # padding left out of the char CNN's max-pooling
 
     boundary_tokens: dict[str, int] = {}  # token strings read as sentence boundaries
-    max_cached = 100_000  # token strings whose ids are kept, least recently used dropped first
+    no_units: bytes | str = b""  # the units of the empty string
 
     def __init__(self, max_chars: int, min_width: int) -> None:
         self.max_chars = max_chars
         self.min_width = min_width
-        self.cached_ids: LruCache[str, numpy.ndarray] = LruCache(self.max_cached)
 
     def encode(self, token: str) -> bytes | str:
         """The token's units: bytes, or characters."""
@@ -73,18 +70,8 @@ class CharIds:
 
     def token_ids(self, token: str) -> numpy.ndarray:
         """The (n,) int64 character ids of one token, marks included."""
-        mark = self.boundary_tokens.get(token)
-        if mark is not None:
-            return self.boundary_ids(mark)
-        ids = self.cached_ids.get(token)
-        if ids is None:
-            units = self.encode(token)[: self.max_chars - 2]
-            ids = numpy.empty(len(units) + 2, dtype="int64")
-            ids[0] = self.begin_of_word
-            ids[1:-1] = self.unit_ids(units)
-            ids[-1] = self.end_of_word
-            self.cached_ids.put(token, ids)
-        return ids
+        ids, lengths = self.char_ids([token])
+        return ids[2, : lengths[2]].numpy()
 
     def boundary_ids(self, mark: int) -> numpy.ndarray:
         """Character ids of a sentence-boundary token: (3,) int64."""
@@ -97,16 +84,27 @@ class CharIds:
         number of ids per row, marks included (2 + U,). W is the longest row
         plus `min_width - 1`, at most `max_chars`.
         """
-        rows = [
-            self.boundary_ids(self.begin_of_sentence),
-            self.boundary_ids(self.end_of_sentence),
-        ]
-        rows += [self.token_ids(t) for t in types]
-        lengths = numpy.array([len(r) for r in rows], dtype="int64")
+        cut = self.max_chars - 2
+        units = [self.encode(t)[:cut] for t in types]
+        lengths = numpy.empty(len(units) + 2, dtype="int64")
+        lengths[:2] = 3
+        lengths[2:] = [len(u) + 2 for u in units]
         width = min(self.max_chars, int(lengths.max()) + self.min_width - 1)
-        ids = numpy.full((len(rows), width), self.padding, dtype="int64")
-        for i, row in enumerate(rows):
-            ids[i, : len(row)] = row
+        ids = numpy.full((len(lengths), width), self.padding, dtype="int64")
+        rows = numpy.arange(len(lengths))
+        inside = numpy.arange(1, width)[None, :] < (lengths[:, None] - 1)  # between the marks
+        inside[:2] = False
+        ids[:, 1:][inside] = self.unit_ids(self.no_units.join(units))
+        ids[:, 0] = self.begin_of_word
+        ids[rows, lengths - 1] = self.end_of_word
+        ids[:2, 1] = self.begin_of_sentence, self.end_of_sentence
+        if self.boundary_tokens:
+            for row, token in enumerate(types, start=2):
+                mark = self.boundary_tokens.get(token)
+                if mark is not None:
+                    ids[row] = self.padding
+                    ids[row, :3] = self.boundary_ids(mark)
+                    lengths[row] = 3
         return torch.from_numpy(ids), torch.from_numpy(lengths)
 
 
@@ -179,6 +177,8 @@ class VocabCharIds(CharIds):
         self.begin_of_sentence = self.index["<bos>"]
         self.end_of_sentence = self.index["<eos>"]
         self.boundary_tokens = {"<bos>": self.begin_of_sentence, "<eos>": self.end_of_sentence}
+
+    no_units = ""
 
     def encode(self, token: str) -> str:
         return token

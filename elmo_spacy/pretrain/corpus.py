@@ -79,16 +79,21 @@ class TypeTable:
 
     def __init__(self, strings: numpy.ndarray, offsets: numpy.ndarray, counts: numpy.ndarray):
         self.strings, self.offsets, self.counts = strings, offsets, counts
+        self._bytes = memoryview(self.strings)
 
     def __len__(self) -> int:
         return len(self.counts)
 
     def string(self, i: int) -> str:
-        start, stop = self.offsets[i], self.offsets[i + 1]
-        return self.strings[start:stop].tobytes().decode("utf-8", "surrogatepass")
+        return str(self._bytes[self.offsets[i] : self.offsets[i + 1]], "utf-8", "surrogatepass")
 
     def strings_of(self, ids: Iterable[int]) -> list[str]:
-        return [self.string(i) for i in ids]
+        ids = numpy.fromiter(ids, dtype="int64") if not isinstance(ids, numpy.ndarray) else ids
+        data = self._bytes
+        return [
+            str(data[start:stop], "utf-8", "surrogatepass")
+            for start, stop in zip(self.offsets[ids].tolist(), self.offsets[ids + 1].tolist())
+        ]
 
     @classmethod
     def from_strings(cls, strings: Sequence[str], counts: Sequence[int]) -> "TypeTable":
@@ -261,7 +266,8 @@ def _map(path: Path, dtype: numpy.dtype, count: int | None) -> numpy.ndarray:
         )
     if size == 0:  # numpy cannot map an empty file
         return numpy.zeros(0, dtype=dtype)
-    return numpy.memmap(path, dtype=dtype, mode="r")
+    # A plain array over the map: slicing a numpy.memmap costs a Python object more.
+    return numpy.asarray(numpy.memmap(path, dtype=dtype, mode="r"))
 
 
 def _merged_types(tables: Sequence[TypeTable]) -> tuple[TypeTable, list[numpy.ndarray]]:
