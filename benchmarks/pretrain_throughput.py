@@ -1,6 +1,6 @@
 """Throughput of the biLM training step in each precision, against this machine's matmul rates, measured in the same run.
 
-    python benchmarks/pretrain_throughput.py configs/bilm.cfg corpus/pretrain.txt [--steps 30]
+    python benchmarks/pretrain_throughput.py configs/bilm.cfg CORPUS [--steps 30]
         [--precisions float32 bfloat16] [--no-full-softmax] [--threads 2] [--torch-lstm]
         [--device cpu] [--fresh-pages] [--profile STEPS]
         [--bilm.lstm_dim 2048 ...: overrides of the config, as `elmo-spacy pretrain` takes them]
@@ -24,19 +24,22 @@ each precision: benchmarks/precision_perplexity.py.
 import argparse
 import itertools
 import json
-import random
+import tempfile
 import time
 from dataclasses import replace
 
+import numpy
 import torch
 from matmul_rates import float32_without_tf32, matmul_rates, roofline, synchronize
 from spacy.cli._util import parse_config_overrides
 
-from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab
-from elmo_spacy.pretrain import PretrainConfig, bucketed_batches, load_pretrain_config, split_long
+from elmo_spacy.bilm import BiLM, BiLMConfig, TokenBatch
+from elmo_spacy.pretrain import Corpus, PretrainConfig, load_pretrain_config, prepare_corpus
+from elmo_spacy.pretrain.batches import BatchBuilder, corpus_vocabulary, epoch_batches
 from elmo_spacy.pretrain.checkpoint import new_optimizer
+from elmo_spacy.pretrain.corpus import is_prepared
 from elmo_spacy.pretrain.memory import keep_freed_memory
-from elmo_spacy.pretrain.texts import read_tokenised_texts
+from elmo_spacy.pretrain.train import ShardLoss, training_step
 
 
 def forward_flops_per_token(config: BiLMConfig, vocab_size: int, tail_shares: list[float]) -> float:
@@ -59,36 +62,37 @@ def forward_flops_per_token(config: BiLMConfig, vocab_size: int, tail_shares: li
 
 
 def train_steps(
-    bilm: BiLM, batches: list, steps: int, training: PretrainConfig
+    bilm: BiLM, batches: list[TokenBatch], steps: int, training: PretrainConfig
 ) -> tuple[float, dict[str, float]]:
-    """Tokens/s of forward, backward, clipping and an Adam step (pretraining's
-    optimizer), after a warm-up, in the biLM's precision; and the mean
-    milliseconds per step of each phase: `forward` (the batch's arrays, both
-    stacks and the softmax loss), `backward`, `optimizer` (clipping and Adam)."""
+    """Tokens/s of pretraining's own step (`training_step`: forward,
+    backward, clipping and Adam), after a warm-up of 3 steps, in the biLM's
+    precision; and the mean milliseconds per step of each phase: `forward`
+    (both stacks and the softmax loss), `backward`, `optimizer` (clipping and
+    Adam). The batches are built beforehand."""
     optimizer = new_optimizer(bilm, training)
+    loss = ShardLoss(bilm, world_size=1)
     bilm.train()
     tokens = 0
     phases = dict.fromkeys(PHASES, 0.0)
     device = next(bilm.parameters()).device
-    for i, docs in enumerate(itertools.islice(itertools.cycle(batches), steps + 3)):
-        marks = [_clock(device)]
-        loss = bilm.lm_loss(bilm.batch(docs))
+    marks: list[float] = []
+
+    def mark(_phase: str) -> None:
         marks.append(_clock(device))
-        optimizer.zero_grad()
-        loss.mean.backward()
-        marks.append(_clock(device))
-        torch.nn.utils.clip_grad_norm_(bilm.parameters(), training.grad_clip)
-        optimizer.step()
-        marks.append(_clock(device))
+
+    for i, batch in enumerate(itertools.islice(itertools.cycle(batches), steps + 3)):
+        marks[:] = [_clock(device)]
+        predictions = batch.targets.n_tokens
+        training_step(loss, optimizer, training.grad_clip, batch, predictions, 1.0, mark)
         if i >= 3:
             for phase, start, end in zip(PHASES, marks, marks[1:]):
                 phases[phase] += end - start
-            tokens += loss.n_tokens
+            tokens += predictions
     speed = tokens / sum(phases.values())
     return speed, {k: round(1e3 * v / steps, 1) for k, v in phases.items()}
 
 
-def profiled_steps(bilm: BiLM, batches: list, steps: int, training: PretrainConfig):
+def profiled_steps(bilm: BiLM, batches: list[TokenBatch], steps: int, training: PretrainConfig):
     """torch.profiler's operators (its `key_averages()`) over `steps`
     training steps and `train_steps`' warm-up."""
     from torch.profiler import ProfilerActivity, profile
@@ -106,7 +110,7 @@ def _clock(device: torch.device) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("config")
-    parser.add_argument("text")
+    parser.add_argument("corpus", help="A prepared corpus, or a text file (prepared first)")
     parser.add_argument("--steps", type=int, default=30, help="Timed training steps per model")
     parser.add_argument("--precisions", nargs="*", default=list(PRECISIONS), choices=PRECISIONS)
     parser.add_argument("--no-full-softmax", action="store_true", help="Skip the naive baseline")
@@ -138,14 +142,26 @@ def main() -> None:
 
     # Config overrides as the pretrain command takes them: --bilm.lstm_dim 2048
     bilm_config, training = load_pretrain_config(args.config, parse_config_overrides(extra))
-    docs = split_long(read_tokenised_texts(args.text), training.max_length)  # as pretraining does
-    vocab = WordVocab.build(
-        docs, max_size=bilm_config.max_vocab_size, min_count=bilm_config.min_count
-    )  # as pretraining builds it, so the softmax has its real size
-    ids = [vocab.index.get(w, 1) for d in docs for w in d]
+    corpus = open_corpus(args.corpus)
+    vocab = corpus_vocabulary(corpus.types, bilm_config.max_vocab_size, bilm_config.min_count)
+    # the share of tokens in each adaptive-softmax cluster, from the type counts
+    word_ids = BatchBuilder(corpus, BiLM(replace(bilm_config, encoder="word"), vocab)).word_ids
+    counts = numpy.bincount(word_ids, weights=corpus.types.counts, minlength=len(vocab))
     bounds = [*bilm_config.cutoffs, len(vocab)]
-    tail_shares = [sum(lo <= i < hi for i in ids) / len(ids) for lo, hi in zip(bounds, bounds[1:])]
-    batches = list(bucketed_batches(docs, training.batch_tokens, random.Random(0)))
+    tail_shares = [counts[lo:hi].sum() / counts.sum() for lo, hi in zip(bounds, bounds[1:])]
+    plans = list(
+        itertools.islice(
+            epoch_batches(
+                corpus,
+                seed=0,
+                epoch=1,
+                max_length=training.max_length,
+                batch_tokens=training.batch_tokens,
+                exclude=numpy.zeros(0, dtype="int64"),
+            ),
+            args.steps + 3,
+        )
+    )
 
     rates = matmul_rates(device=args.device)
     print(
@@ -171,6 +187,8 @@ def main() -> None:
                 torch.manual_seed(0)
                 bilm = BiLM(config, vocab).to(args.device)
                 bilm.precision = precision
+                build = BatchBuilder(corpus, bilm)
+                batches = [build(pieces).to(args.device) for pieces in plans]
                 bilm.forward_lstm.kernel = bilm.backward_lstm.kernel = kernel
                 key = precision if kernel == kernels[0] else f"{precision}_torch_lstm"
                 speed[key], phase_ms = train_steps(bilm, batches, args.steps, training)
@@ -209,6 +227,14 @@ def main() -> None:
 LSTM_KERNELS = {"training": "elmo_spacy (bilm/recurrence.py)", "fused": "torch's nn.LSTM"}
 PRECISIONS = ("float32", "bfloat16")
 PHASES = ("forward", "backward", "optimizer")
+
+
+def open_corpus(path: str) -> Corpus:
+    """A prepared corpus, or a text file prepared into a temporary folder."""
+    if is_prepared(path):
+        return Corpus.open([path])
+    folder = tempfile.mkdtemp(prefix="pretrain-throughput-")
+    return Corpus.open([prepare_corpus([path], folder, show_progress=False)])
 
 
 if __name__ == "__main__":

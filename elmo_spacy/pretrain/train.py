@@ -8,7 +8,7 @@ import math
 import shutil
 import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,7 @@ LOG_FILE = "pretrain_log.json"
 # What a run writes in its output folder (`elmo-spacy pretrain` adds the plot).
 RUN_OUTPUTS = ("model-best", "model-last", LOG_FILE, LATEST, "perplexity.png")
 
-__all__ = ["NotEnoughText", "evaluate_perplexity", "pretrain"]
+__all__ = ["NotEnoughText", "ShardLoss", "evaluate_perplexity", "pretrain", "training_step"]
 
 
 @dataclass
@@ -120,11 +120,9 @@ class Pretraining:
             for batch, pieces, weight in batches:
                 if self.first_step is None:
                     self.first_step = time.perf_counter() - self.started
-                loss, nll = self.loss(batch, pieces.predictions, weight)
-                self.optimizer.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(bilm.parameters(), config.grad_clip)
-                self.optimizer.step()
+                nll = training_step(
+                    self.loss, self.optimizer, config.grad_clip, batch, pieces.predictions, weight
+                )
                 self._pending_nll += nll
                 state.step += 1
                 state.batch += 1
@@ -238,6 +236,37 @@ class Pretraining:
             save_checkpoint(self.output_dir, self.bilm, self.optimizer, self.state)
         self.workers.wait_for_all()
         self._clock = time.perf_counter()
+
+
+def training_step(
+    loss: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    grad_clip: float,
+    batch: TokenBatch,
+    batch_tokens: int,
+    weight: float = 1.0,
+    mark: Callable[[str], None] | None = None,
+) -> torch.Tensor:
+    """One optimizer step on one rank's share of a batch: the loss (a
+    `ShardLoss`, or its DistributedDataParallel), its gradients, clipped to
+    `grad_clip`, and Adam's update. Returns the share's summed NLL, a tensor
+    on the device (read it, and wait for the device, only when needed).
+    `mark(phase)` is called after each phase, "forward", "backward" and
+    "optimizer" (for benchmarks that time them)."""
+    mark = mark or _no_mark
+    scaled, nll = loss(batch, batch_tokens, weight)
+    mark("forward")
+    optimizer.zero_grad()
+    scaled.backward()
+    mark("backward")
+    torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], grad_clip)
+    optimizer.step()
+    mark("optimizer")
+    return nll
+
+
+def _no_mark(phase: str) -> None:
+    pass
 
 
 class ShardLoss(nn.Module):
