@@ -1,7 +1,7 @@
 """Dev perplexity after the same pretraining steps in float32 and in bfloat16.
 
     python benchmarks/precision_perplexity.py configs/bilm.cfg ../shared/data/ag_news/unlabeled.txt
-        [--steps 300] [--max-docs 0] [--precisions float32 bfloat16] [--threads 2]
+        [--steps 300] [--precisions float32 bfloat16] [--threads 2]
         [--output-dir /tmp/precision_perplexity] [--gpu-id -1]
 
 Pretrains the config's biLM once per precision (`[training] precision`), from
@@ -9,8 +9,10 @@ the same initial weights on the same batches, for `--steps` steps (as many
 epochs as that takes, dev perplexity measured at each epoch's end and after
 the last step), then measures the dev perplexity of each run's last weights
 in float32 and in bfloat16, so that the effect of training in bfloat16 and
-the effect of evaluating in it are told apart. The dev split is the
-config's (dev_fraction, seed), as `elmo-spacy pretrain` makes it.
+the effect of evaluating in it are told apart. The corpus is a prepared
+folder or a text (prepared into OUTPUT_DIR/corpus); the dev sample is the
+config's (dev_fraction, max_dev_tokens, seed), as `elmo-spacy pretrain`
+draws it.
 
 Prints one JSON line per run (tokens/s, wall time, dev perplexity in its own
 precision and in each) and a summary: each run's dev perplexity (evaluated in
@@ -19,7 +21,6 @@ float32) relative to the float32 run's. The issue's target: within 1%.
 
 import argparse
 import json
-import random
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -27,10 +28,9 @@ from pathlib import Path
 import torch
 
 from elmo_spacy.bilm import load_bilm
-from elmo_spacy.pretrain import evaluate_perplexity, load_pretrain_config, pretrain
+from elmo_spacy.pretrain import evaluate_perplexity, load_pretrain_config, open_corpus, pretrain
+from elmo_spacy.pretrain.batches import BatchBuilder, dev_sample, ordered_batches
 from elmo_spacy.pretrain.distributed import start_workers
-from elmo_spacy.pretrain.texts import read_tokenised_texts
-from elmo_spacy.pretrain.train import _make_corpus  # the dev split pretrain() makes
 
 PRECISIONS = ("float32", "bfloat16")
 
@@ -38,9 +38,8 @@ PRECISIONS = ("float32", "bfloat16")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("config")
-    parser.add_argument("text")
+    parser.add_argument("corpus", help="A prepared corpus, or a text file (prepared first)")
     parser.add_argument("--steps", type=int, default=300, help="training steps per precision")
-    parser.add_argument("--max-docs", type=int, default=0, help="first N docs only (0: all)")
     parser.add_argument("--precisions", nargs="*", default=list(PRECISIONS), choices=PRECISIONS)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output-dir", type=Path, default=Path("/tmp/precision_perplexity"))
@@ -49,19 +48,18 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     bilm_config, training = load_pretrain_config(args.config)
-    docs = read_tokenised_texts(args.text)
-    if args.max_docs:
-        docs = docs[: args.max_docs]
+    corpus = open_corpus([args.corpus], args.output_dir / "corpus")
     settings = replace(
         training, max_steps=args.steps, max_epochs=10_000, patience=0, checkpoint_every=0
     )
-    dev = _make_corpus(docs, settings, random.Random(settings.seed)).dev
+    sample = dev_sample(corpus, settings.dev_fraction, settings.max_dev_tokens, settings.seed)
+    dev = ordered_batches(sample.pieces(settings.max_length), settings.eval_batch_tokens)
     results = {}
     for precision in args.precisions:
         output = args.output_dir / precision
         started = time.perf_counter()
         log = pretrain(
-            docs,
+            corpus,
             bilm_config,
             replace(settings, precision=precision),
             output,
@@ -84,7 +82,8 @@ def main() -> None:
         for evaluated_in in PRECISIONS:
             bilm = load_bilm(output / "model-last", precision=evaluated_in)
             bilm.to(start_workers(args.gpu_id).device)
-            perplexity = evaluate_perplexity(bilm, dev, settings.eval_batch_tokens)
+            build = BatchBuilder(corpus, bilm)
+            perplexity = evaluate_perplexity(bilm, map(build, dev))
             line[f"dev_perplexity_in_{evaluated_in}"] = perplexity["mean"]
         results[precision] = line
         print(json.dumps(line), flush=True)

@@ -34,10 +34,9 @@ from matmul_rates import float32_without_tf32, matmul_rates, roofline, synchroni
 from spacy.cli._util import parse_config_overrides
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, TokenBatch
-from elmo_spacy.pretrain import Corpus, PretrainConfig, load_pretrain_config, prepare_corpus
+from elmo_spacy.pretrain import PretrainConfig, load_pretrain_config, open_corpus
 from elmo_spacy.pretrain.batches import BatchBuilder, corpus_vocabulary, epoch_batches
 from elmo_spacy.pretrain.checkpoint import new_optimizer
-from elmo_spacy.pretrain.corpus import is_prepared
 from elmo_spacy.pretrain.memory import keep_freed_memory
 from elmo_spacy.pretrain.train import ShardLoss, training_step
 
@@ -142,7 +141,7 @@ def main() -> None:
 
     # Config overrides as the pretrain command takes them: --bilm.lstm_dim 2048
     bilm_config, training = load_pretrain_config(args.config, parse_config_overrides(extra))
-    corpus = open_corpus(args.corpus)
+    corpus = open_corpus([args.corpus], tempfile.mkdtemp(prefix="pretrain-throughput-"))
     vocab = corpus_vocabulary(corpus.types, bilm_config.max_vocab_size, bilm_config.min_count)
     # the share of tokens in each adaptive-softmax cluster, from the type counts
     word_ids = BatchBuilder(corpus, BiLM(replace(bilm_config, encoder="word"), vocab)).word_ids
@@ -227,14 +226,6 @@ def main() -> None:
 LSTM_KERNELS = {"training": "elmo_spacy (bilm/recurrence.py)", "fused": "torch's nn.LSTM"}
 PRECISIONS = ("float32", "bfloat16")
 PHASES = ("forward", "backward", "optimizer")
-
-
-def open_corpus(path: str) -> Corpus:
-    """A prepared corpus, or a text file prepared into a temporary folder."""
-    if is_prepared(path):
-        return Corpus.open([path])
-    folder = tempfile.mkdtemp(prefix="pretrain-throughput-")
-    return Corpus.open([prepare_corpus([path], folder, show_progress=False)])
 
 
 if __name__ == "__main__":

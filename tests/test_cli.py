@@ -469,6 +469,7 @@ def test_only_user_errors_become_one_line_and_a_bug_keeps_its_traceback(tmp_path
 
 def test_pretrain_stops_its_workers_after_an_error_too(tmp_path, monkeypatch):
     import elmo_spacy.pretrain as pretrain_package
+    import elmo_spacy.pretrain.prepare as prepare_module
     from elmo_spacy.errors import ElmoSpacyError
 
     stopped = []
@@ -477,7 +478,7 @@ def test_pretrain_stops_its_workers_after_an_error_too(tmp_path, monkeypatch):
     def unreadable(paths, *_, **__):
         raise ElmoSpacyError(f"{paths[0]}: not UTF-8")
 
-    monkeypatch.setattr(pretrain_package, "prepare_corpus", unreadable)
+    monkeypatch.setattr(prepare_module, "prepare_corpus", unreadable)
     (tmp_path / "text.txt").write_text("Some text.\nMore text.\n", encoding="utf-8")
     code, output = elmo_spacy(
         "pretrain", CONFIGS / "bilm_tiny.cfg", tmp_path / "text.txt", tmp_path / "out"

@@ -73,7 +73,13 @@ def pretrain_command(
     bfloat16 (faster on CPUs with bfloat16 instructions: README, Precision).
     Data-parallel on N processes: torchrun --nproc_per_node N --no-python
     elmo-spacy pretrain ..."""
-    from ..pretrain import load_pretrain_config, pretrain, start_workers, stop_workers
+    from ..pretrain import (
+        load_pretrain_config,
+        open_corpus,
+        pretrain,
+        start_workers,
+        stop_workers,
+    )
     from ..pretrain.batches import NotEnoughText
     from ..pretrain.memory import keep_freed_memory
     from ..pretrain.train import check_output_dir, earlier_run
@@ -97,9 +103,13 @@ def pretrain_command(
         new_folder = not output_dir.exists()
         workers = start_workers(gpu_id)
         try:
-            text = {"lang": lang, "pretokenized": pretokenized, "workers": workers}
+            text = {"lang": lang, "pretokenized": pretokenized}
+            if not workers.is_main:  # rank 0 prepares text files first, the others wait
+                workers.wait_for_all()
             train_corpus = open_corpus(corpus, output_dir / "corpus", **text)
             dev_corpus = open_corpus(dev, output_dir / "dev-corpus", **text) if dev else None
+            if workers.is_main:
+                workers.wait_for_all()
             vectors = None
             if init_vectors is not None:
                 import spacy
@@ -146,35 +156,6 @@ def pretrain_command(
         f"({len(log['epochs'])} epoch(s)), {log['wall_seconds']:.0f} s. "
         f"biLM: {output_dir / 'model-best'}"
     )
-
-
-def open_corpus(paths: list[str], cache: Path, *, lang: str | None, pretokenized: bool, workers):
-    """The `Corpus` of prepared folders, or of text files prepared (by rank 0,
-    the others waiting) into `cache`, where a later run, or a resumed one,
-    finds them prepared."""
-    from ..pretrain import Corpus, prepare_corpus
-    from ..pretrain.corpus import is_prepared
-
-    prepared = [is_prepared(p) for p in paths]
-    if all(prepared):
-        corpus = Corpus.open(paths)
-        if lang is not None or pretokenized:
-            asked = "white space" if pretokenized else f"spaCy's tokenizer for {lang!r}"
-            if asked != str(corpus.tokenization):
-                raise ElmoSpacyError(
-                    f"{paths[0]} was prepared with {corpus.tokenization}, not {asked}: leave out "
-                    "--lang and --pretokenized, which are for text files, or prepare it again"
-                )
-        return corpus
-    if any(prepared):
-        raise ElmoSpacyError(
-            f"{', '.join(paths)}: give prepared folders or text files, not both (prepare the "
-            "text with `elmo-spacy prepare` first)"
-        )
-    if workers.is_main:
-        prepare_corpus(paths, cache, lang=lang or "en", pretokenized=pretokenized, overwrite=True)
-    workers.wait_for_all()
-    return Corpus.open([cache])
 
 
 def _bilm_to_train_further(path: Path, overrides: dict[str, Any], init_vectors: Path | None):

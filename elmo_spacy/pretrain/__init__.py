@@ -4,7 +4,7 @@ streamed in length-bucketed batches to the training loop (`pretrain`)."""
 from .config import PretrainConfig, load_pretrain_config
 from .corpus import Corpus, Tokenization
 from .distributed import Workers, start_workers, stop_workers
-from .prepare import prepare_corpus, prepare_docs
+from .prepare import open_corpus, prepare_corpus, prepare_docs
 from .train import evaluate_perplexity, pretrain
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "Workers",
     "evaluate_perplexity",
     "load_pretrain_config",
+    "open_corpus",
     "prepare_corpus",
     "prepare_docs",
     "pretrain",

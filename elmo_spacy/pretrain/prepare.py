@@ -40,6 +40,7 @@ from .corpus import (
     TYPE_OFFSETS,
     TYPES,
     VERSION,
+    Corpus,
     Tokenization,
     is_prepared,
 )
@@ -108,6 +109,47 @@ def prepare_corpus(
             shutil.rmtree(writer.path, ignore_errors=True)
         raise
     return writer.path
+
+
+def open_corpus(
+    paths: Sequence[str | Path],
+    cache: str | Path,
+    *,
+    lang: str | None = None,
+    pretokenized: bool = False,
+    show_progress: bool = True,
+) -> Corpus:
+    """The `Corpus` of prepared folders, or of text files (see
+    `find_text_files`) prepared into the folder `cache` (`prepare_corpus`),
+    where a later call with the same files and settings finds them prepared.
+    `lang` (default "en") and `pretokenized` say how text files are
+    tokenised; given with prepared folders, they must say what the folders
+    were prepared with."""
+    prepared = [is_prepared(p) for p in paths]
+    if all(prepared):
+        corpus = Corpus.open(paths)
+        if lang is not None or pretokenized:
+            asked = Tokenization("whitespace") if pretokenized else Tokenization("spacy", lang)
+            if asked != corpus.tokenization:
+                raise ElmoSpacyError(
+                    f"{paths[0]} was prepared with {corpus.tokenization}, not {asked}: leave "
+                    "out --lang and --pretokenized, which are for text files, or prepare it again"
+                )
+        return corpus
+    if any(prepared):
+        raise ElmoSpacyError(
+            f"{', '.join(map(str, paths))}: give prepared folders or text files, not both "
+            "(prepare the text with `elmo-spacy prepare` first)"
+        )
+    folder = prepare_corpus(
+        paths,
+        cache,
+        lang=lang or "en",
+        pretokenized=pretokenized,
+        overwrite=True,
+        show_progress=show_progress,
+    )
+    return Corpus.open([folder])
 
 
 def prepare_docs(
