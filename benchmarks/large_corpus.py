@@ -177,16 +177,15 @@ def zipf_text(path: Path, n_tokens: int, seed: int = 0) -> None:
 def timed_run(command: list[str], env: dict | None = None) -> dict:
     """Run a pretraining command; its peak resident memory (MB), wall time,
     and the seconds to the first appearance of its epoch's progress bar."""
+    env = {**(env or os.environ), "PYTHONUNBUFFERED": "1"}  # the bar's "\r" lines as written
     started = time.perf_counter()
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
-    )
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     bar_seen: list[float] = []
     said: list[str] = []
 
-    def watch():
-        for line in iter(lambda: process.stderr.read(256), ""):
-            said.append(line)
+    def watch():  # what the process writes, as soon as it writes it
+        for chunk in iter(lambda: os.read(process.stderr.fileno(), 65536), b""):
+            said.append(chunk.decode(errors="replace"))
             if not bar_seen and "epoch 1" in "".join(said[-2:]):
                 bar_seen.append(time.perf_counter() - started)
 
