@@ -85,6 +85,13 @@ def main() -> None:
     m = sub.add_parser("memory")
     m.add_argument("--sizes", type=size, nargs="+", default=[2 * 10**6, 20 * 10**6, 200 * 10**6])
     m.add_argument("--steps", type=int, default=20)
+    m.add_argument("--repeats", type=int, default=3, help="runs of pretrain per corpus")
+    m.add_argument(
+        "--max-dev-tokens",
+        type=int,
+        default=40_000,
+        help="the dev sample of every size (the 2M corpus's 2%%), so that only the corpus differs",
+    )
     m.add_argument("--baseline-commit", default=None)
     m.add_argument("--baseline-sizes", type=size, nargs="*", default=[2 * 10**6, 20 * 10**6])
     s = sub.add_parser("step")
@@ -204,10 +211,11 @@ def timed_run(command: list[str], env: dict | None = None) -> dict:
 
 
 def memory(args) -> None:
-    options = [
+    common = [
         "--training.max_steps", str(args.steps), "--training.checkpoint_every", "0",
         "--training.max_epochs", "1",
     ]  # fmt: skip
+    options = [*common, "--training.max_dev_tokens", str(args.max_dev_tokens)]
     for n_tokens in args.sizes:
         label = human(n_tokens)
         text = args.workdir / f"zipf-{label}.txt"
@@ -231,17 +239,18 @@ def memory(args) -> None:
             disk_mb=round(sum(f.stat().st_size for f in corpus.rglob("*.bin")) / 1e6),
         )
         output = args.workdir / f"run-{label}"
-        run = timed_run(
-            [ELMO_SPACY, "pretrain", str(CONFIG), str(corpus), str(output), "--overwrite", *options]
-        )
-        log = json.loads((output / "pretrain_log.json").read_text())
-        emit(
-            part="memory: pretrain, prepared corpus",
-            corpus=label,
-            steps=log["steps"],
-            **run,
-            log_seconds_to_first_step=round(log["seconds_to_first_step"], 2),
-        )
+        command = [ELMO_SPACY, "pretrain", str(CONFIG), str(corpus), str(output), "--overwrite"]
+        for _ in range(args.repeats):
+            run = timed_run([*command, *options])
+            log = json.loads((output / "pretrain_log.json").read_text())
+            emit(
+                part="memory: pretrain, prepared corpus",
+                corpus=label,
+                steps=log["steps"],
+                dev_tokens=log["dev"]["tokens"],
+                **run,
+                log_seconds_to_first_step=round(log["seconds_to_first_step"], 2),
+            )
     if args.baseline_commit:
         tree = args.workdir / f"baseline-{args.baseline_commit}"
         if not tree.exists():
@@ -272,19 +281,14 @@ def memory(args) -> None:
             label = human(n_tokens)
             output = args.workdir / f"baseline-run-{label}"
             text = args.workdir / f"zipf-{label}.txt"
-            run = timed_run(
-                [
-                    *program,
-                    "pretrain",
-                    str(CONFIG),
-                    str(text),
-                    str(output),
-                    "--overwrite",
-                    *options,
-                ],
-                env=env,
-            )
-            emit(part=f"memory: pretrain, text path of {args.baseline_commit}", corpus=label, **run)
+            command = [*program, "pretrain", str(CONFIG), str(text), str(output), "--overwrite"]
+            for _ in range(args.repeats):  # (that commit's dev sample: 2% of the docs, no cap)
+                run = timed_run([*command, *common], env=env)
+                emit(
+                    part=f"memory: pretrain, text path of {args.baseline_commit}",
+                    corpus=label,
+                    **run,
+                )
 
 
 def human(n: int) -> str:

@@ -231,6 +231,41 @@ def test_pretrain_on_cuda(tmp_path, corpus_dir):
 
 
 @on_cuda
+@pytest.mark.parametrize("encoder", ["char_cnn", "word"])
+def test_a_training_step_fed_from_a_prepared_corpus_never_waits_on_the_device(encoder):
+    """The batch comes from pinned memory without a wait, and the loss, its
+    gradients, the clipping and Adam's update never bring a number back to
+    the host (torch raises at any synchronisation in "error" mode)."""
+    from elmo_spacy.pretrain import PretrainConfig
+    from elmo_spacy.pretrain.batches import BatchBuilder, corpus_vocabulary, epoch_batches
+    from elmo_spacy.pretrain.checkpoint import new_optimizer
+    from elmo_spacy.pretrain.train import ShardLoss, training_step
+
+    from .conftest import corpus_of
+
+    corpus = corpus_of(tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()))
+    config = BiLMConfig(**{**TINY_BILM.to_dict(), "encoder": encoder, "word_dim": 16})
+    bilm = BiLM(config, corpus_vocabulary(corpus.types, 500, 1)).to("cuda")
+    optimizer = new_optimizer(bilm, PretrainConfig())
+    build = BatchBuilder(corpus, bilm)
+    plans = epoch_batches(
+        corpus, seed=0, epoch=1, max_length=50, batch_tokens=400, exclude=numpy.zeros(0, "int64")
+    )
+    batches = [build(pieces).pin_memory() for pieces in list(plans)[:4]]
+    loss = ShardLoss(bilm, world_size=1)
+    training_step(loss, optimizer, 5.0, batches[0], batches[0].targets.n_tokens)  # warm-up
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        total = sum(
+            training_step(loss, optimizer, 5.0, batch, batch.targets.n_tokens) for batch in batches
+        )
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.isfinite(total)
+
+
+@on_cuda
 @pytest.mark.parametrize("grad_factor", [0.0, 1.0])
 def test_the_elmo_pipe_trains_and_predicts_on_cuda(spacy_on_gpu, bilm_dir, corpus_dir, grad_factor):
     nlp = make_nlp(bilm_dir, SCALAR_MIX, grad_factor)

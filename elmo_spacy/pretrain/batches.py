@@ -90,10 +90,9 @@ def doc_spans(corpus: Corpus, docs: numpy.ndarray) -> tuple[numpy.ndarray, ...]:
     length = numpy.zeros(len(docs), dtype="int64")
     for s in numpy.unique(shard):
         rows = shard == s
-        local = docs[rows] - corpus.doc_starts[s]
-        offsets = corpus.shards[s].docs
-        start[rows] = offsets[local]
-        length[rows] = offsets[local + 1] - offsets[local]
+        first, stop = corpus.shards[s].docs.pairs(docs[rows] - corpus.doc_starts[s])
+        start[rows] = first
+        length[rows] = stop - first
     return shard, start, length
 
 
@@ -161,7 +160,7 @@ def epoch_batches(
         parts = []
         for c in order[pool : pool + POOL_CHUNKS]:
             s, first = chunk_shard[c], chunk_first[c]
-            offsets = numpy.asarray(corpus.shards[s].docs[first : first + CHUNK_DOCS + 1])
+            offsets = corpus.shards[s].docs[first : first + CHUNK_DOCS + 1]
             docs = corpus.doc_starts[s] + first + numpy.arange(len(offsets) - 1)
             keep = ~_members(docs, exclude)
             length = numpy.diff(offsets)[keep]

@@ -11,8 +11,10 @@ One folder holds:
         tokens.bin     int32 (n_tokens,): the docs' tokens as type ids, doc after doc
         docs.bin       int64 (n_docs + 1,): doc d is tokens[docs[d]:docs[d + 1]]
 
-All arrays are little-endian and read through memory maps: opening a corpus
-reads its manifest and maps its files, whatever their size. The manifest
+All arrays are raw and little-endian, so that any tool can memory-map them.
+Opening a corpus reads its manifest and maps the type table; the shards are
+read where a batch needs them, by positioned reads (`DiskArray`), whatever
+their size. The manifest
 gives the format version, the tokenisation, the sources (path, size, SHA-256),
 the counts, each shard's checksums and the folder's fingerprint.
 
@@ -23,6 +25,7 @@ of the whole, and their type tables are merged.
 
 import hashlib
 import json
+import os
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -104,15 +107,49 @@ class TypeTable:
         return cls(blob, offsets, numpy.asarray(counts, dtype=OFFSET_DTYPE))
 
 
+class DiskArray:
+    """A raw little-endian array in a file, read a slice at a time by
+    positioned reads (os.pread). Unlike a memory map, reading leaves nothing
+    in the process's resident memory: a page read once (and the 64 KiB that
+    the kernel maps around a faulting page) would count there until the
+    process ends, so a map read at random grows to the file's size. The file's
+    pages stay in the OS's cache, shared by every process that reads them."""
+
+    def __init__(self, path: Path, dtype: numpy.dtype, count: int) -> None:
+        self.path, self.dtype, self.length = path, dtype, count
+        self._file = path.open("rb")
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, key: slice) -> numpy.ndarray:
+        """The items of a slice (step 1), as a read-only array."""
+        start, stop, step = key.indices(self.length)
+        if step != 1:
+            raise IndexError("a DiskArray reads slices of step 1")
+        count = max(0, stop - start)
+        size = self.dtype.itemsize
+        data = os.pread(self._file.fileno(), count * size, start * size)
+        return numpy.frombuffer(data, dtype=self.dtype)
+
+    def pairs(self, indices: numpy.ndarray) -> tuple[numpy.ndarray, numpy.ndarray]:
+        """(a[indices], a[indices + 1]): a doc's first offset and the next."""
+        first = numpy.empty(len(indices), dtype="int64")
+        second = numpy.empty(len(indices), dtype="int64")
+        for row, i in enumerate(indices.tolist()):
+            first[row], second[row] = self[i : i + 2]
+        return first, second
+
+
 @dataclass
 class Shard:
-    """One shard of a prepared folder: its tokens (n_tokens,) int32 type ids
-    and doc offsets (n_docs + 1,) int64, memory-mapped."""
+    """One shard of a prepared folder: its tokens, (n_tokens,) int32 type ids,
+    and doc offsets, (n_docs + 1,) int64."""
 
     path: Path
     index: int  # its place in the whole corpus (of all parts)
-    tokens: numpy.ndarray
-    docs: numpy.ndarray
+    tokens: DiskArray
+    docs: DiskArray
 
     @property
     def n_docs(self) -> int:
@@ -149,8 +186,8 @@ class PreparedCorpus:
             Shard(
                 self.path / entry["name"],
                 entry["index"],
-                _map(self.path / entry["name"] / TOKENS, TOKEN_DTYPE, entry["tokens"]),
-                _map(self.path / entry["name"] / DOCS, OFFSET_DTYPE, entry["docs"] + 1),
+                _disk_array(self.path / entry["name"] / TOKENS, TOKEN_DTYPE, entry["tokens"]),
+                _disk_array(self.path / entry["name"] / DOCS, OFFSET_DTYPE, entry["docs"] + 1),
             )
             for entry in self.manifest["shards"]
         ]
@@ -254,6 +291,19 @@ def _not_prepared(path: Path) -> str:
 def _map(path: Path, dtype: numpy.dtype, count: int | None) -> numpy.ndarray:
     """The array in the raw file `path`, memory-mapped read-only; its size
     checked against `count` items (None: any)."""
+    _check_size(path, dtype, count)
+    if path.stat().st_size == 0:  # numpy cannot map an empty file
+        return numpy.zeros(0, dtype=dtype)
+    # A plain array over the map: slicing a numpy.memmap costs a Python object more.
+    return numpy.asarray(numpy.memmap(path, dtype=dtype, mode="r"))
+
+
+def _disk_array(path: Path, dtype: numpy.dtype, count: int) -> DiskArray:
+    _check_size(path, dtype, count)
+    return DiskArray(path, dtype, count)
+
+
+def _check_size(path: Path, dtype: numpy.dtype, count: int | None) -> None:
     if not path.is_file():
         raise ElmoSpacyError(
             f"{path} is missing: the prepared corpus is incomplete; prepare it again"
@@ -264,10 +314,6 @@ def _map(path: Path, dtype: numpy.dtype, count: int | None) -> numpy.ndarray:
             f"{path} holds {size} bytes, not the {count} items of {dtype.itemsize} bytes the "
             "manifest says: the file was truncated or replaced; prepare the corpus again"
         )
-    if size == 0:  # numpy cannot map an empty file
-        return numpy.zeros(0, dtype=dtype)
-    # A plain array over the map: slicing a numpy.memmap costs a Python object more.
-    return numpy.asarray(numpy.memmap(path, dtype=dtype, mode="r"))
 
 
 def _merged_types(tables: Sequence[TypeTable]) -> tuple[TypeTable, list[numpy.ndarray]]:

@@ -6,11 +6,15 @@ serves such sizes by mapping fresh pages and unmaps them when they are freed,
 so every step faults in and zeroes thousands of pages again: at
 configs/bilm.cfg's sizes, several thousand page faults a step, a tenth of the
 bfloat16 step's time. Kept in the heap instead, freed arrays serve the next
-step's. The price: the process holds on to its peak memory until it exits.
+step's. The price: the process holds on to its peak memory until it exits,
+and arrays of many different sizes (measuring dev perplexity: batches of
+every length) leave the heap in pieces that add up;
+`release_freed_memory` gives what is free back between such batches.
 """
 
 import ctypes
 import ctypes.util
+import functools
 import platform
 
 # mallopt's parameters (glibc's malloc.h)
@@ -19,15 +23,30 @@ M_MMAP_MAX = -4
 NEVER_TRIM = 2**31 - 1  # bytes: mallopt takes an int
 
 
+def release_freed_memory() -> bool:
+    """Give the heap's free pages back to the OS (glibc's malloc_trim); False,
+    doing nothing, where the C library is not glibc."""
+    libc = _glibc()
+    return bool(libc is not None and libc.malloc_trim(0))
+
+
+@functools.cache
+def _glibc() -> ctypes.CDLL | None:
+    """The C library, where it is glibc."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c"))
+    except OSError:
+        return None
+
+
 def keep_freed_memory() -> bool:
     """Have glibc's malloc serve every allocation from its heap and keep
     what is freed for later allocations, for the rest of the process (see
     the module docstring). Returns False, changing nothing, where the C
     library is not glibc."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+    libc = _glibc()
+    if libc is None:
         return False
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, NEVER_TRIM))
+    return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, NEVER_TRIM))

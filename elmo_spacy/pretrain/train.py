@@ -45,6 +45,7 @@ from .checkpoint import (
 from .config import PretrainConfig
 from .corpus import Corpus
 from .distributed import Workers
+from .memory import release_freed_memory
 
 LOG_FILE = "pretrain_log.json"
 # What a run writes in its output folder (`elmo-spacy pretrain` adds the plot).
@@ -561,6 +562,8 @@ def evaluate_perplexity(
     backward = torch.zeros((), dtype=torch.float64, device=device)
     n_tokens = 0
     for batch in batches:
+        if device.type == "cpu":  # what training or the last batch freed: each shape is another
+            release_freed_memory()
         loss = bilm.lm_loss(batch)
         forward += loss.forward_nll
         backward += loss.backward_nll
