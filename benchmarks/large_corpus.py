@@ -16,7 +16,7 @@ included): spaCy's tokenizer in 1 process, in 2, and --pretokenized.
 exponent 1.07, docs of 5 to 45 tokens) of each size, written as text and
 prepared with --pretokenized; then `elmo-spacy pretrain configs/bilm.cfg` on
 each for --steps steps, a process of its own: its peak resident memory
-(ru_maxrss), the seconds from its start to its first step (when the epoch's
+(GNU time's maximum resident set size), the seconds from its start to its first step (when the epoch's
 progress bar appears, and the log's own count from `pretrain()`'s start), and
 the whole run's wall time. With --baseline-commit, the text path of that
 commit (the text read and tokenised at every start) on the text files of
@@ -44,7 +44,7 @@ import os
 import re
 import subprocess
 import sys
-import threading
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -183,28 +183,33 @@ def zipf_text(path: Path, n_tokens: int, seed: int = 0) -> None:
 
 def timed_run(command: list[str], env: dict | None = None) -> dict:
     """Run a pretraining command; its peak resident memory (MB), wall time,
-    and the seconds to the first appearance of its epoch's progress bar."""
+    and the seconds to the first appearance of its epoch's progress bar.
+
+    The peak is GNU time's (/usr/bin/time, in its own small process): a
+    process that this one starts directly would inherit this one's peak
+    through the exec (Linux keeps the larger of the two)."""
     env = {**(env or os.environ), "PYTHONUNBUFFERED": "1"}  # the bar's "\r" lines as written
+    peak_file = Path(tempfile.mkstemp(prefix="peak-")[1])
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    process = subprocess.Popen(
+        ["/usr/bin/time", "-o", str(peak_file), "-f", "%M", *command],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     bar_seen: list[float] = []
     said: list[str] = []
-
-    def watch():  # what the process writes, as soon as it writes it
-        for chunk in iter(lambda: os.read(process.stderr.fileno(), 65536), b""):
-            said.append(chunk.decode(errors="replace"))
-            if not bar_seen and "epoch 1" in "".join(said[-2:]):
-                bar_seen.append(time.perf_counter() - started)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    _, status, usage = os.wait4(process.pid, 0)
+    for chunk in iter(lambda: os.read(process.stderr.fileno(), 65536), b""):
+        said.append(chunk.decode(errors="replace"))  # what it writes, as soon as it writes it
+        if not bar_seen and "epoch 1" in "".join(said[-2:]):
+            bar_seen.append(time.perf_counter() - started)
+    process.wait()
     wall = time.perf_counter() - started
-    watcher.join(timeout=5)
-    process.returncode = os.waitstatus_to_exitcode(status)
     assert process.returncode == 0, "".join(said)[-3000:]
+    peak_kb = int(peak_file.read_text().split()[-1])
+    peak_file.unlink()
     return {
-        "peak_rss_mb": round(usage.ru_maxrss / 1024),
+        "peak_rss_mb": round(peak_kb / 1024),
         "seconds_to_first_step": round(bar_seen[0], 1) if bar_seen else None,
         "wall_seconds": round(wall, 1),
     }
@@ -254,6 +259,7 @@ def memory(args) -> None:
     if args.baseline_commit:
         tree = args.workdir / f"baseline-{args.baseline_commit}"
         if not tree.exists():
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], check=True)
             subprocess.run(
                 [
                     "git",
