@@ -11,7 +11,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # downloading the assets; the shared folder beside this repo if there is one.
 AG_NEWS_DIR ?= $(firstword $(wildcard ../shared/data/ag_news))
 
-.PHONY: all baselines ner tag smoke test test-slow test-gpu lint clean
+.PHONY: all baselines ner tag smoke test test-slow test-benchmarks test-gpu lint clean
 
 $(BIN)/elmo-spacy: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,10 @@ test: $(BIN)/elmo-spacy
 
 test-slow: $(BIN)/elmo-spacy
 	$(BIN)/python -m pytest -q -m slow
+
+# The benchmark scripts, each run on tiny settings (and the allocator's page faults).
+test-benchmarks: $(BIN)/elmo-spacy
+	$(BIN)/python -m pytest -q -m benchmark
 
 # The CUDA paths, on a machine with a GPU, a CUDA build of torch and cupy
 # (pip install cupy-cuda12x, or the build for its CUDA); they skip elsewhere.

@@ -271,7 +271,7 @@ def main() -> None:
                 if args.type_cache_size is not None:
                     bilm.type_cache_size = args.type_cache_size
                 if name in ("fused", "loop"):
-                    bilm.forward_lstm.kernel = bilm.backward_lstm.kernel = name
+                    bilm.lstm_kernel = name
                 bilm.precision = "float32" if name == INT8_RUN else precision_of(name)
                 int8 = int8_lstm_products() if name == INT8_RUN else contextlib.nullcontext()
                 with int8, torch.inference_mode():

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import torch
 
-from elmo_spacy.bilm.products import onednn_packing
+from elmo_spacy.bilm.runtime.products import onednn_packing
 
 RATES = ("mkl_float32", "onednn_float32", "onednn_bfloat16")
 # The roofline of each precision of the biLM, on the CPU and on a CUDA GPU.

@@ -24,7 +24,7 @@ from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 from step_gemm_rates import int8_lstm_products
 
-from elmo_spacy.bilm.precision import PRECISIONS
+from elmo_spacy.bilm.runtime.precision import PRECISIONS
 
 
 def main() -> None:
@@ -38,23 +38,23 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    nlp = spacy.load(args.pipeline)
-    gold = list(DocBin().from_disk(args.docs).get_docs(nlp.vocab))
-    # the gold tokens, as the workflows evaluate (scripts/token_evaluate.py)
-    examples = [
-        Example(
-            Doc(nlp.vocab, words=[t.text for t in d], spaces=[bool(t.whitespace_) for t in d]), d
-        )
-        for d in gold
-    ]
-    n_words = sum(len(doc) for doc in gold)
+    def examples_of(nlp: spacy.Language) -> list[Example]:
+        """The gold docs, on the gold tokens, as the workflows evaluate
+        (scripts/token_evaluate.py)."""
+        gold = DocBin().from_disk(args.docs).get_docs(nlp.vocab)
+        words = [([t.text for t in d], [bool(t.whitespace_) for t in d], d) for d in gold]
+        return [Example(Doc(nlp.vocab, words=w, spaces=s), d) for w, s, d in words]
+
+    n_words = sum(len(eg.reference) for eg in examples_of(spacy.blank("en")))
     scores = {}
     runs = [(p, contextlib.nullcontext()) for p in args.precisions]
     if args.int8_lstm:
         runs.append(("int8_lstm", int8_lstm_products()))
     for precision, scope in runs:
+        setting = "float32" if precision == "int8_lstm" else precision
+        nlp = spacy.load(args.pipeline, config={"components": {"elmo": {"precision": setting}}})
+        examples = examples_of(nlp)
         elmo = nlp.get_pipe("elmo")
-        elmo.precision = "float32" if precision == "int8_lstm" else precision
         with scope:
             warm_up = [eg.predicted.copy() for eg in examples[:50]]
             list(nlp.pipe(warm_up, batch_size=args.batch_size))

@@ -188,7 +188,7 @@ def main() -> None:
                 bilm.precision = precision
                 build = BatchBuilder(corpus, bilm)
                 batches = [build(pieces).to(args.device) for pieces in plans]
-                bilm.forward_lstm.kernel = bilm.backward_lstm.kernel = kernel
+                bilm.lstm_kernel = kernel
                 key = precision if kernel == kernels[0] else f"{precision}_torch_lstm"
                 speed[key], phase_ms = train_steps(bilm, batches, args.steps, training)
                 gflops = speed[key] * flops / 1e9

@@ -23,9 +23,9 @@ import h5py
 import numpy
 import torch
 
-from elmo_spacy.bilm.bilm_tf import read_bilm_tf
+from elmo_spacy.bilm import BiLM
+from elmo_spacy.bilm.formats.bilm_tf import read_bilm_tf
 from elmo_spacy.bilm.inference import initial_states_for
-from elmo_spacy.bilm.model import BiLM
 
 FIXTURES = Path(__file__).parents[1].parent / "shared" / "data" / "allennlp_elmo"
 

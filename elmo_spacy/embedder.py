@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy
 import torch
 
+from .bilm import BiLM
+from .bilm.formats.directory import load_bilm
 from .bilm.inference import (
     check_state,
     check_window,
@@ -14,10 +16,11 @@ from .bilm.inference import (
     initial_states_for,
     resolve_layers,
 )
-from .bilm.io import load_bilm
-from .bilm.model import BiLM
-from .bilm.precision import check_precision, resolve_precision
-from .bilm.states import States
+from .bilm.inputs.batch import length_runs
+from .bilm.inputs.tokenization import Tokenization
+from .bilm.model import States
+from .bilm.runtime.devices import resolve_device
+from .bilm.runtime.precision import check_precision, resolve_precision
 from .errors import ElmoSpacyError
 
 
@@ -76,7 +79,7 @@ class Embedder:
         check_window(window, window_overlap)
         if max_batch_tokens < 1:
             raise ElmoSpacyError(f"max_batch_tokens = {max_batch_tokens}: give at least 1")
-        self.device = _device(device)
+        self.device = resolve_device(device)
         bilm = path if isinstance(path, BiLM) else load_bilm(path, with_softmax=False)
         self.bilm = bilm.to(self.device).eval()
         if precision is not None:
@@ -133,35 +136,32 @@ class Embedder:
         """(index, (n_layers, n, D) array) for every sentence, a block of
         sentences at a time, for corpora whose vectors do not fit in memory:
         the sentences are sorted by length and cut into blocks of at most
-        `block_tokens` tokens (default 16 x max_batch_tokens; a longer
-        sentence is a block alone), and each block's vectors are yielded once
+        `block_tokens` padded tokens (sentences x the longest; default 16 x
+        max_batch_tokens; a longer sentence is a block alone), and each
+        block's vectors are yielded once
         it has run. Indices come shortest sentence first, not in input order."""
         sentences = _check_sentences(sentences)
         limit = block_tokens or 16 * self.max_batch_tokens
-        for block in _blocks(sentences, limit):
+        order = numpy.argsort([len(s) for s in sentences], kind="stable")
+        bounds = length_runs(numpy.array([len(sentences[i]) for i in order]), limit)
+        for block in (order[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:])):
             outputs = self.embed([sentences[i] for i in block], progress=progress)
             yield from zip(block, outputs)
+
+    @property
+    def tokenization(self) -> Tokenization | None:
+        """How the biLM's own text was cut into tokens (None where unknown)."""
+        return self.bilm.tokenization
+
+    def tokenize(self, texts: Iterable[str]) -> list[list[str]]:
+        """Texts cut into tokens as the biLM's own text was (see
+        `tokenizer_for`): `embedder.embed(embedder.tokenize(texts))`."""
+        return tokenizer_for(self.bilm.tokenization)(texts)
 
     def initial_states(self) -> States | None:
         """The state every sentence starts from: None (zeros), or the primed
         state, per direction and layer (h (1, P), c (1, H))."""
         return initial_states_for(self.bilm, self.state, self.warmup)
-
-
-def _blocks(sentences: Sequence[Sequence[str]], limit: int) -> Iterator[list[int]]:
-    """Indices of the sentences sorted by length, cut into runs of at most
-    `limit` tokens (at least one sentence each)."""
-    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
-    block: list[int] = []
-    size = 0
-    for i in order:
-        if block and size + len(sentences[i]) > limit:
-            yield block
-            block, size = [], 0
-        block.append(i)
-        size += len(sentences[i])
-    if block:
-        yield block
 
 
 def _check_sentences(sentences: Iterable[Sequence[str]]) -> list[Sequence[str]]:
@@ -191,20 +191,16 @@ def _warmup_tokens(warmup: Sequence[str | Sequence[str]]) -> list[list[str]]:
     return tokens
 
 
-def _device(device: str | torch.device) -> torch.device:
+def tokenizer_for(tokenization: Tokenization | None) -> Callable[[Iterable[str]], list[list[str]]]:
+    """A function texts -> token lists that cuts text as `tokenization` says:
+    spaCy's tokenizer for its language, or white space (also where the
+    tokenisation is unknown)."""
+    if tokenization is None or tokenization.tokenizer == "whitespace":
+        return lambda texts: [text.split() for text in texts]
+    import spacy
+
     try:
-        device = torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise ElmoSpacyError(f"device = {device!r} is not a torch device ({err})") from err
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ElmoSpacyError(
-                f"device = {str(device)!r}, but torch finds no CUDA GPU: use 'cpu', or a torch "
-                "build with CUDA on a machine with a GPU"
-            )
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ElmoSpacyError(
-                f"device = {str(device)!r}, but torch finds {torch.cuda.device_count()} GPU(s) "
-                f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})"
-            )
-    return device
+        tokenizer = spacy.blank(tokenization.lang).tokenizer
+    except ImportError as err:
+        raise ElmoSpacyError(f"{tokenization}: spaCy has no such language ({err})") from err
+    return lambda texts: [[t.text for t in doc] for doc in tokenizer.pipe(texts)]

@@ -16,9 +16,9 @@ from spacy.training import Example, validate_examples
 from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
+from .bilm.formats.directory import bilm_from_bytes, bilm_to_bytes, load_bilm, save_bilm
 from .bilm.inference import check_state, resolve_layers
-from .bilm.io import bilm_from_bytes, bilm_to_bytes, load_bilm, save_bilm
-from .bilm.precision import check_precision, resolve_precision
+from .bilm.runtime.precision import check_precision, resolve_precision
 from .cache import FrozenOutputCache
 from .errors import ElmoSpacyError
 from .extensions import install_extensions, set_layers
@@ -32,6 +32,7 @@ DEFAULT_ELMO_MODEL = """
 max_batch_tokens = 4096
 """
 DTYPES = ("float32", "float16")
+SETTINGS = ("layers", "dtype", "cache_mb", "state", "warmup", "precision")
 
 
 @Language.factory(
@@ -108,8 +109,11 @@ class Elmo(TrainablePipe):
         warning elsewhere). `doc._.elmo` is float32 (or `dtype`) either way;
         see `elmo_spacy.bilm.precision`.
 
-    `state` and `warmup` are kept in the pipe's cfg, so a saved pipeline
-    loads with the state it was saved with.
+    These settings are the factory's config, the one place they live: the
+    pipe's `cfg` mirrors them (and is what `to_disk` saves beside the biLM),
+    a saved pipeline loads with those of its config.cfg, and
+    `spacy.load(path, config={"components": {"elmo": {...}}})` changes them.
+    They are read-only on the pipe.
     """
 
     def __init__(
@@ -129,79 +133,70 @@ class Elmo(TrainablePipe):
             raise ElmoSpacyError(f"[components.{name}] dtype = {dtype!r}: use one of {DTYPES}")
         if layers is not None and not layers:
             raise ElmoSpacyError(f"[components.{name}] layers is empty: name at least one, or null")
+        check_state(state, f"[components.{name}] state")
+        check_precision(precision, f"[components.{name}] precision")
         self.vocab = vocab
         self.model = model
         self.name = name
-        self.layers = None if layers is None else [int(i) for i in layers]
-        self.dtype = dtype
+        self.cfg: dict = {
+            "layers": None if layers is None else [int(i) for i in layers],
+            "dtype": dtype,
+            "cache_mb": cache_mb,
+            "state": state,
+            "warmup": _warmup(warmup, name),
+            "precision": precision,
+        }
+        self._layers = self.cfg["layers"]  # resolved against the biLM's layers once it is there
         self.listener_map: dict[str, list[ElmoListener]] = {}
-        self.cfg: dict = {}
         self.frozen_cache = FrozenOutputCache(cache_mb * 2**20)
         self._pid = os.getpid()
-        self.set_state(state, warmup)
-        self._precision = check_precision(precision, f"[components.{name}] precision")
+        warmup_tokens = None if self.warmup is None else [s.split() for s in self.warmup]
+        set_initial_state(self.model, state, warmup_tokens)
         install_extensions()
+
+    # -- settings: the factory's, read-only here (see the class docstring) ----
+
+    @property
+    def layers(self) -> list[int] | None:
+        """The layers kept, as indices into 0..L (None: all)."""
+        return self._layers
+
+    @property
+    def dtype(self) -> str:
+        return self.cfg["dtype"]
+
+    @property
+    def cache_mb(self) -> int:
+        return self.cfg["cache_mb"]
 
     @property
     def state(self) -> str:
         """ "zero" or "primed": see the class docstring."""
         return self.cfg["state"]
 
-    @state.setter
-    def state(self, state: str) -> None:
-        self.set_state(state, self.warmup)
-
     @property
     def warmup(self) -> list[str] | None:
         """The warm-up sentences of the primed state (None: the default ones)."""
         return self.cfg["warmup"]
 
-    @warmup.setter
-    def warmup(self, warmup: Sequence[str] | None) -> None:
-        self.set_state(self.state, warmup)
-
-    def set_state(self, state: str, warmup: Sequence[str] | None = None) -> None:
-        """Start every doc from `state` ("zero" or "primed", primed by the
-        `warmup` sentences, tokens separated by spaces; None: the default
-        warm-up)."""
-        check_state(state, f"[components.{self.name}] state")
-        if warmup is not None:
-            if isinstance(warmup, str) or not all(isinstance(s, str) for s in warmup):
-                raise ElmoSpacyError(
-                    f"[components.{self.name}] warmup must be a list of sentences (strings, "
-                    f"tokens separated by spaces); got {warmup!r}"
-                )
-            if not any(s.split() for s in warmup):
-                raise ElmoSpacyError(
-                    f"[components.{self.name}] warmup holds no token: give at least one "
-                    "sentence, or null for the default warm-up"
-                )
-            warmup = [s for s in warmup if s.split()]
-        self.cfg["state"], self.cfg["warmup"] = state, None if warmup is None else list(warmup)
-        self._apply_state()
-
-    def _apply_state(self) -> None:
-        warmup = self.cfg["warmup"]
-        tokens = None if warmup is None else [s.split() for s in warmup]
-        set_initial_state(self.model, self.cfg["state"], tokens)
-        self.frozen_cache.clear()
-
     @property
     def precision(self) -> str:
         """ "float32" or "bfloat16": see the class docstring."""
-        return self._precision
+        return self.cfg["precision"]
 
-    @precision.setter
-    def precision(self, precision: str) -> None:
-        self._precision = check_precision(precision, f"[components.{self.name}] precision")
-        if get_bilm(self.model) is not None:
-            self._apply_precision()
-        self.frozen_cache.clear()
+    def __setattr__(self, name: str, value) -> None:
+        if name in SETTINGS and name in getattr(self, "cfg", {}):
+            raise ElmoSpacyError(
+                f"[components.{self.name}] {name} is set when the pipe is made, in its config: "
+                f"nlp.add_pipe('elmo', config={{'{name}': ...}}), or for a saved pipeline "
+                f"spacy.load(path, config={{'components': {{'{self.name}': {{'{name}': ...}}}}}})"
+            )
+        super().__setattr__(name, value)
 
     def _apply_precision(self) -> None:
         bilm = get_bilm(self.model)
         where = f"[components.{self.name}] precision"
-        bilm.precision = resolve_precision(self._precision, next(bilm.parameters()).device, where)
+        bilm.precision = resolve_precision(self.precision, next(bilm.parameters()).device, where)
 
     @property
     def n_output_layers(self) -> int:
@@ -375,7 +370,7 @@ class Elmo(TrainablePipe):
             self._bilm_changed()
 
         deserializers = {
-            "cfg": lambda p: self._load_cfg(srsly.read_json(p)) if p.exists() else None,
+            "cfg": lambda p: None,  # the settings are the config's (see the class docstring)
             "bilm": load_bilm_dir,
         }
         util.from_disk(path, deserializers, exclude)
@@ -393,22 +388,38 @@ class Elmo(TrainablePipe):
             set_bilm(self.model, bilm_from_bytes(payload, with_softmax=False))
             self._bilm_changed()
 
-        deserializers = {"cfg": self._load_cfg, "bilm": load_bilm_bytes}
+        deserializers = {"cfg": lambda cfg: None, "bilm": load_bilm_bytes}
         util.from_bytes(bytes_data, deserializers, exclude)
         return self
 
-    def _load_cfg(self, cfg: dict) -> None:
-        """Take the saved cfg, and with it the state the pipe was saved with."""
-        self.cfg.update(cfg)
-        self.set_state(self.cfg.get("state", "zero"), self.cfg.get("warmup"))
-
     def _bilm_changed(self) -> None:
         self._apply_precision()
+        self._check_tokenization()
         n_layers = self.model.get_dim(N_OUTPUT_LAYERS)
-        self.layers = resolve_layers(self.layers, n_layers, f"[components.{self.name}] layers")
+        where = f"[components.{self.name}] layers"
+        self._layers = resolve_layers(self.cfg["layers"], n_layers, where)
         self.frozen_cache.clear()
         for listener in self.listeners:
             self._link(listener)
+
+    def _check_tokenization(self) -> None:
+        """Warn where the biLM learned the tokens of another language's tokenizer
+        than the pipeline's: the docs it gets are cut another way."""
+        recorded = get_bilm(self.model).tokenization
+        lang = self.vocab.lang
+        if (
+            recorded is not None
+            and recorded.tokenizer == "spacy"
+            and lang
+            and recorded.lang != lang
+        ):
+            warnings.warn(
+                f"The '{self.name}' pipe's biLM learned {recorded}, but this pipeline's docs "
+                f"are cut by spaCy's tokenizer for {lang!r}: its vectors are for tokens cut "
+                "another way. Use a pipeline of the biLM's language, or pretrain on text "
+                f"prepared with --lang {lang}.",
+                stacklevel=3,
+            )
 
     def _require_bilm(self):
         bilm = get_bilm(self.model)
@@ -417,3 +428,20 @@ class Elmo(TrainablePipe):
                 f"The '{self.name}' pipe has no biLM to save: initialize it first."
             )
         return bilm
+
+
+def _warmup(warmup: Sequence[str] | None, name: str) -> list[str] | None:
+    """The warm-up sentences checked: a list of strings with a token at least."""
+    if warmup is None:
+        return None
+    if isinstance(warmup, str) or not all(isinstance(s, str) for s in warmup):
+        raise ElmoSpacyError(
+            f"[components.{name}] warmup must be a list of sentences (strings, tokens "
+            f"separated by spaces); got {warmup!r}"
+        )
+    if not any(s.split() for s in warmup):
+        raise ElmoSpacyError(
+            f"[components.{name}] warmup holds no token: give at least one sentence, or null "
+            "for the default warm-up"
+        )
+    return [s for s in warmup if s.split()]

@@ -11,7 +11,7 @@ from spacy.util import minibatch
 from thinc.api import Model
 from tqdm import tqdm
 
-from elmo_spacy.layers import read_scalar_mix, score_parts
+from elmo_spacy.layers import read_scalar_mix
 
 
 def classification_metrics(
@@ -110,6 +110,17 @@ def evaluate_textcat(nlp: Language, docs: Sequence[Doc], batch_size: int = 128) 
     if branches is not None:
         metrics["branch_accuracy"] = branches
     return metrics
+
+
+def score_parts(model: Model) -> dict[str, Model] | None:
+    """The two parts whose class scores a `TextCatBiLSTM.v1` with a
+    `linear_model` adds: {"linear_model": ..., "bilstm": ...}, each a model
+    from docs to (n_docs, nO) scores before the softmax (the linear model's
+    scores are zeros for an empty doc). None for a model without the two."""
+    node = next((n for n in model.walk() if n.name == "sum_scores"), None)
+    if node is None:
+        return None
+    return dict(zip(("linear_model", "bilstm"), node.layers))
 
 
 def branch_accuracy(

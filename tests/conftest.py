@@ -134,9 +134,14 @@ def bilm_dir(tmp_path_factory, corpus_dir) -> Path:
 
 
 def make_nlp(
-    bilm_dir: Path, mix: dict = None, grad_factor: float = 1.0, textcat_model: dict = None
+    bilm_dir: Path,
+    mix: dict = None,
+    grad_factor: float = 1.0,
+    textcat_model: dict = None,
+    elmo: dict | None = None,
 ):
-    """An initialisable `elmo` + `textcat` pipeline on the tiny biLM."""
+    """An initialisable `elmo` + `textcat` pipeline on the tiny biLM; `elmo`:
+    settings of the `elmo` pipe."""
     overrides = {
         "paths.bilm": str(bilm_dir),
         "components.textcat.model.tok2vec.grad_factor": grad_factor,
@@ -147,6 +152,8 @@ def make_nlp(
     if textcat_model is not None:
         tok2vec = config["components"]["textcat"]["model"]["tok2vec"]
         config["components"]["textcat"]["model"] = {**textcat_model, "tok2vec": tok2vec}
+    if elmo is not None:
+        config["components"]["elmo"].update(elmo)
     return spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
 
 

@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.benchmark  # a page-fault count: make test-benchmarks
+
 MEASURE = """
 import resource, sys, torch
 from elmo_spacy.pretrain.memory import keep_freed_memory

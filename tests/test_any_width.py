@@ -8,8 +8,8 @@ from spacy.cli.train import train
 from spacy.tokens import Doc, DocBin
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, save_bilm
-from elmo_spacy.bilm.bilm_tf import read_bilm_tf
-from elmo_spacy.bilm.vocab import SPECIALS
+from elmo_spacy.bilm.formats.bilm_tf import read_bilm_tf
+from elmo_spacy.bilm.inputs.vocab import SPECIALS
 
 from .conftest import CONFIGS
 from .test_elmo_format import FIXTURES, needs_fixtures
@@ -74,17 +74,17 @@ def test_the_config_trains_with_a_bilm_of_any_width(
     name, any_bilm, token_corpus, corpus_dir, tmp_path
 ):
     bilm_path, width = any_bilm
-    if name.startswith("textcat"):
-        train_path, dev_path = corpus_dir / "train.spacy", corpus_dir / "dev.spacy"
-    else:
-        train_path = dev_path = token_corpus
     overrides = {
-        "paths.train": str(train_path),
-        "paths.dev": str(dev_path),
         "paths.bilm": str(bilm_path),
         "training.max_steps": 2,
         "training.eval_frequency": 1,
     }
+    if name.startswith("textcat"):
+        train_path, dev_path = corpus_dir / "train.spacy", corpus_dir / "dev.spacy"
+        overrides["components.textcat.factory"] = "textcat"  # spaCy's, not the study's
+    else:
+        train_path = dev_path = token_corpus
+    overrides |= {"paths.train": str(train_path), "paths.dev": str(dev_path)}
     train(CONFIGS / f"{name}.cfg", tmp_path / "out", overrides=overrides)
 
     nlp = spacy.load(tmp_path / "out" / "model-last")

@@ -5,7 +5,7 @@ import numpy
 import pytest
 import torch
 
-from elmo_spacy.bilm import BiLM, BiLMConfig
+from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab
 from elmo_spacy.pretrain.batches import (
     BatchBuilder,
     Pieces,
@@ -85,6 +85,19 @@ def test_the_dev_sample_is_seeded_capped_and_left_out_of_training():
     assert dev | trained == {tuple(d[i : i + 60]) for d in DOCS for i in range(0, len(d), 60)}
     held_in = dev_sample(corpus, 0.0, 10**6, seed=0, held_out=False)
     assert len(held_in.excluded_from(corpus)) == 0
+
+
+def test_the_vocabulary_counts_the_docs_trained_on_and_not_the_held_out_ones():
+    corpus = corpus_of(DOCS)
+    sample = dev_sample(corpus, 0.25, max_tokens=10**6, seed=0)
+    trained = [d for i, d in enumerate(DOCS) if i not in set(sample.docs.tolist())]
+    expected = WordVocab.build(trained, max_size=10**6, min_count=2)
+    assert corpus_vocabulary(corpus.types, 10**6, 2, held_out=sample) == expected
+    only_in_dev = {t for i in sample.docs for t in DOCS[i]} - {t for d in trained for t in d}
+    assert only_in_dev and not only_in_dev & set(expected.index)
+    held_in = dev_sample(corpus, 0.0, 10**6, seed=0, held_out=False)
+    every_doc = WordVocab.build(DOCS, max_size=10**6, min_count=2)
+    assert corpus_vocabulary(corpus.types, 10**6, 2, held_out=held_in) == every_doc
 
 
 @pytest.mark.parametrize("encoder", ["char_cnn", "word", "word_char"])

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm, save_bilm
-from elmo_spacy.bilm.batch import length_runs
-from elmo_spacy.bilm.io import BiLMLoadError
+from elmo_spacy.bilm.formats.directory import BiLMLoadError
+from elmo_spacy.bilm.inputs.batch import length_runs
 from elmo_spacy.pretrain import PretrainConfig, evaluate_perplexity, pretrain
 
 from .conftest import TINY_BILM, corpus_of, tokenize

@@ -16,9 +16,9 @@ import torch
 from typer.testing import CliRunner
 
 from elmo_spacy.bilm import BiLM, load_bilm, save_bilm
-from elmo_spacy.bilm.bilm_tf import read_bilm_tf, write_bilm_tf
-from elmo_spacy.bilm.io import BiLMLoadError
-from elmo_spacy.bilm.locate import BILM_DIR, BILM_TF, BILM_TF_ZIP, resolve_bilm_path
+from elmo_spacy.bilm.formats.bilm_tf import read_bilm_tf, write_bilm_tf
+from elmo_spacy.bilm.formats.directory import BiLMLoadError
+from elmo_spacy.bilm.formats.locate import BILM_DIR, BILM_TF, BILM_TF_ZIP, resolve_bilm_path
 from elmo_spacy.cli import app
 
 from .conftest import tokenize

@@ -34,6 +34,7 @@ def test_help_lists_the_commands():
         "prepare",
         "pretrain",
         "init-config",
+        "sample-text",
     ]
 
 
@@ -49,13 +50,13 @@ def test_the_installed_package_holds_the_plugin_and_not_the_study():
         assert not re.search(r"^\s*(from|import) scripts\b", path.read_text(), re.M), path
 
 
-# The tests of the study (scripts/) and of the benchmarks, and their helper;
-# every other test file tests the plugin alone.
+# The tests of the study (scripts/) and of the benchmarks; every other test file
+# tests the plugin alone.
 STUDY_TESTS = {
-    "benchmark_scripts.py",
+    "test_components.py",
+    "test_configs.py",
     "test_baselines.py",
-    "test_benchmark_int8_lstm.py",
-    "test_benchmark_primed_state.py",
+    "test_benchmarks.py",
     "test_contexts.py",
     "test_corpus.py",
     "test_evaluate.py",
@@ -488,8 +489,8 @@ def test_pretrain_stops_its_workers_after_an_error_too(tmp_path, monkeypatch):
 
 
 def test_the_librarys_user_errors_are_one_type_and_still_value_errors():
-    from elmo_spacy.bilm.bilm_tf import BilmTfFormatError
-    from elmo_spacy.bilm.locate import BiLMLoadError
+    from elmo_spacy.bilm.formats.bilm_tf import BilmTfFormatError
+    from elmo_spacy.bilm.formats.locate import BiLMLoadError
     from elmo_spacy.errors import ElmoSpacyError
     from elmo_spacy.pretrain.train import NotEnoughText
 

@@ -4,6 +4,8 @@
 import pytest
 from spacy.cli.debug_config import debug_config
 
+import scripts.components  # noqa: F401  (the study's textcat_every_doc, which its configs use)
+
 from .conftest import CONFIGS
 
 # minilm.cfg is for `spacy assemble`; textcat_minilm.cfg sources its transformer

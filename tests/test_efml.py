@@ -16,7 +16,7 @@ from torch import nn
 from typer.testing import CliRunner
 
 from elmo_spacy.bilm import load_bilm
-from elmo_spacy.bilm.efml import PUBLISHED_ARCHITECTURES, EfmlFormatError, read_efml
+from elmo_spacy.bilm.formats.efml import PUBLISHED_ARCHITECTURES, EfmlFormatError, read_efml
 from elmo_spacy.cli import app
 
 from .conftest import ROOT

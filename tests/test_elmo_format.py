@@ -13,8 +13,9 @@ import spacy
 import torch
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm, save_bilm
-from elmo_spacy.bilm.bilm_tf import BilmTfFormatError, read_bilm_tf, write_bilm_tf
-from elmo_spacy.bilm.chars import BilmTfCharIds
+from elmo_spacy.bilm.formats.bilm_tf import BilmTfFormatError, read_bilm_tf, write_bilm_tf
+from elmo_spacy.bilm.inputs.chars import BilmTfCharIds
+from elmo_spacy.bilm.model.lstm import run_fused_layer, run_lstm_layer
 
 from .conftest import CONFIGS, ROOT, cli, corpus_of, tokenize
 
@@ -222,8 +223,10 @@ def test_clipped_recurrence_is_the_fused_lstm_when_nothing_is_clipped():
     with torch.no_grad():
         encoded = bilm.encoder(batch.type_inputs, batch.type_chars)[batch.index]
         lengths = batch.lengths + 2
-        clipped, _ = bilm.forward_lstm(encoded, lengths, kernel="loop")
-        fused, _ = bilm.forward_lstm(encoded, lengths, kernel="fused")
+        clipped, _ = bilm.forward_lstm(encoded, lengths, kernel=run_lstm_layer)
+        fused, _ = bilm.forward_lstm(
+            encoded, lengths, kernel=lambda layer, x, n, *_: (run_fused_layer(layer, x, n), None)
+        )
     real = torch.arange(encoded.shape[1])[None, :] < lengths[:, None]  # past the end: unspecified
     for a, b in zip(clipped, fused):
         assert float(a.abs().max()) < 3.0
@@ -454,7 +457,7 @@ def reference_forward(
 def write_random_bilm_tf(folder: Path, options: dict, seed: int = 0) -> dict:
     """options.json and a weights.hdf5 of random weights for `options`, as
     bilm-tf names and shapes them (scaled so that the clips bind)."""
-    from elmo_spacy.bilm.bilm_tf import config_from_options, expected_shapes
+    from elmo_spacy.bilm.formats.bilm_tf import config_from_options, expected_shapes
 
     rng = numpy.random.default_rng(seed)
     shapes = expected_shapes(config_from_options(options, "test"))

@@ -13,11 +13,11 @@ from spacy.tokens import Doc, DocBin
 from typer.testing import CliRunner
 
 import elmo_spacy
-import elmo_spacy.bilm.precision as precision_module
+import elmo_spacy.bilm.runtime.precision as precision_module
 import elmo_spacy.embedder
 from elmo_spacy import Embedder
 from elmo_spacy.bilm import BiLM, WordVocab, load_bilm, save_bilm
-from elmo_spacy.bilm.io import BiLMLoadError
+from elmo_spacy.bilm.formats.directory import BiLMLoadError
 from elmo_spacy.cli import app
 
 from .conftest import TINY_BILM
@@ -246,7 +246,7 @@ def test_two_shards_cover_every_line_with_global_keys(tiny_bilm_dir, corpus, tmp
         (["--layers", "5"], "layers = [5], but the biLM has 3 layers"),
         (["--state", "warm"], "state = 'warm': use one of"),
         (["--output-format", "npz"], "--output-format npz: use one of hdf5, spacy"),
-        (["--gpu-id", "99"], "device = 'cuda:99'"),
+        (["--gpu-id", "99"], "--gpu-id = 99 asks for a GPU"),
         (["--precision", "int8"], "--precision = 'int8' is not a precision"),
     ],
 )

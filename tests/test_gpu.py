@@ -155,7 +155,7 @@ def listener_paths(config: dict, path: tuple[str, ...] = ()):
 @needs_fixtures
 @pytest.mark.usefixtures("no_tf32")
 def test_the_reference_fixtures_on_cuda():
-    from elmo_spacy.bilm.bilm_tf import read_bilm_tf
+    from elmo_spacy.bilm.formats.bilm_tf import read_bilm_tf
 
     bilm = read_bilm_tf(FIXTURES / "options.json", FIXTURES / "lm_weights.hdf5").to(CUDA)
     batches = reference_batches()
@@ -178,7 +178,7 @@ def test_the_clipped_recurrence_on_cuda_replays_graphs_of_the_loops_numbers(prec
     batches = [docs[start : start + size] for start, size in ((0, 1), (1, 7), (8, 3), (11, 30))]
     layers = {}
     for kernel in ("graph", "loop"):
-        bilm.forward_lstm.kernel = bilm.backward_lstm.kernel = kernel
+        bilm.lstm_kernel = kernel
         with torch.inference_mode():
             layers[kernel] = [bilm(bilm.batch(batch)) for batch in batches]
             bilm.stateful = True
@@ -306,6 +306,8 @@ def test_spacy_train_on_cuda(
         "training.max_steps": 4,
         "training.eval_frequency": 2,
     }
+    if name.startswith("textcat"):
+        overrides["components.textcat.factory"] = "textcat"  # spaCy's, not the study's
     for path in listener_paths(spacy.util.load_config(config_path)):
         overrides[f"{path}.grad_factor"] = grad_factor
     train(config_path, tmp_path / "out", use_gpu=0, overrides=overrides)

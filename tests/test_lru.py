@@ -11,8 +11,8 @@ import torch
 from thinc.api import NumpyOps
 
 from elmo_spacy.bilm import BiLM, WordVocab
-from elmo_spacy.bilm.chars import MaskedCharIds
-from elmo_spacy.bilm.lru import LruCache
+from elmo_spacy.bilm.inputs.chars import MaskedCharIds
+from elmo_spacy.bilm.runtime.lru import LruCache
 from elmo_spacy.cache import FrozenOutputCache
 
 from .conftest import TINY_BILM

@@ -24,9 +24,7 @@ N_LAYERS, WIDTH = TINY_BILM.n_layers + 1, TINY_BILM.width
 def test_keep_some_layers_in_float16(bilm_dir, corpus_dir):
     full = make_nlp(bilm_dir, SCALAR_MIX, 0.0)
     full.initialize(lambda: examples(full, corpus_dir / "train.spacy"))
-    nlp = make_nlp(bilm_dir, SCALAR_MIX, 0.0)
-    nlp.get_pipe("elmo").layers = [0, 2]
-    nlp.get_pipe("elmo").dtype = "float16"
+    nlp = make_nlp(bilm_dir, SCALAR_MIX, 0.0, elmo={"layers": [0, 2], "dtype": "float16"})
     train = examples(nlp, corpus_dir / "train.spacy")
     optimizer = nlp.initialize(lambda: train)
     text = "Stocks fell sharply on Monday."
@@ -42,8 +40,7 @@ def test_keep_some_layers_in_float16(bilm_dir, corpus_dir):
 
 
 def test_fine_tuning_through_some_layers(bilm_dir, corpus_dir):
-    nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0)
-    nlp.get_pipe("elmo").layers = [2, 0]
+    nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0, elmo={"layers": [2, 0]})
     train = examples(nlp, corpus_dir / "train.spacy")
     optimizer = nlp.initialize(lambda: train)
     bilm = get_bilm(nlp.get_pipe("elmo").model)
@@ -170,7 +167,7 @@ def test_no_onednn_projection_warning(bilm_dir):
     nlp.add_pipe("elmo")
     nlp.get_pipe("elmo").initialize(lambda: [], bilm_path=bilm_dir)
     bilm = get_bilm(nlp.get_pipe("elmo").model)
-    bilm.forward_lstm.kernel = bilm.backward_lstm.kernel = "fused"  # torch's nn.LSTM
+    bilm.lstm_kernel = "fused"  # torch's nn.LSTM
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         nlp("No warning from the LSTM with projections, please.")

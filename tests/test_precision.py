@@ -10,10 +10,10 @@ import torch
 from safetensors.torch import load_file
 from spacy.cli._util import parse_config_overrides
 
-import elmo_spacy.bilm.precision as precision_module
+import elmo_spacy.bilm.runtime.precision as precision_module
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm
-from elmo_spacy.bilm.products import onednn_packing
-from elmo_spacy.bilm.softmax import adaptive_nll, summed_nll
+from elmo_spacy.bilm.model.softmax import adaptive_nll, summed_nll
+from elmo_spacy.bilm.runtime.products import onednn_packing
 from elmo_spacy.layers import get_bilm
 from elmo_spacy.pretrain import PretrainConfig, Workers, load_pretrain_config, pretrain
 from elmo_spacy.pretrain.checkpoint import STATE_FILE, latest_checkpoint
@@ -201,8 +201,10 @@ def test_pipe_in_bfloat16_gives_float32_layers_close_to_float32_and_keeps_its_se
         assert numpy.array_equal(doc._.elmo, again._.elmo)
     elmo.from_disk(tmp_path / "nlp" / "elmo")  # a new biLM, the pipe's setting
     assert get_bilm(elmo.model).precision == "bfloat16"
-    elmo.precision = "float32"
-    assert numpy.array_equal(nlp(texts[0])._.elmo, reference(texts[0])._.elmo)
+    float32 = spacy.load(
+        tmp_path / "nlp", config={"components": {"elmo": {"precision": "float32"}}}
+    )
+    assert numpy.array_equal(float32(texts[0])._.elmo, reference(texts[0])._.elmo)
 
 
 def test_load_bilm_takes_a_precision(bilm_dir):

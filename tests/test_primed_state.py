@@ -96,9 +96,8 @@ def test_the_pipe_and_the_embedder_agree_and_a_saved_pipe_keeps_the_state(
     tmp_path,
 ):
     nlp = spacy.blank("en")
-    elmo = nlp.add_pipe("elmo")
+    elmo = nlp.add_pipe("elmo", config={"state": "primed", "warmup": WARMUP})
     elmo.initialize(lambda: [], bilm_path=tiny_bilm_dir)
-    elmo.state, elmo.warmup = "primed", WARMUP  # set after creation: kept in the cfg
     docs = list(nlp.pipe(Doc(nlp.vocab, words=s) for s in SENTENCES))
     expected = Embedder(tiny_bilm_dir, state="primed", warmup=WARMUP).embed(SENTENCES)
     for doc, array in zip(docs, expected):
@@ -110,20 +109,22 @@ def test_the_pipe_and_the_embedder_agree_and_a_saved_pipe_keeps_the_state(
         numpy.testing.assert_array_equal(
             loaded(Doc(loaded.vocab, words=[t.text for t in doc]))._.elmo, doc._.elmo
         )
-    # From bytes, onto a pipe made with zero state: the saved state wins.
+    # The config is the settings' one home: an override at loading wins over the saved one.
+    zero_nlp = spacy.load(tmp_path / "pipeline", config={"components": {"elmo": {"state": "zero"}}})
+    assert zero_nlp.get_pipe("elmo").state == "zero"
+    zero = zero_nlp(Doc(zero_nlp.vocab, words=SENTENCES[0]))._.elmo
+    numpy.testing.assert_array_equal(zero, Embedder(tiny_bilm_dir).embed_sentence(SENTENCES[0]))
+    # A pipe made with zero state keeps it when it reads another pipe's bytes (the biLM).
     copy_nlp = spacy.blank("en")
     copy_nlp.add_pipe("elmo").from_bytes(elmo.to_bytes())
-    assert copy_nlp.get_pipe("elmo").state == "primed"
-    again = copy_nlp(Doc(copy_nlp.vocab, words=SENTENCES[0]))
-    numpy.testing.assert_array_equal(again._.elmo, docs[0]._.elmo)
-    elmo.state = "zero"
-    zero = nlp(Doc(nlp.vocab, words=SENTENCES[0]))._.elmo
-    numpy.testing.assert_array_equal(zero, Embedder(tiny_bilm_dir).embed_sentence(SENTENCES[0]))
+    assert copy_nlp.get_pipe("elmo").state == "zero"
+    assert elmo.cfg["state"] == "primed" and elmo.cfg["warmup"] == WARMUP  # what to_disk saves
+    with pytest.raises(ValueError, match="state is set when the pipe is made.*spacy.load"):
+        elmo.state = "zero"
 
 
 def test_fine_tuning_recomputes_the_primed_state(tiny_bilm_dir, corpus_dir):  # noqa: F811
-    nlp = make_nlp(tiny_bilm_dir, SCALAR_MIX, grad_factor=1.0)
-    nlp.get_pipe("elmo").state = "primed"
+    nlp = make_nlp(tiny_bilm_dir, SCALAR_MIX, grad_factor=1.0, elmo={"state": "primed"})
     train = examples(nlp, corpus_dir / "train.spacy")
     optimizer = nlp.initialize(lambda: train)
     bilm = get_bilm(nlp.get_pipe("elmo").model)
@@ -149,9 +150,7 @@ def test_fine_tuning_recomputes_the_primed_state(tiny_bilm_dir, corpus_dir):  # 
 def test_bad_state_settings_are_refused():
     with pytest.raises(ValueError, match=r"\[components.elmo\] state = 'warm': use one of"):
         spacy.blank("en").add_pipe("elmo", config={"state": "warm"})
-    elmo = spacy.blank("en").add_pipe("elmo")
-    with pytest.raises(ValueError, match="warmup must be a list of sentences"):
-        elmo.warmup = "Markets were calm ."  # one string, not a list of them
-    assert (elmo.state, elmo.warmup) == ("zero", None)
+    with pytest.raises(ValueError, match=r"warmup.*is not list\[str\]"):
+        spacy.blank("en").add_pipe("elmo", config={"warmup": "Markets were calm ."})
     with pytest.raises(ValueError, match="warmup holds no token"):
         spacy.blank("en").add_pipe("elmo", config={"state": "primed", "warmup": [" "]})

@@ -1,15 +1,17 @@
-"""The LSTM kernels (bilm/recurrence.py, bilm/lstm.py): torch's LSTM to float64
-rounding, forward and backward, the kernel pretraining runs on the CPU, and the
-loop kernel's cell step with and without gradients."""
+"""The LSTM kernels (bilm/runtime/recurrence.py, bilm/runtime/kernels.py,
+bilm/model/lstm.py): torch's LSTM to float64 rounding, forward and backward,
+the kernel pretraining runs on the CPU, the loop kernel's cell step with and
+without gradients, the graph kernel, and which kernel runs when."""
 
 import pytest
 import torch
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab
-from elmo_spacy.bilm.graphs import GraphCache
-from elmo_spacy.bilm.lstm import LstmStack, lstm_cell
-from elmo_spacy.bilm.precision import ROW_BLOCK, padded_rows
-from elmo_spacy.bilm.recurrence import lstm_layer_for_training
+from elmo_spacy.bilm.model.dtypes import ROW_BLOCK, padded_rows
+from elmo_spacy.bilm.model.lstm import LstmStack, lstm_cell
+from elmo_spacy.bilm.runtime.graphs import GraphCache
+from elmo_spacy.bilm.runtime.kernels import choose_kernel, stacks_runner
+from elmo_spacy.bilm.runtime.recurrence import lstm_layer_for_training
 from elmo_spacy.errors import ElmoSpacyError
 
 from .conftest import TINY_BILM
@@ -98,23 +100,80 @@ def test_bfloat16_training_kernel_is_close_to_float32():
 
 
 def test_training_on_the_cpu_runs_the_training_kernel_and_inference_does_not(monkeypatch):
-    import elmo_spacy.bilm.lstm as lstm_module
+    import elmo_spacy.bilm.runtime.kernels as kernels
 
     calls = []
-    kernel = lstm_module.lstm_layer_for_training
+    kernel = kernels.lstm_layer_for_training
     monkeypatch.setattr(
-        lstm_module, "lstm_layer_for_training", lambda *a: calls.append(1) or kernel(*a)
+        kernels, "lstm_layer_for_training", lambda *a: calls.append(1) or kernel(*a)
     )
-    stack = LstmStack(2, 6, 10, dropout=0.0)
-    x, lengths = torch.randn(3, 5, 6), torch.tensor([5, 3, 1])
-    trained, _ = stack(x, lengths)
-    assert len(calls) == 2
-    forced, _ = stack(x, lengths, kernel="fused")  # torch's, as pretraining ran before
-    for a, b in zip(trained, forced):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    bilm = BiLM(TINY_BILM, WordVocab.build([["a", "b", "c"]], max_size=50, min_count=1))
+    batch = bilm.batch([["a", "b", "c"], ["b"]])
+    trained = bilm.train()(batch)
+    assert len(calls) == TINY_BILM.n_layers  # both directions' layers together
+    bilm.lstm_kernel = "fused"  # torch's, as pretraining ran before
+    torch.testing.assert_close(trained, bilm(batch), rtol=0, atol=1e-6)
+    bilm.lstm_kernel = "auto"
     with torch.no_grad():
-        stack(x, lengths)
-    assert len(calls) == 2
+        bilm.eval()(batch)
+    assert len(calls) == TINY_BILM.n_layers
+
+
+@pytest.mark.parametrize(
+    "clipped, states, grad, packed, graphs, expected",
+    [
+        (False, False, True, False, False, {"cpu": "training", "cuda": "fused"}),
+        (False, False, False, True, False, {"cpu": "loop"}),  # inference, packed weights
+        (False, False, False, False, False, {"cpu": "fused", "cuda": "fused"}),
+        (True, False, True, False, False, {"cpu": "loop", "cuda": "loop"}),
+        (True, False, False, False, True, {"cuda": "graph"}),
+        (False, True, False, False, False, {"cpu": "loop", "cuda": "loop"}),
+    ],
+)
+def test_the_kernel_is_chosen_in_one_place_as_its_table_says(
+    clipped, states, grad, packed, graphs, expected
+):
+    for device, kernel in expected.items():
+        with torch.set_grad_enabled(grad):
+            chosen = choose_kernel(
+                "auto",
+                clipped=clipped,
+                device=torch.device(device),
+                states=states,
+                packed=packed,
+                graphs=graphs,
+            )
+        assert chosen == kernel, device
+    with pytest.raises(ElmoSpacyError, match="cannot carry them"):
+        choose_kernel(
+            "fused",
+            clipped=False,
+            device=torch.device("cpu"),
+            states=True,
+            packed=False,
+            graphs=False,
+        )
+
+
+def test_the_network_alone_computes_what_the_biLM_computes_on_its_kernels():
+    """`BiLMNetwork.forward` and `lm_loss`, plain torch, against the biLM on
+    the runtime's kernels (the training kernel, packed weights, the type
+    cache), clipped and not."""
+    from elmo_spacy.bilm.model import BiLMNetwork
+
+    docs = [["the", "bank", "rose", "."], ["a"], ["rivers", "bank", "on", "the", "left"]]
+    for clip in (None, 0.5):
+        config = BiLMConfig(**{**TINY_BILM.to_dict(), "cell_clip": clip, "proj_clip": clip})
+        torch.manual_seed(0)
+        bilm = BiLM(config, WordVocab.build(docs, max_size=50, min_count=1)).eval()
+        batch = bilm.batch(docs)
+        with torch.no_grad():
+            fast = bilm(batch)
+            plain = BiLMNetwork.forward(bilm, batch)
+        torch.testing.assert_close(plain, fast, rtol=1e-5, atol=1e-5)
+        bilm.train()
+        fast_loss, plain_loss = bilm.lm_loss(batch), BiLMNetwork.lm_loss(bilm, batch)
+        torch.testing.assert_close(plain_loss.forward_nll, fast_loss.forward_nll, rtol=1e-5, atol=0)
 
 
 def test_a_bilm_trains_to_the_same_loss_on_either_kernel():
@@ -128,7 +187,7 @@ def test_a_bilm_trains_to_the_same_loss_on_either_kernel():
     for kernel in ("training", "fused"):
         torch.manual_seed(0)
         bilm = BiLM(config, WordVocab.build(docs, max_size=500, min_count=1)).train()
-        bilm.forward_lstm.kernel = bilm.backward_lstm.kernel = kernel
+        bilm.lstm_kernel = kernel
         optimizer = torch.optim.Adam(bilm.parameters(), lr=1e-2)
         losses[kernel] = []
         for _ in range(10):
@@ -174,17 +233,23 @@ def test_the_graph_kernel_computes_what_the_loop_kernel_does(cell_dim):
         x = torch.randn(batch, steps, 6) * 3
         initial = [(torch.randn(batch, 6), torch.randn(batch, cell_dim)) for _ in range(2)]
         lengths = torch.tensor(lengths)
+        initial = {"forward": initial, "backward": initial}
         with torch.inference_mode():
-            expected = stack(x, lengths, initial, final=True, kernel="loop")
-            got = stack(x, lengths, initial, final=True, kernel="graph", graphs=graphs)
+            expected = stacks_runner("loop")(stack, stack, x, x, lengths, initial, True)
+            got = stacks_runner("graph", graphs=graphs)(stack, stack, x, x, lengths, initial, True)
         for e, g in zip(expected[0], got[0]):
             torch.testing.assert_close(g, e, rtol=0, atol=1e-6)
-        for e, g in zip(expected[1], got[1]):
-            torch.testing.assert_close(g, e, rtol=0, atol=1e-6)
+        for direction in ("forward", "backward"):
+            for e, g in zip(expected[2][direction], got[2][direction]):
+                torch.testing.assert_close(g, e, rtol=0, atol=1e-6)
         assert len(graphs) == 2  # 8 rows by 8 steps, a graph per layer
 
 
 def test_the_graph_kernel_without_graphs_says_where_it_runs():
-    stack = LstmStack(1, 6, 10, dropout=0.0, cell_clip=0.5).eval()
+    bilm = BiLM(
+        BiLMConfig(**{**TINY_BILM.to_dict(), "cell_clip": 0.5}),
+        WordVocab.build([["a"]], max_size=9, min_count=1),
+    ).eval()
+    bilm.lstm_kernel = "graph"
     with torch.inference_mode(), pytest.raises(ElmoSpacyError, match="on a CUDA GPU"):
-        stack(torch.randn(2, 3, 6), torch.tensor([3, 2]), kernel="graph")
+        bilm(bilm.batch([["a"]]))

@@ -75,7 +75,8 @@ def check_doc(doc: Doc) -> None:
     assert doc.tensor.shape == (len(doc), WIDTH)
     scores = numpy.array(list(doc.cats.values()))
     assert len(scores) == 4 and numpy.isfinite(scores).all()
-    assert scores.sum() == pytest.approx(1.0, abs=1e-5)
+    # spaCy's textcat scores a batch of empty docs alone with zeros.
+    assert scores.sum() == pytest.approx(1.0 if len(doc) or scores.any() else 0.0, abs=1e-5)
 
 
 @pytest.mark.parametrize("scale", SCALE)

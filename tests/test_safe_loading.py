@@ -5,7 +5,7 @@ import pickle
 import pytest
 import spacy
 
-from elmo_spacy.bilm.io import BiLMLoadError
+from elmo_spacy.bilm.formats.directory import BiLMLoadError
 from elmo_spacy.pretrain import PretrainConfig, pretrain
 from elmo_spacy.pretrain.checkpoint import STATE_FILE, latest_checkpoint
 

@@ -1,13 +1,20 @@
 """The ELMo bidirectional language model, in plain PyTorch.
 
-Nothing in this package imports spaCy or thinc: the biLM can be built,
-trained, profiled and saved on its own.
+Four rooms, each with one job: `model/` (the network: modules, layers, the
+language-model loss), `inputs/` (token strings to ids and batches),
+`runtime/` (kernels, precision, caches, carried state: running it fast) and
+`formats/` (reading and writing biLMs). `BiLM` (bilm.py) puts them together;
+`inference.py` is the one path that embeds sentences. Imports go one way:
+runtime and formats use the model and the inputs, never the other way.
+Nothing here imports spaCy or thinc: the biLM can be built, trained,
+profiled and saved on its own.
 """
 
-from .batch import TokenBatch
-from .config import BiLMConfig
-from .io import load_bilm, save_bilm
-from .model import BiLM, LMLoss
-from .vocab import WordVocab
+from .bilm import BiLM
+from .formats.directory import load_bilm, save_bilm
+from .inputs.batch import TokenBatch
+from .inputs.vocab import WordVocab
+from .model.config import BiLMConfig
+from .model.network import LMLoss
 
 __all__ = ["BiLM", "BiLMConfig", "LMLoss", "TokenBatch", "WordVocab", "load_bilm", "save_bilm"]

@@ -9,14 +9,15 @@ chunk starts from the same LSTM state: zeros, or a primed state (see
 in its batch.
 """
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy
 import torch
 
 from ..errors import ElmoSpacyError
-from .model import BiLM
-from .states import States
+from .bilm import BiLM
+from .inputs.batch import length_runs
+from .model.network import States
 
 # The warm-up text of state = "primed" when none is given: a few sentences of
 # plain news English, tokenised as spaCy's English tokenizer does. Published
@@ -75,7 +76,10 @@ def embed_tokens(
         for span in windows(len(sentence), window, window_overlap)
     ]
     pieces.sort(key=lambda piece: piece[2] - piece[1])
-    for chunk in _chunks(pieces, max_batch_tokens):
+    bounds = length_runs(
+        numpy.array([last - first for _, first, last, _, _ in pieces]), max_batch_tokens
+    )
+    for chunk in (pieces[a:b] for a, b in zip(bounds[:-1], bounds[1:])):
         tokens = [sentences[i][first:last] for i, first, last, _, _ in chunk]
         with torch.inference_mode():
             layers = bilm(bilm.batch(tokens), initial_states)
@@ -86,23 +90,6 @@ def embed_tokens(
         if progress is not None:
             progress(sum(len(t) for t in tokens))
     return outputs
-
-
-def _chunks(
-    pieces: list[tuple[int, int, int, int, int]], max_batch_tokens: int
-) -> Iterator[list[tuple[int, int, int, int, int]]]:
-    """Consecutive runs of length-sorted pieces whose padded size (longest
-    piece x pieces) stays within max_batch_tokens (at least one piece each)."""
-    start = 0
-    while start < len(pieces):
-        end = start + 1
-        while (
-            end < len(pieces)
-            and (pieces[end][2] - pieces[end][1]) * (end + 1 - start) <= max_batch_tokens
-        ):
-            end += 1
-        yield pieces[start:end]
-        start = end
 
 
 def windows(n_tokens: int, window: int, overlap: int) -> list[tuple[int, int, int, int]]:

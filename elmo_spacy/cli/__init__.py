@@ -88,7 +88,7 @@ def _message(error: Exception) -> str:
     17] File exists: 'x'"), the path it names, what that means and what to do."""
     if not isinstance(error, OSError) or error.errno is None:
         return str(error)
-    from ..bilm.files import describe_os_error
+    from ..files import describe_os_error
 
     paths = [p for p in (error.filename, error.filename2) if p is not None]
     where = " -> ".join(str(p) for p in paths)

@@ -31,8 +31,8 @@ def convert_elmo_command(
     from tqdm import tqdm
 
     from ..bilm import save_bilm
-    from ..bilm.io import load_bilm_at
-    from ..bilm.locate import BILM_DIR, BiLMLoadError, bilm_tf_pair, resolve_bilm_path
+    from ..bilm.formats.directory import load_bilm_at
+    from ..bilm.formats.locate import BILM_DIR, BiLMLoadError, bilm_tf_pair, resolve_bilm_path
 
     if len(inputs) > 2:
         raise typer.BadParameter(
@@ -78,8 +78,8 @@ def convert_efml_command(
     biLM directory for the `elmo` pipe (bilm_path), `load_bilm` and `embed`,
     which also read the model folder as it is."""
     from ..bilm import save_bilm
-    from ..bilm.efml import EfmlFormatError, read_efml
-    from ..bilm.locate import EFML, resolve_bilm_path
+    from ..bilm.formats.efml import EfmlFormatError, read_efml
+    from ..bilm.formats.locate import EFML, resolve_bilm_path
 
     with errors_to_exit():
         location = resolve_bilm_path(model_dir)  # says what is there if nothing is
@@ -107,7 +107,7 @@ def export_elmo_command(
     """Write a char-CNN biLM (e.g. pretrained with configs/bilm_elmo.cfg) in
     bilm-tf's format, for the runtimes that read the published ELMo models."""
     from ..bilm import load_bilm
-    from ..bilm.bilm_tf import write_bilm_tf
+    from ..bilm.formats.bilm_tf import write_bilm_tf
 
     with errors_to_exit():
         options, weights = write_bilm_tf(load_bilm(bilm_dir, with_softmax=False), output_dir)

@@ -5,11 +5,15 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from ..errors import ElmoSpacyError
 from . import app, errors_to_exit, parse_part
+
+if TYPE_CHECKING:
+    from ..bilm.inputs.tokenization import Tokenization
 
 FORMATS = ("hdf5", "spacy")
 
@@ -44,9 +48,13 @@ def embed_command(
         help="Warm-up sentences of --state primed, one a line (default: shipped sentences)",
     ),
     tokenize: bool = typer.Option(
-        False, help="Tokenise with spaCy's tokenizer (--lang) instead of splitting on spaces"
+        False,
+        help="Tokenise with spaCy's tokenizer instead of splitting on spaces (for a biLM "
+        "pretrained on spaCy's tokens: the language it records)",
     ),
-    lang: str = typer.Option("en", help="Language of the spaCy tokenizer (with --tokenize)"),
+    lang: str = typer.Option(
+        None, help="Language of the spaCy tokenizer (with --tokenize; default: the biLM's, or en)"
+    ),
     output_format: str = typer.Option(
         "hdf5", help="hdf5 (AllenNLP's layout), or spacy (a DocBin with doc._.elmo set)"
     ),
@@ -68,9 +76,11 @@ def embed_command(
     a float32 dataset per line, keyed by the line's index ("0", "1", ...),
     and a `sentence_to_index` dataset (JSON: sentence -> key). An empty line
     gives an empty dataset. The file appears only once it is complete."""
-    from ..bilm.files import write_file
-    from ..bilm.precision import check_precision
-    from ..embedder import Embedder
+    from ..bilm import load_bilm
+    from ..bilm.runtime.devices import resolve_device
+    from ..bilm.runtime.precision import check_precision
+    from ..embedder import Embedder, tokenizer_for
+    from ..files import write_file
 
     with errors_to_exit():
         mode = _output_mode(all_layers, top, average)
@@ -79,7 +89,10 @@ def embed_command(
         keep, of = parse_part(shard)
         _check_output(output_file, overwrite)
         lines = read_lines(input_file)
-        tokenizer = _tokenizer(tokenize, lang)
+        bilm = load_bilm(bilm_path, with_softmax=False)
+        tokenization = _tokenization(tokenize, lang, bilm.tokenization)
+        lang = tokenization.lang or lang or "en"
+        tokenizer = tokenizer_for(tokenization)
         indices = [i for i in range(len(lines)) if i % of == keep]
         if output_format == "spacy":
             docs = _docs(tokenize, lang, [lines[i] for i in indices])
@@ -90,12 +103,12 @@ def embed_command(
             _check_sentence_keys(lines, indices)
         warmup = None if warmup_file is None else tokenizer(read_lines(warmup_file))
         embedder = Embedder(
-            bilm_path,
+            bilm,
             layers=_parse_layers(layers),
             state=state,
             warmup=warmup,
             max_batch_tokens=max_batch_tokens,
-            device="cpu" if gpu_id < 0 else f"cuda:{gpu_id}",
+            device=resolve_device(gpu_id, "--gpu-id"),
             precision=precision,
         )
         started = time.perf_counter()
@@ -244,12 +257,28 @@ def _sentence_to_index(lines: list[str], indices: list[int]) -> dict[str, str]:
     return {lines[i]: str(i) for i in indices}
 
 
-def _tokenizer(tokenize: bool, lang: str) -> Callable[[list[str]], list[list[str]]]:
-    """Lines -> token lists: split on white space, or spaCy's tokenizer."""
+def _tokenization(tokenize: bool, lang: str | None, recorded) -> "Tokenization":
+    """How the lines are cut: spaCy's tokenizer (--tokenize; --lang, or the
+    language the biLM records, or English) or white space. Says so on stderr
+    where that is not how the biLM's own text was cut."""
+    from ..bilm.inputs.tokenization import WHITESPACE, Tokenization
+
+    spacy_biLM = recorded is not None and recorded.tokenizer == "spacy"
     if not tokenize:
-        return lambda lines: [line.split() for line in lines]
-    tokenizer = _blank(lang).tokenizer
-    return lambda lines: [[t.text for t in doc] for doc in tokenizer.pipe(lines)]
+        if spacy_biLM:
+            _say(
+                f"The biLM learned {recorded}; the lines are split on white space. Pass "
+                "--tokenize to cut them as its text was cut."
+            )
+        return WHITESPACE
+    chosen = Tokenization("spacy", lang or (recorded.lang if spacy_biLM else "en"))
+    if recorded is not None and recorded != chosen:
+        _say(f"The biLM learned {recorded}; the lines are cut by {chosen}.")
+    return chosen
+
+
+def _say(message: str) -> None:
+    typer.secho(message, fg="yellow", err=True)
 
 
 def _docs(tokenize: bool, lang: str, lines: list[str]) -> list:

@@ -290,3 +290,26 @@ def init_config_command(
         f"{output_file}: the {preset} pretraining config. Next: elmo-spacy pretrain "
         f"{output_file} CORPUS OUTPUT_DIR"
     )
+
+
+@app.command("sample-text")
+def sample_text_command(
+    output_file: Path = typer.Argument(..., metavar="OUTPUT_FILE", help="Where to write the text"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing file"),
+) -> None:
+    """Write the sample text the package ships (159 made-up English sentences,
+    a doc per line) to try pretraining on: `elmo-spacy pretrain` with the tiny
+    config (`init-config --preset tiny`) pretrains a biLM on it in seconds."""
+    from importlib.resources import files
+
+    with errors_to_exit():
+        if output_file.exists() and not overwrite:
+            raise ElmoSpacyError(
+                f"{output_file} exists: pass --overwrite to replace it, or name another file"
+            )
+        output_file.write_text(
+            (files("elmo_spacy") / "data" / "sample.txt").read_text("utf-8"), encoding="utf-8"
+        )
+    typer.echo(
+        f"{output_file}: the sample text. Next: elmo-spacy pretrain CONFIG {output_file} OUTPUT_DIR"
+    )

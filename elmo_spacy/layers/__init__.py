@@ -4,7 +4,7 @@ from .bilm_model import build_bilm_model, get_bilm, set_bilm
 from .learned_mix import build_learned_mix
 from .listener import ElmoListener
 from .scalar_mix import build_scalar_mix, layer_weights, read_scalar_mix
-from .textcat_bilstm import build_textcat_bilstm, score_parts
+from .textcat_bilstm import build_textcat_bilstm
 
 __all__ = [
     "ElmoListener",
@@ -15,6 +15,5 @@ __all__ = [
     "get_bilm",
     "layer_weights",
     "read_scalar_mix",
-    "score_parts",
     "set_bilm",
 ]

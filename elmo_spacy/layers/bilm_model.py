@@ -16,7 +16,7 @@ from ..bilm.inference import (
     initial_states_for,
     windows,
 )
-from ..bilm.states import States
+from ..bilm.model import States
 from ..errors import ElmoSpacyError
 from .dims import N_OUTPUT_LAYERS
 

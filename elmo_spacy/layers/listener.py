@@ -8,10 +8,10 @@ from thinc.api import Model
 
 from ..errors import ElmoSpacyError
 from .bilm_model import ElmoOutput, no_backprop
-from .dims import N_OUTPUT_LAYERS, ReadsOldDimNames
+from .dims import N_OUTPUT_LAYERS
 
 
-class ElmoListener(ReadsOldDimNames, Model):
+class ElmoListener(Model):
     """A layer that receives the `elmo` pipe's outputs instead of computing them.
 
     In training the upstream pipe broadcasts each batch's outputs and a

@@ -8,13 +8,8 @@ from thinc.api import Model, chain
 from thinc.types import Floats1d, Floats2d, Floats3d
 
 from ..errors import ElmoSpacyError
-from .dims import N_OUTPUT_LAYERS, ReadsOldDimNames
+from .dims import N_OUTPUT_LAYERS
 from .layer_norm import normalize_layers
-
-
-class ScalarMix(ReadsOldDimNames, Model):
-    """The thinc Model of the mix itself (λ and γ); a class of its own only so
-    that pipelines saved with the dim's old name still load."""
 
 
 def build_scalar_mix(
@@ -43,7 +38,7 @@ def build_scalar_mix(
     """
     if not 0.0 <= dropout < 1.0:
         raise ElmoSpacyError(f"scalar mix: dropout = {dropout}, must be in [0, 1)")
-    mix = ScalarMix(
+    mix = Model(
         "scalar_mix",
         forward,
         init=init,

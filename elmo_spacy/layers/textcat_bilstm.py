@@ -53,17 +53,6 @@ def build_textcat_bilstm(
     return model
 
 
-def score_parts(model: Model) -> dict[str, Model] | None:
-    """The two parts whose class scores a `TextCatBiLSTM.v1` with a
-    `linear_model` adds: {"linear_model": ..., "bilstm": ...}, each a model
-    from docs to (n_docs, nO) scores before the softmax (the linear model's
-    scores are zeros for an empty doc). None for a model without the two."""
-    node = next((n for n in model.walk() if n.name == "sum_scores"), None)
-    if node is None:
-        return None
-    return dict(zip(("linear_model", "bilstm"), node.layers))
-
-
 def sum_scores(
     first: Model[list[Doc], Floats2d], second: Model[list[Doc], Floats2d], dropout: float = 0.0
 ) -> Model[list[Doc], Floats2d]:

@@ -14,7 +14,7 @@ from thinc.api import Model, torch2xp, xp2torch
 from thinc.types import Floats2d
 from torch.func import functional_call
 
-from ..bilm.batch import gather_time, reverse_index
+from ..bilm.inputs.batch import gather_time, reverse_index
 from ..errors import ElmoSpacyError
 
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy
 
 from ..bilm import BiLM, TokenBatch, WordVocab
-from ..bilm.batch import BOS_TYPE, EOS_TYPE, length_runs, types_batch
-from ..bilm.vocab import BOS_ID, EOS_ID, SPECIALS, UNK_ID
+from ..bilm.inputs.batch import BOS_TYPE, EOS_TYPE, length_runs, types_batch
+from ..bilm.inputs.vocab import BOS_ID, EOS_ID, SPECIALS, UNK_ID
 from ..errors import ElmoSpacyError
 from .corpus import Corpus, TypeTable
 from .distributed import Workers
@@ -112,6 +112,13 @@ class DevSample:
         """The doc numbers of `corpus` that training leaves out."""
         return self.docs if self.held_out and corpus is self.corpus else numpy.zeros(0, "int64")
 
+    def type_counts(self) -> numpy.ndarray:
+        """(n_types,) int64 how often each type of the corpus's table occurs
+        in the sample's docs."""
+        spans = zip(*(a.tolist() for a in doc_spans(self.corpus, self.docs)))
+        ids = [self.corpus.tokens(shard, start, length) for shard, start, length in spans]
+        return numpy.bincount(numpy.concatenate(ids), minlength=len(self.corpus.types))
+
 
 def dev_sample(
     corpus: Corpus, fraction: float, max_tokens: int, seed: int, held_out: bool = True
@@ -195,11 +202,17 @@ def _members(values: numpy.ndarray, sorted_set: numpy.ndarray) -> numpy.ndarray:
     return sorted_set[at] == values
 
 
-def corpus_vocabulary(types: TypeTable, max_size: int, min_count: int) -> WordVocab:
+def corpus_vocabulary(
+    types: TypeTable, max_size: int, min_count: int, held_out: DevSample | None = None
+) -> WordVocab:
     """The vocabulary of a fresh biLM: the specials, then the `max_size`
     types seen at least `min_count` times, most frequent first (ties in
-    alphabetical order), as `WordVocab.build` orders them."""
+    alphabetical order), as `WordVocab.build` orders them. The docs of a
+    `held_out` dev sample are not counted: words seen only there stay unknown
+    to the biLM, as they would in text it never saw."""
     counts = numpy.asarray(types.counts)
+    if held_out is not None and held_out.held_out:
+        counts = counts - held_out.type_counts()
     eligible = numpy.flatnonzero(counts >= min_count)
     room = max(0, max_size - len(SPECIALS))
     if len(eligible) > room + len(SPECIALS):  # decode only those that may be kept

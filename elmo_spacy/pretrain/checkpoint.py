@@ -22,9 +22,15 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from ..bilm import BiLM, BiLMConfig, load_bilm
-from ..bilm.files import write_directory, write_file
-from ..bilm.io import BILM_FILES, BiLMLoadError, state_tensors, write_bilm_files
+from ..bilm.formats.directory import (
+    BILM_FILES,
+    TOKENIZATION_FILE,
+    BiLMLoadError,
+    state_tensors,
+    write_bilm_files,
+)
 from ..errors import ElmoSpacyError
+from ..files import write_directory, write_file
 from .config import PretrainConfig
 
 LATEST = "latest-checkpoint"
@@ -74,7 +80,8 @@ def save_checkpoint(
         progress = {"progress": asdict(state), "param_groups": groups}
         (folder / PROGRESS_FILE).write_text(json.dumps(progress) + "\n")
 
-    write_directory(final, write, owned=(*BILM_FILES, STATE_FILE, PROGRESS_FILE))
+    owned = (*BILM_FILES, TOKENIZATION_FILE, STATE_FILE, PROGRESS_FILE)
+    write_directory(final, write, owned=owned)
     write_file(output_dir / LATEST, lambda path: path.write_text(final.name + "\n"))
     for old in output_dir.glob("checkpoint-*"):
         if old != final:

@@ -9,8 +9,8 @@ from typing import Any
 from confection import Config, ConfigValidationError
 
 from ..bilm import BiLMConfig
-from ..bilm.config import from_known_fields
-from ..bilm.precision import PRECISIONS
+from ..bilm.model.config import from_known_fields
+from ..bilm.runtime.precision import PRECISIONS
 from ..errors import ElmoSpacyError
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy
 
+from ..bilm.inputs.tokenization import Tokenization
 from ..errors import ElmoSpacyError
 
 FORMAT = "elmo_spacy.prepared_corpus"
@@ -42,34 +43,6 @@ MANIFEST = "manifest.json"
 TYPES, TYPE_OFFSETS, TYPE_COUNTS = "types.bin", "type_offsets.bin", "type_counts.bin"
 TOKENS, DOCS = "tokens.bin", "docs.bin"
 TOKEN_DTYPE, OFFSET_DTYPE = numpy.dtype("<i4"), numpy.dtype("<i8")
-
-
-@dataclass(frozen=True)
-class Tokenization:
-    """How a corpus's text was cut into tokens: "spacy" (spaCy's tokenizer
-    for the language `lang`: the tokens a pipeline sees) or "whitespace"
-    (split on white space: text that came tokenised)."""
-
-    tokenizer: str
-    lang: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.tokenizer not in ("spacy", "whitespace"):
-            raise ElmoSpacyError(f"tokenizer = {self.tokenizer!r}: 'spacy' or 'whitespace'")
-        if self.tokenizer == "spacy" and not self.lang:
-            raise ElmoSpacyError("spaCy's tokenizer needs a language (lang)")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"tokenizer": self.tokenizer, "lang": self.lang}
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "Tokenization":
-        return cls(values["tokenizer"], values.get("lang"))
-
-    def __str__(self) -> str:
-        if self.tokenizer == "spacy":
-            return f"spaCy's tokenizer for {self.lang!r}"
-        return "white space"
 
 
 class TypeTable:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from ..errors import ElmoSpacyError
+from ..bilm.runtime.devices import resolve_device
 
 
 @dataclass(frozen=True)
@@ -71,9 +71,9 @@ def start_workers(gpu_id: int = -1) -> Workers:
     """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size == 1:
-        return Workers(device=_device(gpu_id))
+        return Workers(device=resolve_device(gpu_id, "--gpu-id"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = _device(local_rank if gpu_id >= 0 else -1)
+    device = resolve_device(local_rank if gpu_id >= 0 else -1, "--gpu-id")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if not dist.is_initialized():
@@ -84,19 +84,3 @@ def start_workers(gpu_id: int = -1) -> Workers:
 def stop_workers(workers: Workers) -> None:
     if workers.distributed and dist.is_initialized():
         dist.destroy_process_group()
-
-
-def _device(gpu_id: int) -> torch.device:
-    if gpu_id < 0:
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise ElmoSpacyError(
-            f"GPU {gpu_id} was asked for, but this torch sees no CUDA device "
-            f"(torch {torch.__version__}, cuda {torch.version.cuda}). Use --gpu-id -1 for "
-            "the CPU, or install a CUDA build of torch."
-        )
-    if gpu_id >= torch.cuda.device_count():
-        raise ElmoSpacyError(
-            f"GPU {gpu_id} was asked for, but there are {torch.cuda.device_count()} CUDA devices"
-        )
-    return torch.device("cuda", gpu_id)

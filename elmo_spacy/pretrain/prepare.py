@@ -27,8 +27,8 @@ from typing import Any
 import numpy
 from tqdm import tqdm
 
-from ..bilm.files import write_file
 from ..errors import ElmoSpacyError
+from ..files import write_file
 from .corpus import (
     DOCS,
     FORMAT,

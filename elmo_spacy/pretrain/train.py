@@ -20,9 +20,9 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from ..bilm import BiLM, BiLMConfig, TokenBatch, save_bilm
-from ..bilm.files import check_output_folder
-from ..bilm.precision import resolve_precision
+from ..bilm.runtime.precision import resolve_precision
 from ..errors import ElmoSpacyError
+from ..files import check_output_folder
 from .batches import (
     BatchBuilder,
     DevSample,
@@ -318,8 +318,8 @@ def pretrain(
     Dev perplexity is measured on a seeded sample of the corpus's docs held
     out of training (`dev_fraction`, `max_dev_tokens`; with dev_fraction = 0,
     a sample of the training docs, held in), or on a sample of `dev`, a
-    corpus of its own. The vocabulary of a fresh biLM comes from the corpus's
-    type counts (`max_vocab_size`, `min_count`).
+    corpus of its own. The vocabulary of a fresh biLM comes from the type
+    counts of the docs it trains on (`max_vocab_size`, `min_count`).
     With `resume`, training goes on from the latest checkpoint in `output_dir`
     (weights, Adam state, step, random state, position in the epoch) and ends
     with the same weights as an uninterrupted run on the CPU; a checkpoint of
@@ -373,11 +373,18 @@ def pretrain(
         torch.manual_seed(config.seed)
         if init_bilm is not None:
             bilm = init_bilm
+            if bilm.tokenization is not None and bilm.tokenization != corpus.tokenization:
+                warnings.warn(
+                    f"The biLM trained further learned {bilm.tokenization}; this corpus was "
+                    f"cut by {corpus.tokenization}, which it records from now on.",
+                    stacklevel=2,
+                )
         else:
             vocab = corpus_vocabulary(
-                corpus.types, bilm_config.max_vocab_size, bilm_config.min_count
+                corpus.types, bilm_config.max_vocab_size, bilm_config.min_count, held_out=sample
             )
             bilm = BiLM(bilm_config, vocab)
+        bilm.tokenization = corpus.tokenization
         if init_vectors is not None:
             initialised = bilm.init_word_vectors(init_vectors)
         bilm.to(workers.device)

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numpy
 import torch
 
-from ..errors import ElmoSpacyError
+from ...errors import ElmoSpacyError
 
 SCHEMES = ("masked", "bilm_tf", "char_vocab")
 

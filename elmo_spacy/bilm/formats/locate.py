@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ..errors import ElmoSpacyError
+from ...errors import ElmoSpacyError
 from .bilm_tf import OPTIONS_FILE, WEIGHTS_FILE
 from .efml import is_efml_folder
 
@@ -40,6 +40,7 @@ CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.json"
 SAFETENSORS_FILE = "weights.safetensors"
 BILM_FILES = (CONFIG_FILE, VOCAB_FILE, SAFETENSORS_FILE)
+TOKENIZATION_FILE = "tokenization.json"  # how its text was tokenised, where known
 # Pairs known by name; `<name>_options.json` + `<name>_weights.hdf5` are found by pattern.
 NAMED_PAIRS = ((OPTIONS_FILE, WEIGHTS_FILE), (OPTIONS_FILE, "model.hdf5"))
 OPTIONS_SECTIONS = ("lstm", "char_cnn")  # what makes a JSON object bilm-tf options

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from .precision import without_autocast
+from ..model.dtypes import without_autocast
 
 Product = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
 

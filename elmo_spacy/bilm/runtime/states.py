@@ -1,19 +1,11 @@
-"""LSTM states a biLM starts from: given ones, the reference's carried state
-(`CarriedStates`), and the state a warm-up text leaves (`primed_states`)."""
-
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+"""LSTM states a biLM starts from: given ones (`repeat_states`), and the
+reference's state carried across batches (`CarriedStates`). The state a
+warm-up text leaves is `BiLM.primed_states`."""
 
 import torch
 
-from ..errors import ElmoSpacyError
-from .lstm import LstmState
-
-if TYPE_CHECKING:
-    from .model import BiLM
-
-# LSTM states of both directions: "forward" and "backward" -> one (h, c) per layer.
-States = dict[str, list[LstmState]]
+from ...errors import ElmoSpacyError
+from ..model.network import States
 
 
 class CarriedStates:
@@ -100,34 +92,3 @@ def _rows(state: torch.Tensor, n_rows: int) -> torch.Tensor:
     if n_rows <= len(state):
         return state[:n_rows]
     return torch.cat([state, state.new_zeros(n_rows - len(state), state.shape[1])])
-
-
-def primed_states(bilm: "BiLM", warmup: Sequence[Sequence[str]]) -> States:
-    """The states that reading the warm-up sentences leaves, one row: the
-    sentences run in order, one at a time, each starting from the states the
-    previous one ended in (bilm-tf's carried state, in a batch of one row),
-    the first from zeros. Per direction and layer, (h (1, P), c (1, H)),
-    without gradients, computed with dropout off and kept (in the biLM's
-    `InferenceCache`) until the weights change. The biLM's mode and
-    `stateful` are as they were on return."""
-    if not warmup:
-        raise ElmoSpacyError("A primed state needs at least one warm-up sentence")
-    key = tuple(tuple(sentence) for sentence in warmup)
-    was_training, stateful = bilm.training, bilm.stateful
-    bilm.eval()
-    bilm.stateful = False
-    try:
-        with torch.no_grad():
-            cache = bilm.inference_cache()
-            if cache is not None and key in cache.primed:
-                return cache.primed[key]
-            states: States | None = None
-            for sentence in warmup:
-                states = bilm.forward_with_states(bilm.batch([sentence]), states)[1]
-            if cache is not None:
-                cache.primed[key] = states
-            return states
-    finally:
-        bilm.stateful = stateful
-        if was_training:
-            bilm.train()

@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from .precision import padded_rows, without_autocast
+from .dtypes import padded_rows, without_autocast
 
 
 class SoftmaxHead(nn.Module):

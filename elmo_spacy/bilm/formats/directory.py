@@ -1,7 +1,9 @@
-"""A biLM on disk: `config.json`, `vocab.json` and `weights.safetensors`.
+"""A biLM on disk: `config.json`, `vocab.json` and `weights.safetensors`, and
+`tokenization.json` where it is known how its text was tokenised.
 
 `vocab.json` is the list of words, or, for a biLM with a character
 vocabulary (a converted ELMoForManyLangs model), {"words": [...], "chars": [...]}.
+`tokenization.json` is a `Tokenization` ({"tokenizer": "spacy", "lang": "en"}).
 
 safetensors holds raw tensors only, so loading a biLM never unpickles
 anything. Pretraining writes this layout and the `elmo` pipe reads it;
@@ -18,15 +20,20 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load, load_file, save, save_file
 
+from ...files import write_directory
+from ..bilm import BiLM
+from ..inputs.tokenization import Tokenization
+from ..inputs.vocab import WordVocab
+from ..model.config import BiLMConfig
+from ..runtime.precision import check_precision, resolve_precision
 from .bilm_tf import DatasetProgress, read_bilm_tf
-from .config import BiLMConfig
 from .efml import read_efml
-from .files import write_directory
 from .locate import (
     BILM_DIR,
     BILM_FILES,
     CONFIG_FILE,
     EFML,
+    TOKENIZATION_FILE,
     VOCAB_FILE,
     BiLMLoadError,
     BiLMLocation,
@@ -34,9 +41,6 @@ from .locate import (
     resolve_bilm_path,
 )
 from .locate import SAFETENSORS_FILE as WEIGHTS_FILE
-from .model import BiLM
-from .precision import check_precision, resolve_precision
-from .vocab import WordVocab
 
 
 def save_bilm(bilm: BiLM, path: str | Path, extra_files: Collection[str] = ()) -> Path:
@@ -49,15 +53,20 @@ def save_bilm(bilm: BiLM, path: str | Path, extra_files: Collection[str] = ()) -
     def write(folder: Path) -> None:
         write_bilm_files(bilm, state, folder)
 
-    return write_directory(path, write, owned=(*BILM_FILES, *extra_files))
+    return write_directory(path, write, owned=(*BILM_FILES, TOKENIZATION_FILE, *extra_files))
 
 
 def write_bilm_files(bilm: BiLM, state: dict[str, torch.Tensor], folder: Path) -> None:
-    """The three files of a biLM directory, into an existing `folder`."""
+    """The files of a biLM directory, into an existing `folder`: its config,
+    vocabulary and weights, and its tokenisation where it is known."""
     (folder / CONFIG_FILE).write_text(json.dumps(bilm.config.to_dict(), indent=2) + "\n")
     # ASCII with \u escapes: a word may hold a lone surrogate, which UTF-8 cannot.
     (folder / VOCAB_FILE).write_text(json.dumps(vocab_json(bilm)) + "\n", encoding="utf-8")
     save_file(state, str(folder / WEIGHTS_FILE))
+    if bilm.tokenization is not None:
+        (folder / TOKENIZATION_FILE).write_text(
+            json.dumps(bilm.tokenization.to_dict(), indent=2) + "\n"
+        )
 
 
 def load_bilm(
@@ -117,7 +126,10 @@ def _load_directory(path: Path, with_softmax: bool | None) -> BiLM:
             f"{path / WEIGHTS_FILE} is not a readable safetensors file ({err}). "
             "It may be truncated or corrupt: copy or pretrain it again."
         ) from err
-    return _build(config, words, weights, with_softmax, where=str(path))
+    bilm = _build(config, words, weights, with_softmax, where=str(path))
+    if (path / TOKENIZATION_FILE).is_file():
+        bilm.tokenization = _tokenization(_read_json(path / TOKENIZATION_FILE), path)
+    return bilm
 
 
 def bilm_to_bytes(bilm: BiLM) -> dict[str, Any]:
@@ -126,6 +138,7 @@ def bilm_to_bytes(bilm: BiLM) -> dict[str, Any]:
         "config": bilm.config.to_dict(),
         "vocab": vocab_json(bilm),
         "weights": save(state_tensors(bilm)),
+        "tokenization": None if bilm.tokenization is None else bilm.tokenization.to_dict(),
     }
 
 
@@ -134,7 +147,17 @@ def bilm_from_bytes(payload: dict[str, Any], with_softmax: bool | None = None) -
         weights = load(payload["weights"])
     except (SafetensorError, ValueError) as err:
         raise BiLMLoadError(f"The serialised biLM weights are corrupt ({err})") from err
-    return _build(payload["config"], payload["vocab"], weights, with_softmax, where="bytes")
+    bilm = _build(payload["config"], payload["vocab"], weights, with_softmax, where="bytes")
+    if payload.get("tokenization") is not None:
+        bilm.tokenization = _tokenization(payload["tokenization"], "bytes")
+    return bilm
+
+
+def _tokenization(values: Any, where: Any) -> Tokenization:
+    try:
+        return Tokenization.from_dict(values)
+    except ValueError as err:
+        raise BiLMLoadError(f"{where}: {err}") from err
 
 
 def vocab_json(bilm: BiLM) -> list[str] | dict[str, list[str]]:

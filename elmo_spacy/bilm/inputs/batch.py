@@ -1,5 +1,5 @@
 """Token strings to a biLM's encoder inputs (the `TokenBatch`), its language-model
-targets (`LMTargets`), and length-bucketed batches."""
+targets (`LMTargets`), and length-bucketed batches (`length_runs`)."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -8,7 +8,6 @@ import numpy
 import torch
 
 from .chars import CharIds
-from .config import BiLMConfig
 from .vocab import WordVocab
 
 BOS_TYPE, EOS_TYPE = 0, 1  # rows of TokenBatch.type_inputs
@@ -42,6 +41,16 @@ class LMTargets:
     def n_tokens(self) -> int:
         """Predictions per direction."""
         return len(self.forward_rows)
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> "LMTargets":
+        return self.map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def map(self, move) -> "LMTargets":
+        """The targets with `move` applied to each tensor."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return LMTargets(
+            **{k: move(v) if isinstance(v, torch.Tensor) else v for k, v in values.items()}
+        )
 
 
 @dataclass
@@ -94,19 +103,21 @@ class TokenBatch:
             if isinstance(value, torch.Tensor):
                 moved[name] = move(value)
         if self.targets is not None:
-            targets = {f.name: getattr(self.targets, f.name) for f in fields(self.targets)}
-            moved["targets"] = LMTargets(
-                **{k: move(v) if isinstance(v, torch.Tensor) else v for k, v in targets.items()}
-            )
+            moved["targets"] = self.targets.map(move)
         return TokenBatch(**moved)
 
 
 def token_batch(
-    docs: Sequence[Sequence[str]], config: BiLMConfig, vocab: WordVocab, chars: CharIds | None
+    docs: Sequence[Sequence[str]],
+    vocab: WordVocab,
+    chars: CharIds | None,
+    cut_words_at: int | None = None,
 ) -> TokenBatch:
-    """The encoder inputs of B tokenised docs, for a biLM of `config` with
-    this word vocabulary and, for an encoder that reads characters, these
-    `CharIds` (None: the word encoder, whose inputs are the word ids)."""
+    """The encoder inputs of B tokenised docs, for a biLM with this word
+    vocabulary and, for an encoder that reads characters, these `CharIds`
+    (None: the word encoder, whose inputs are the word ids). `cut_words_at`:
+    look words up by their first so many characters (ELMoForManyLangs'
+    character-vocabulary models look the cut token up)."""
     type_of: dict[str, int] = {}
     width = max((len(d) for d in docs), default=0) + 2
     index = numpy.full((len(docs), width), EOS_TYPE, dtype="int64")
@@ -114,8 +125,8 @@ def token_batch(
     for row, tokens in enumerate(docs):
         index[row, 1 : len(tokens) + 1] = [type_of.setdefault(t, len(type_of) + 2) for t in tokens]
     types = list(type_of)
-    if config.char_ids == "char_vocab":  # the reference looks the cut token up
-        type_word_ids = vocab.word_ids([t[: config.max_chars - 2] for t in types])
+    if cut_words_at is not None:
+        type_word_ids = vocab.word_ids([t[:cut_words_at] for t in types])
     else:
         type_word_ids = vocab.word_ids(types)
     lengths = numpy.array([len(d) for d in docs], dtype="int64")

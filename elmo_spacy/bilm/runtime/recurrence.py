@@ -34,7 +34,7 @@ batches are bucketed by length).
 
 import torch
 
-from .precision import padded_rows, state_dtype, without_autocast
+from ..model.dtypes import padded_rows, state_dtype, without_autocast
 from .products import linear_product
 
 

@@ -5,7 +5,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from ..errors import ElmoSpacyError
+from ...errors import ElmoSpacyError
 
 PAD, UNK, BOS, EOS = "<PAD>", "<UNK>", "<S>", "</S>"
 SPECIALS = (PAD, UNK, BOS, EOS)

@@ -26,11 +26,12 @@ from typing import Any
 import numpy
 import torch
 
-from ..errors import ElmoSpacyError
-from .config import BiLMConfig
-from .files import write_directory
-from .model import BiLM
-from .vocab import WordVocab
+from ...errors import ElmoSpacyError
+from ...files import write_directory
+from ..bilm import BiLM
+from ..inputs.tokenization import WHITESPACE
+from ..inputs.vocab import WordVocab
+from ..model.config import BiLMConfig
 
 OPTIONS_FILE, WEIGHTS_FILE = "options.json", "weights.hdf5"
 FORGET_BIAS = 1.0  # what TensorFlow's LSTMCell adds to the forget gate
@@ -215,7 +216,7 @@ def read_bilm_tf(
     arrays = _read_datasets(
         weights_path, expected_shapes(config), (options_name, weights_name), progress
     )
-    bilm = BiLM(config, WordVocab.specials_only(), with_softmax=False)
+    bilm = BiLM(config, WordVocab.specials_only(), with_softmax=False, tokenization=WHITESPACE)
     state = bilm.state_dict()
     state.update(_to_state(config, arrays))
     bilm.load_state_dict(state)

@@ -3,7 +3,7 @@
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from ..errors import ElmoSpacyError
+from ...errors import ElmoSpacyError
 
 ENCODERS = ("char_cnn", "word", "word_char")
 SOFTMAXES = ("adaptive", "full")

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .batch import TokenBatch
-from .chars import CharIds
+from ..inputs.batch import TokenBatch
+from ..inputs.chars import CharIds
+from ..inputs.vocab import PAD_ID
+from ..model.network import States
 from .graphs import GraphCache
+from .kernels import PackedWeights
 from .lru import LruCache
-from .lstm import PackedWeights
 from .products import onednn_packing
-from .states import States
-from .vocab import PAD_ID
 
 ENCODE_BLOCK = 32  # rows of the char CNN's fixed-shape blocks at inference
 

@@ -1,0 +1,259 @@
+"""The biLM a user holds: the network (`model/`), the vocabulary and character
+ids that turn tokens into its inputs (`inputs/`), and the runtime that runs it
+fast and keeps its state (`runtime/`)."""
+
+from collections.abc import Mapping, Sequence
+
+import numpy
+import torch
+
+from ..errors import ElmoSpacyError
+from .inputs.batch import TokenBatch, token_batch
+from .inputs.chars import CharIds, char_ids_for
+from .inputs.tokenization import Tokenization
+from .inputs.vocab import WordVocab
+from .model.config import BiLMConfig
+from .model.network import BiLMNetwork, LMLoss, States
+from .runtime.caches import InferenceCache, InferenceCacheSlot, encode_types, packed_weights
+from .runtime.kernels import choose_kernel, stacks_runner
+from .runtime.precision import in_precision, resolve_precision
+from .runtime.states import CarriedStates
+
+
+class BiLM(BiLMNetwork):
+    """ELMo's biLM (`BiLMNetwork`), ready to run on tokens.
+
+    `batch(docs)` turns tokenised docs into a `TokenBatch` through the
+    vocabulary and the character ids; `forward(batch)` gives the (L + 1, B,
+    T, 2P) layers and `lm_loss(batch)` the language-model loss, as the
+    network computes them, on the runtime's kernels (`choose_kernel`), in
+    the biLM's `precision`, and with what it keeps between calls:
+
+    - at inference (eval mode, no gradients), what it derives from its
+      weights (`runtime/caches.py`): on the CPU the encodings of token
+      strings (at most `type_cache_size`) and the LSTM weights packed for
+      oneDNN, on a GPU the CUDA graphs of a clipped recurrence, and primed
+      states. Any change to the weights that torch can see (new storage, an
+      in-place update, `train()`) empties it; after writing weights where
+      torch cannot see it (through numpy, as thinc's optimiser does), call
+      `weights_changed()`;
+    - with `stateful` (default off), the state each batch row ends in,
+      carried to the next batch as bilm-tf's models were trained; otherwise
+      every batch starts from zeros or from given states (`primed_states`).
+
+    tokenization: how the text it learned from was cut into tokens (a
+        `Tokenization`, saved with it; None where unknown), so that what
+        embeds text with it can cut text the same way.
+    lstm_kernel: "auto" (`choose_kernel`'s choice), or a kernel to force, for
+        benchmarks and tests.
+    """
+
+    def __init__(
+        self,
+        config: BiLMConfig,
+        vocab: WordVocab,
+        with_softmax: bool = True,
+        type_cache_size: int = 100_000,
+        char_vocab: Sequence[str] | None = None,
+        tokenization: Tokenization | None = None,
+    ) -> None:
+        """char_vocab: the character vocabulary, in id order, of a biLM with
+        char_ids = "char_vocab" (a converted ELMoForManyLangs model)."""
+        chars: CharIds | None = None  # None: the word encoder reads no characters
+        if config.encoder != "word":
+            widest = max(width for width, _ in config.filters)
+            chars = char_ids_for(config.char_ids, config.max_chars, widest, char_vocab)
+        super().__init__(config, len(vocab), chars, with_softmax)
+        self.vocab = vocab
+        self.chars = chars
+        self.char_vocab = list(char_vocab) if char_vocab is not None else None
+        self.tokenization = tokenization
+        self.cache_slot = InferenceCacheSlot(type_cache_size)
+        self.carried = CarriedStates()
+        self.lstm_kernel = "auto"
+        self._precision = "float32"
+
+    def init_word_vectors(self, vectors: Mapping[str, numpy.ndarray]) -> int:
+        """Start the word encoder's embedding rows from given vectors, e.g.
+        count-based vectors of the same text, so that rare words begin with a
+        distributional vector rather than noise. The vectors are scaled by one
+        factor so that their mean norm is that of the rows they replace.
+        Returns the number of vocabulary words found in `vectors`."""
+        if self.config.encoder not in ("word", "word_char"):
+            raise ElmoSpacyError(
+                "Initial word vectors need a word embedding (encoder 'word' or 'word_char'); "
+                f"this biLM's encoder is {self.config.encoder!r}"
+            )
+        table = self.encoder.embed.weight
+        rows = [(i, vectors[w]) for i, w in enumerate(self.vocab.words) if w in vectors]
+        if not rows:
+            return 0
+        ids = torch.tensor([i for i, _ in rows])
+        given = torch.as_tensor(numpy.stack([v for _, v in rows]), dtype=table.dtype)
+        if given.shape[1] != table.shape[1]:
+            raise ElmoSpacyError(
+                f"Initial word vectors have width {given.shape[1]}, the biLM's word_dim is "
+                f"{table.shape[1]}: make the two widths the same"
+            )
+        with torch.no_grad():
+            scale = table[ids].norm(dim=1).mean() / given.norm(dim=1).mean().clamp_min(1e-12)
+            table[ids] = given * scale
+        return len(rows)
+
+    def batch(self, docs: Sequence[Sequence[str]]) -> TokenBatch:
+        """Encoder inputs for a batch of tokenised docs (see `token_batch`)."""
+        cut = self.config.max_chars - 2 if self.config.char_ids == "char_vocab" else None
+        return token_batch(docs, self.vocab, self.chars, cut)
+
+    @property
+    def stateful(self) -> bool:
+        """Whether batches start from the states the previous batch left
+        (see `CarriedStates`); default False: from zeros, or given states."""
+        return self.carried.enabled
+
+    @stateful.setter
+    def stateful(self, stateful: bool) -> None:
+        self.carried.enabled = stateful
+
+    def reset_state(self) -> None:
+        """Forget the states carried across batches (stateful mode)."""
+        self.carried.reset()
+
+    def primed_states(self, warmup: Sequence[Sequence[str]]) -> States:
+        """The states that reading the warm-up sentences leaves, one row: the
+        sentences run in order, one at a time, each starting from the states
+        the previous one ended in (bilm-tf's carried state, in a batch of one
+        row), the first from zeros. Per direction and layer, (h (1, P), c (1,
+        H)), without gradients, computed with dropout off and kept (in the
+        inference cache) until the weights change. The biLM's mode and
+        `stateful` are as they were on return."""
+        if not warmup:
+            raise ElmoSpacyError("A primed state needs at least one warm-up sentence")
+        key = tuple(tuple(sentence) for sentence in warmup)
+        was_training, stateful = self.training, self.stateful
+        self.eval()
+        self.stateful = False
+        try:
+            with torch.no_grad():
+                cache = self.inference_cache()
+                if cache is not None and key in cache.primed:
+                    return cache.primed[key]
+                states: States | None = None
+                for sentence in warmup:
+                    states = self.forward_with_states(self.batch([sentence]), states)[1]
+                if cache is not None:
+                    cache.primed[key] = states
+                return states
+        finally:
+            self.stateful = stateful
+            if was_training:
+                self.train()
+
+    @property
+    def type_cache_size(self) -> int:
+        """Token strings whose encodings are kept at inference (0: none)."""
+        return self.cache_slot.type_cache_size
+
+    @type_cache_size.setter
+    def type_cache_size(self, size: int) -> None:
+        self.cache_slot.type_cache_size = size
+
+    def inference_cache(self) -> InferenceCache | None:
+        """The cache for the current weights; None in training mode or with
+        gradients enabled, where nothing is kept."""
+        return self.cache_slot.for_weights(self)
+
+    def weights_changed(self) -> None:
+        """Forget what was derived from the weights (see `InferenceCache`)."""
+        self.cache_slot.weights_changed()
+
+    def cache_info(self) -> dict[str, int]:
+        """What the inference cache holds now (see `InferenceCacheSlot.info`)."""
+        return self.cache_slot.info()
+
+    @property
+    def precision(self) -> str:
+        """ "float32" (the default, conformant) or "bfloat16" (see
+        `elmo_spacy.bilm.precision`): what `forward`, `forward_with_states`
+        and `lm_loss` compute in. Setting "bfloat16" where it does not pay
+        warns and keeps "float32"."""
+        return self._precision
+
+    @precision.setter
+    def precision(self, precision: str) -> None:
+        # the warning points at the assignment, past torch's Module.__setattr__
+        self._precision = resolve_precision(precision, self._device, "BiLM.precision", 4)
+        self.weights_changed()  # kept encodings and packed weights are of one precision
+
+    @in_precision
+    def forward(self, batch: TokenBatch, initial_states: States | None = None) -> torch.Tensor:
+        """(L + 1, B, T, 2P) layers of the batch (see `BiLMNetwork.forward`).
+
+        initial_states: each direction's per-layer (h (R, P), c (R, H)) to
+            start every row from, R = B or R = 1 (one state for every row,
+            e.g. `primed_states`); None starts from zeros. Not with `stateful`,
+            which starts from the carried states.
+        """
+        return self._layers(batch, initial_states, final=self.stateful)[0]
+
+    @in_precision
+    def forward_with_states(
+        self, batch: TokenBatch, initial_states: States | None = None
+    ) -> tuple[torch.Tensor, States]:
+        """`forward`'s layers (L + 1, B, T, 2P), and the states each row ends
+        in: per direction and layer, (h (B, P), c (B, H)), the forward
+        direction's after the row's </S>, the backward direction's after its
+        <S> (what `stateful` mode carries to the next batch)."""
+        return self._layers(batch, initial_states, final=True)
+
+    @in_precision
+    def lm_loss(self, batch: TokenBatch) -> LMLoss:
+        """Language-model loss (see `BiLMNetwork.lm_loss`). A batch built
+        with its targets (`TokenBatch.with_targets`) runs without waiting on
+        the device."""
+        if self.softmax is None:
+            raise RuntimeError("This biLM was built without its softmax head")
+        if batch.targets is None:
+            batch = batch.with_targets(self.softmax.cluster_starts)
+        batch = batch.to(self._device)
+        _, forward_layers, backward_layers, _ = self._run(batch)
+        return self.loss(batch, forward_layers, backward_layers)
+
+    def _layers(
+        self, batch: TokenBatch, initial_states: States | None, final: bool
+    ) -> tuple[torch.Tensor, States]:
+        initial_states = self.carried.starting_states(len(batch.lengths), initial_states)
+        encoded, forward_layers, backward_layers, finals = self._run(
+            batch.to(self._device), initial_states, final
+        )
+        self.carried.keep(finals)
+        return self.layers(encoded, forward_layers, backward_layers), finals
+
+    def _run(
+        self, batch: TokenBatch, initial: States | None = None, final: bool = False
+    ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], States]:
+        """The network's `run` on the runtime: the kernel that `choose_kernel`
+        chooses for this call, and, at inference, what the cache keeps (the
+        types' encodings, packed weights, CUDA graphs)."""
+        cache = self.inference_cache()
+        packed = packed_weights(cache, self.forward_lstm.layers[0].weight_ih_l0)
+        graphs = cache.graphs if cache is not None and self._device.type == "cuda" else None
+        kernel = choose_kernel(
+            self.lstm_kernel,
+            clipped=self.forward_lstm.clipped,
+            device=self._device,
+            states=initial is not None or final,
+            packed=packed is not None,
+            graphs=graphs is not None,
+        )
+        types = encode_types(self.encoder, self.chars, batch, cache)
+        return self.run(batch, types, initial, final, stacks_runner(kernel, packed, graphs))
+
+    @property
+    def _device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def train(self, mode: bool = True) -> "BiLM":
+        if mode:  # a training step is coming, which may change the weights
+            self.weights_changed()
+        return super().train(mode)

@@ -1,0 +1,265 @@
+"""One direction of the biLM: a stack of projected LSTM layers, and the plain
+torch that runs them (torch's LSTM, or the written-out recurrence where the
+cell is clipped or states come in or go out). The runtime's faster kernels
+run the same parameters: `elmo_spacy.bilm.runtime.kernels`."""
+
+import warnings
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from .dtypes import matmul_dtype, state_dtype, widened
+
+LstmState = tuple[torch.Tensor, torch.Tensor]  # h (B, P), c (B, H) of one layer
+Product = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
+# A function (weight (out, in), name) -> Product, the products of the recurrence.
+ProductOf = Callable[[torch.Tensor, str], Product]
+# What runs one layer: (layer, x (B, T, I), lengths (B,), initial state or None,
+# cell_clip, proj_clip, final) -> (y (B, T, P), the final state or None).
+LayerKernel = Callable[..., tuple[torch.Tensor, LstmState | None]]
+
+
+class LstmStack(nn.Module):
+    """L LSTM layers, each with its cell (H units) projected to `dim` (P) by a
+    bias-free projection, dropout on each layer's input, and optionally a skip
+    connection from each layer's input to its output after the first.
+
+    The parameters are `torch.nn.LSTM`'s (per layer `weight_ih` (4H, P),
+    `weight_hh` (4H, P), `bias_ih` and `bias_hh` (4H,), `weight_hr` (P, H);
+    gates in the order input, forget, cell, output), so one set of weights
+    runs on torch's LSTM, on the written-out recurrence here, and on the
+    runtime's kernels.
+
+    cell_clip, proj_clip: clip the cell to [-cell_clip, cell_clip] and the
+        projected output to [-proj_clip, proj_clip] at every step
+        (TensorFlow's LSTMCell, as bilm-tf trains it); 0 or None: no clipping.
+    forget_bias: None trains both biases, as torch's LSTM does. A number
+        fixes `bias_hh` at that value on the forget gate and 0 elsewhere and
+        never trains it: one trained bias plus the constant forget bias that
+        TensorFlow's LSTMCell adds (1.0 in bilm-tf).
+
+    Sequences are right-padded: positions after a row's length never affect
+    the positions before it, so no packing is needed.
+    """
+
+    def __init__(
+        self,
+        n_layers: int,
+        dim: int,
+        cell_dim: int,
+        dropout: float,
+        *,
+        cell_clip: float | None = None,
+        proj_clip: float | None = None,
+        skip_connections: bool = True,
+        forget_bias: float | None = None,
+    ) -> None:
+        super().__init__()
+        # proj_size=0 when the cell is as wide as the output: no projection,
+        # and torch can use its faster oneDNN kernel.
+        proj_size = dim if cell_dim != dim else 0
+        self.layers = nn.ModuleList(
+            nn.LSTM(dim, cell_dim, proj_size=proj_size, batch_first=True) for _ in range(n_layers)
+        )
+        self.dropout = nn.Dropout(dropout)
+        self.cell_clip = cell_clip or 0.0
+        self.proj_clip = proj_clip or 0.0
+        self.skip_connections = skip_connections
+        self.forget_bias = forget_bias
+        if forget_bias is not None:
+            for layer in self.layers:
+                with torch.no_grad():
+                    layer.bias_hh_l0.zero_()
+                    layer.bias_hh_l0[cell_dim : 2 * cell_dim] = forget_bias
+                layer.bias_hh_l0.requires_grad_(False)
+
+    @property
+    def clipped(self) -> bool:
+        return bool(self.cell_clip or self.proj_clip)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        lengths: torch.Tensor,
+        initial: list[LstmState] | None = None,
+        final: bool = False,
+        kernel: LayerKernel | None = None,
+    ) -> tuple[list[torch.Tensor], list[LstmState] | None]:
+        """x (B, T, P) and lengths (B,) -> one (B, T, P) output per layer, and
+        with `final` each layer's state after each row's last real step.
+        `initial` gives each layer's starting state (zeros without it).
+        `kernel` runs each layer (default `plain_layer`)."""
+        kernel = kernel or plain_layer
+        outputs, states = [], []
+        for i, layer in enumerate(self.layers):
+            state = None if initial is None else initial[i]
+            y, state = kernel(
+                layer, self.dropout(x), lengths, state, self.cell_clip, self.proj_clip, final
+            )
+            states.append(state)
+            x = y + x if i > 0 and self.skip_connections else y
+            outputs.append(x)
+        return outputs, (states if final else None)
+
+
+def plain_layer(
+    layer: nn.LSTM,
+    x: torch.Tensor,
+    lengths: torch.Tensor,
+    initial: LstmState | None,
+    cell_clip: float,
+    proj_clip: float,
+    final: bool,
+) -> tuple[torch.Tensor, LstmState | None]:
+    """One layer in plain torch (a `LayerKernel`): torch's own LSTM where
+    nothing is clipped and no state comes in or goes out, else the
+    written-out recurrence (`run_lstm_layer`)."""
+    if cell_clip or proj_clip or initial is not None or final:
+        return run_lstm_layer(layer, x, lengths, initial, cell_clip, proj_clip, final)
+    return run_fused_layer(layer, x, lengths), None
+
+
+def run_stacks(
+    forward_stack: LstmStack,
+    backward_stack: LstmStack,
+    forward_inputs: torch.Tensor,
+    backward_inputs: torch.Tensor,
+    lengths: torch.Tensor,
+    initial: dict[str, list[LstmState]],
+    final: bool,
+    kernel: LayerKernel | None = None,
+) -> tuple[list[torch.Tensor], list[torch.Tensor], dict[str, list[LstmState]]]:
+    """Both directions' stacks, each over its own inputs (B, T, P) (the
+    backward one's reversed within each row), one after the other, each
+    layer run by `kernel` (default `plain_layer`). Returns each stack's
+    per-layer outputs and, with `final`, each direction's final states (empty
+    lists without)."""
+    forward_layers, forward_final = forward_stack(
+        forward_inputs, lengths, initial.get("forward"), final, kernel
+    )
+    backward_layers, backward_final = backward_stack(
+        backward_inputs, lengths, initial.get("backward"), final, kernel
+    )
+    finals = {"forward": forward_final or [], "backward": backward_final or []}
+    return forward_layers, backward_layers, finals
+
+
+def run_fused_layer(layer: nn.LSTM, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """One layer on torch's fused kernel: x (B, T, I) -> (B, T, P). Without
+    gradients, over the real positions only (a PackedSequence; zero past each
+    row's length); with them, over the padded batch, whose backward pass is
+    over twice as fast as a PackedSequence's on the CPU (pretraining batches
+    are of like lengths)."""
+    with warnings.catch_warnings():
+        # Noise: torch runs its own kernel instead, as it should.
+        warnings.filterwarnings("ignore", "LSTM with projections is not supported")
+        if torch.is_grad_enabled():
+            return layer(x)[0]
+        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        y, _ = layer(packed)
+    return pad_packed_sequence(y, batch_first=True, total_length=x.shape[1])[0]
+
+
+def run_lstm_layer(
+    layer: nn.LSTM,
+    x: torch.Tensor,
+    lengths: torch.Tensor,
+    initial: LstmState | None,
+    cell_clip: float,
+    proj_clip: float,
+    final: bool = True,
+    product: ProductOf | None = None,
+) -> tuple[torch.Tensor, LstmState | None]:
+    """One LSTM layer over x (B, T, I) with clipping (0: none; the output is
+    clipped only where the layer projects it, as in TensorFlow); returns the
+    outputs (B, T, P), zero past each row's length, and, with `final`, the
+    state (h, c) after step lengths[b] - 1 of each row (the initial state for
+    a row of length 0). `packed` (inference only): a dict in which to keep
+    this layer's weights packed for oneDNN, reused from call to call.
+
+    Rows run longest first and drop out of the recurrence when they end, and
+    the input projections are computed for real positions only, in the
+    time-major order of a PackedSequence: padding costs nothing.
+    """
+    batch, steps, _ = x.shape
+    hidden, out_dim = layer.hidden_size, layer.proj_size or layer.hidden_size
+    order = torch.argsort(lengths, descending=True, stable=True)
+    lengths_sorted = lengths[order].tolist()
+    if initial is None:
+        h, c = x.new_zeros(batch, out_dim), x.new_zeros(batch, hidden, dtype=state_dtype(x.dtype))
+    else:
+        h, c = initial[0][order], initial[1][order]
+    # active[t]: rows still running at step t (a prefix, as rows are sorted)
+    active = [sum(n > t for n in lengths_sorted) for t in range(steps)]
+    real = torch.arange(steps, device=x.device)[:, None] < lengths[order][None, :]  # (T, B)
+    inputs = x[order].transpose(0, 1)[real]  # (N, I), time-major
+    product = product or plain_product
+    bias = layer.bias_ih_l0 + layer.bias_hh_l0
+    gates_x = product(layer.weight_ih_l0, "ih")(inputs, bias)  # (N, 4H)
+    recur = product(layer.weight_hh_l0, "hh")
+    project = product(layer.weight_hr_l0, "hr") if layer.proj_size else None
+    outputs, offset = [], 0
+    ended: list[LstmState] = []  # the states of rows that have ended, last rows first
+    for n in active:
+        if n < len(h):  # rows n: ended at the previous step; the rest run on
+            if final:
+                ended.append((h[n:], c[n:]))
+            h, c = h[:n], c[:n]
+        if n == 0:
+            break
+        gates = recur(h, gates_x[offset : offset + n])
+        offset += n
+        h, c = lstm_cell(gates, c, cell_clip)
+        if project is not None:
+            h = project(h, None)
+            if proj_clip:
+                h = h.clamp(-proj_clip, proj_clip)
+        outputs.append(h)
+    padded = x.new_zeros(steps, batch, out_dim)
+    if outputs:
+        padded[real] = torch.cat(outputs)
+    restore = torch.argsort(order)
+    y = padded.transpose(0, 1)[restore]
+    if not final:
+        return y, None
+    ended.append((h, c))
+    h, c = (torch.cat([state[k] for state in reversed(ended)]) for k in (0, 1))
+    return y, (h[restore], c[restore])
+
+
+def lstm_cell(
+    gates: torch.Tensor, c: torch.Tensor, cell_clip: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step's cell: gates (n, 4H), the pre-activations of i, f, g, o (a
+    fresh array: where autograd records neither it nor c, it is overwritten),
+    and the cell state c (n, H) -> (o tanh(cell), cell), each (n, H) in
+    float32 where the gates are bfloat16; the cell clipped to [-cell_clip,
+    cell_clip] (0: not clipped). Where autograd records nothing, the
+    activations run in place: two new arrays instead of ten (the step's cost
+    besides its products)."""
+    gates = widened(gates)
+    if gates.requires_grad or c.requires_grad:
+        i, f, g, o = gates.chunk(4, 1)
+        cell = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        if cell_clip:
+            cell = cell.clamp(-cell_clip, cell_clip)
+        return torch.sigmoid(o) * torch.tanh(cell), cell
+    hidden = c.shape[1]
+    gates[:, : 2 * hidden].sigmoid_()
+    i, f, g, o = gates.chunk(4, 1)
+    g.tanh_()
+    o.sigmoid_()
+    cell = f.mul(c).addcmul_(i, g)
+    if cell_clip:
+        cell.clamp_(-cell_clip, cell_clip)
+    return torch.tanh(cell).mul_(o), cell
+
+
+def plain_product(weight: torch.Tensor, name: str = "") -> Product:
+    """A function (x (N, in), add) -> x @ weight.T + add on a plain GEMM, the
+    weight cast once to the product's dtype (see `matmul_dtype`); `add` is a
+    bias (out,), an (N, out) array or None."""
+    transposed = weight.to(matmul_dtype(weight)).t()  # cast once, not at every step
+    return lambda x, add: x.mm(transposed) if add is None else torch.addmm(add, x, transposed)

@@ -1,0 +1,171 @@
+"""The biLM's network: a shared token encoder, forward and backward LSTM
+stacks, a shared softmax; its layers and its language-model loss over a
+`TokenBatch`, in plain torch."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..inputs.batch import TokenBatch, gather_time, reverse_index
+from ..inputs.chars import CharIds
+from .config import BiLMConfig
+from .encoders import CharCNNEncoder, WordCharEncoder, WordEncoder
+from .lstm import LstmStack, LstmState, run_stacks
+from .softmax import SoftmaxHead
+
+States = dict[str, list[LstmState]]  # "forward" and "backward" -> one (h, c) per layer
+# What runs both stacks: `run_stacks`'s arguments and results.
+StacksRunner = Callable[..., tuple[list[torch.Tensor], list[torch.Tensor], States]]
+
+
+@dataclass
+class LMLoss:
+    """Summed negative log-likelihoods of one batch, per direction (nats)."""
+
+    forward_nll: torch.Tensor
+    backward_nll: torch.Tensor
+    n_tokens: int
+
+    @property
+    def mean(self) -> torch.Tensor:
+        """Mean NLL per predicted token over both directions: the training loss."""
+        return (self.forward_nll + self.backward_nll) / (2 * max(self.n_tokens, 1))
+
+
+class BiLMNetwork(nn.Module):
+    """ELMo's bidirectional language model (Peters et al. 2018), as modules.
+
+    Each doc is framed by <S> and </S>. The forward stack reads it left to
+    right and predicts the next word; the backward stack reads it right to
+    left and predicts the previous word. The token encoder and the softmax
+    are shared by both directions.
+
+    config: the sizes (`BiLMConfig`); vocab_size: the word vocabulary's size
+    (the word embedding's and the softmax's rows); chars: the character ids
+    the char CNN reads (None for the word encoder); with_softmax: whether to
+    build the softmax head (the LM loss needs it, the layers do not).
+
+    `forward` and `lm_loss` run in plain torch; `run` takes the parts a
+    runtime swaps in (encoded types, a stacks runner): see
+    `elmo_spacy.bilm.BiLM`, which runs this network fast.
+    """
+
+    def __init__(
+        self, config: BiLMConfig, vocab_size: int, chars: CharIds | None, with_softmax: bool
+    ) -> None:
+        super().__init__()
+        self.config = config
+        dim = config.projection_dim
+        if config.encoder == "word":
+            self.encoder: nn.Module = WordEncoder(vocab_size, config.word_dim, dim)
+        else:
+            char_cnn = (config.char_dim, config.filters, config.n_highway)
+            if config.encoder == "char_cnn":
+                self.encoder = CharCNNEncoder(chars, *char_cnn, dim, config.char_activation)
+            else:
+                self.encoder = WordCharEncoder(
+                    chars, vocab_size, config.word_dim, *char_cnn, dim, config.char_activation
+                )
+        lstm = {
+            "cell_clip": config.cell_clip,
+            "proj_clip": config.proj_clip,
+            "skip_connections": config.skip_connections,
+            "forget_bias": config.forget_bias,
+        }
+        self.forward_lstm = LstmStack(config.n_layers, dim, config.lstm_dim, config.dropout, **lstm)
+        self.backward_lstm = LstmStack(
+            config.n_layers, dim, config.lstm_dim, config.dropout, **lstm
+        )
+        self.dropout = nn.Dropout(config.dropout)
+        self.softmax = (
+            SoftmaxHead(dim, vocab_size, config.softmax, config.cutoffs) if with_softmax else None
+        )
+
+    def forward(self, batch: TokenBatch, initial_states: States | None = None) -> torch.Tensor:
+        """(L + 1, B, T, 2P) layers of the batch: layer 0 is the token
+        encoding repeated as [x; x], layers 1..L are [forward; backward] LSTM
+        outputs, the boundary positions stripped.
+
+        initial_states: each direction's per-layer (h (B, P), c (B, H)) to
+            start from; None starts from zeros."""
+        types = self.encoder(batch.type_inputs, batch.type_chars, batch.type_word_ids)
+        return self.layers(*self.run(batch, types, initial_states)[:3])
+
+    def lm_loss(self, batch: TokenBatch) -> LMLoss:
+        """Language-model loss: every word and the closing </S> is predicted
+        forwards, every word and the opening <S> backwards (see `LMTargets`)."""
+        types = self.encoder(batch.type_inputs, batch.type_chars, batch.type_word_ids)
+        _, forward_layers, backward_layers, _ = self.run(batch, types)
+        return self.loss(batch, forward_layers, backward_layers)
+
+    def run(
+        self,
+        batch: TokenBatch,
+        types: torch.Tensor,
+        initial: States | None = None,
+        final: bool = False,
+        stacks: StacksRunner = run_stacks,
+    ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], States]:
+        """Both stacks over the batch's encoded types (U, P) (`encoder`'s
+        output), from `initial` (B rows; zeros without it), run by `stacks`.
+        Returns the token encoding (B, T + 2, P), L forward and L backward
+        outputs (B, T + 2, P), all in left-to-right order, and with `final`
+        each direction's final states (see `BiLM.forward_with_states`; empty
+        lists without)."""
+        encoded = types[batch.index]
+        lengths = batch.lengths + 2
+        reverse = reverse_index(lengths, batch.index.shape[1])
+        backward_inputs = types[batch.index.gather(1, reverse)]
+        forward_layers, backward_layers, finals = stacks(
+            self.forward_lstm,
+            self.backward_lstm,
+            encoded,
+            backward_inputs,
+            lengths,
+            initial or {},
+            final,
+        )
+        backward_layers = [gather_time(y, reverse) for y in backward_layers]
+        return encoded, forward_layers, backward_layers, finals
+
+    @staticmethod
+    def layers(
+        encoded: torch.Tensor,
+        forward_layers: list[torch.Tensor],
+        backward_layers: list[torch.Tensor],
+    ) -> torch.Tensor:
+        """The (L + 1, B, T, 2P) output layers of `run`'s results."""
+        layers = [torch.cat([encoded, encoded], dim=-1)]
+        layers += [torch.cat(fb, dim=-1) for fb in zip(forward_layers, backward_layers)]
+        return torch.stack(layers)[:, :, 1:-1]
+
+    def loss(
+        self,
+        batch: TokenBatch,
+        forward_layers: list[torch.Tensor],
+        backward_layers: list[torch.Tensor],
+    ) -> LMLoss:
+        """The LM loss of the top layers (B, T + 2, P) of `run`'s results."""
+        if self.softmax is None:
+            raise RuntimeError("This biLM was built without its softmax head")
+        if batch.targets is None:
+            batch = batch.with_targets(self.softmax.cluster_starts)
+        targets = batch.targets.to(forward_layers[-1].device)
+        forward_hidden = _rows(forward_layers[-1], targets.forward_rows)
+        backward_hidden = _rows(backward_layers[-1], targets.backward_rows)
+        return LMLoss(
+            forward_nll=self.softmax(
+                self.dropout(forward_hidden), targets.forward_words, targets.forward_splits
+            ),
+            backward_nll=self.softmax(
+                self.dropout(backward_hidden), targets.backward_words, targets.backward_splits
+            ),
+            n_tokens=targets.n_tokens,
+        )
+
+
+def _rows(layer: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """layer (B, T, P), rows (N,) flat positions -> (N, P)."""
+    return layer.reshape(-1, layer.shape[-1]).index_select(0, rows)

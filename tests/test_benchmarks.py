@@ -1,0 +1,120 @@
+"""The benchmark scripts run as a user runs them, on tiny settings: each exits 0
+and prints its figures (JSON lines). Marked `benchmark`: `make test-benchmarks`
+(pytest -m benchmark), not `make test`."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import CONFIGS, DATA, ROOT
+
+pytestmark = pytest.mark.benchmark
+
+BENCHMARKS = ROOT / "benchmarks"
+SHARED = ROOT.parent / "shared" / "data"
+TEXT = DATA / "unlabeled.txt"
+TRAIN_CSV = DATA / "train.csv"
+
+
+def run_benchmark(name: str, *args, timeout: int = 600) -> list[dict]:
+    """benchmarks/NAME.py ARGS in a process of its own; the JSON lines it printed."""
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / f"{name}.py"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=BENCHMARKS,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert lines, done.stdout[-2000:]
+    return lines
+
+
+def test_large_corpus_runs_every_part(tmp_path):
+    work = ["--workdir", tmp_path]
+    prepared = run_benchmark("large_corpus", *work, "prepare", TEXT, "--tokens", "20k")
+    assert [line["tokenizer"] for line in prepared] == [
+        "spacy, 1 process",
+        "spacy, 2 processes",
+        "pretokenized",
+    ]
+    memory = run_benchmark(
+        "large_corpus", *work, "memory", "--sizes", "20k", "40k", "--steps", "2", "--repeats", "1"
+    )
+    runs = [line for line in memory if line["part"] == "memory: pretrain, prepared corpus"]
+    assert len(runs) == 2 and all(r["peak_rss_mb"] > 0 and r["steps"] == 2 for r in runs)
+    corpus = tmp_path / "zipf-20000"
+    builder = run_benchmark("large_corpus", *work, "builder", corpus, "--batches", "3")
+    assert all(line["tokens_per_second"] > 0 for line in builder)
+    step = run_benchmark(
+        "large_corpus",
+        *work,
+        "step",
+        corpus,
+        "--shapes",
+        "default",
+        "--steps",
+        "2",
+        "--rounds",
+        "1",
+    )
+    assert step[0]["prepared_over_in_memory"] > 0
+
+
+def test_pretrain_throughput_and_precision_perplexity(tmp_path):
+    tiny = CONFIGS / "bilm_tiny.cfg"
+    lines = run_benchmark("pretrain_throughput", tiny, TEXT, "--steps", "2", "--no-full-softmax")
+    assert any("tokens_per_second" in line for line in lines)
+    lines = run_benchmark(
+        "precision_perplexity", tiny, TEXT, "--steps", "2", "--output-dir", tmp_path
+    )
+    assert "bfloat16_dev_perplexity_over_float32" in lines[-1]
+
+
+def test_matmul_and_step_product_rates():
+    assert run_benchmark("matmul_rates", "--size", "256")
+    lines = run_benchmark("step_gemm_rates", "--rows", "8", "--shape", "pretraining")
+    assert any("float32 packed" in json.dumps(line) or line for line in lines)
+
+
+def test_the_forward_at_the_published_shapes():
+    lines = run_benchmark(
+        "elmo_shapes", "--text", TRAIN_CSV, "--batches", "1", "--shapes", "small 2x1024_128",
+        "--forwards", "clipped", "--rounds", "1",
+    )  # fmt: skip
+    assert any("tokens_per_second" in json.dumps(line) for line in lines)
+
+
+@pytest.mark.skipif(
+    not (SHARED / "allennlp_elmo").is_dir(), reason="needs ../shared/data/allennlp_elmo"
+)
+def test_primed_state_is_closer_to_the_reference_than_zero_state():
+    lines = run_benchmark("primed_state", SHARED / "allennlp_elmo")
+    by_state = {line["state"]: line for line in lines if "state" in line}
+    assert by_state["carried"]["max_abs_difference"] < 1e-5  # the comparison holds
+    assert by_state["primed"]["mean_abs_difference"] < by_state["zero"]["mean_abs_difference"] / 4
+
+
+def test_head_bilstm():
+    assert run_benchmark("head_bilstm", "--text", TRAIN_CSV, "--docs", "50", "--rounds", "1")
+
+
+@pytest.fixture
+def trained_pipeline(bilm_dir, tmp_path) -> Path:
+
+    from .conftest import make_nlp
+
+    nlp = make_nlp(bilm_dir)
+    nlp.initialize()
+    nlp.to_disk(tmp_path / "pipeline")
+    return tmp_path / "pipeline"
+
+
+def test_memory_and_type_cache(trained_pipeline):
+    long = run_benchmark("memory", "long-doc", trained_pipeline, "--tokens", "3000")
+    assert long[-1]
+    assert run_benchmark("type_cache", "--text", TRAIN_CSV, "--docs", "20", "--passes", "1")
