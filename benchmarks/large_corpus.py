@@ -352,9 +352,11 @@ class prebuilt_batches:
         self.enabled = enabled
         if not enabled:
             return
-        vocab = corpus_vocabulary(corpus.types, config.max_vocab_size, config.min_count)
-        build = BatchBuilder(corpus, BiLM(config, vocab))
         sample = dev_sample(corpus, settings.dev_fraction, settings.max_dev_tokens, settings.seed)
+        vocab = corpus_vocabulary(
+            corpus.types, config.max_vocab_size, config.min_count, held_out=sample
+        )  # pretraining's own
+        build = BatchBuilder(corpus, BiLM(config, vocab))
         plans = epoch_batches(
             corpus,
             seed=settings.seed,

