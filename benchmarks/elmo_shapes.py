@@ -74,7 +74,7 @@ from matmul_rates import float32_without_tf32, matmul_rates, roofline, synchroni
 from step_gemm_rates import int8_lstm_products
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm
-from elmo_spacy.bilm.inference import embed_tokens
+from elmo_spacy.bilm.runner import Runner, RunSettings
 
 FILTERS = [(1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024)]
 SHAPES = {
@@ -276,9 +276,12 @@ def main() -> None:
                 int8 = int8_lstm_products() if name == INT8_RUN else contextlib.nullcontext()
                 with int8, torch.inference_mode():
                     if name.startswith("embedder"):
+                        settings = RunSettings(
+                            precision=bilm.precision, max_batch_tokens=args.batch_tokens
+                        )
 
-                        def run(batch, bilm=bilm) -> None:
-                            embed_tokens(bilm, batch, max_batch_tokens=args.batch_tokens)
+                        def run(batch, runner=Runner(bilm, settings)) -> None:
+                            runner.embed(batch)
 
                         run(timed_sentences)  # the warm-up: the same batch shapes as timed
                         elapsed = timed(run, [timed_sentences], args.device)

@@ -19,6 +19,8 @@ import json
 
 import spacy
 
+from elmo_spacy.layers import get_runner
+
 
 def resident_mb(field: str) -> float:
     """VmRSS (resident now) or VmHWM (peak since the last reset) of this process, in MB."""
@@ -39,7 +41,7 @@ def long_doc(nlp: spacy.Language, n_tokens: int) -> dict:
     return {
         "tokens": len(doc),
         "pipes": nlp.pipe_names,
-        "window": nlp.get_pipe("elmo").model.attrs["window"],
+        "window": get_runner(nlp.get_pipe("elmo").model).settings.window,
         "peak_over_start_mb": round(resident_mb("VmHWM") - before, 1),
         "output_mb": round((doc._.elmo.nbytes + doc.tensor.nbytes) / 2**20, 1),
     }

@@ -25,6 +25,7 @@ from spacy.training import Example
 from step_gemm_rates import int8_lstm_products
 
 from elmo_spacy.bilm.runtime.precision import PRECISIONS
+from elmo_spacy.layers import get_bilm
 
 
 def main() -> None:
@@ -63,7 +64,7 @@ def main() -> None:
             result = nlp.evaluate(examples, batch_size=args.batch_size)
             seconds = time.perf_counter() - started
         scores[precision] = {k: v for k, v in result.items() if isinstance(v, float)}
-        ran = precision if precision == "int8_lstm" else elmo.precision
+        ran = precision if precision == "int8_lstm" else get_bilm(elmo.model).precision
         line = {"precision": ran, "words": n_words}
         line["words_per_second"] = round(n_words / seconds)
         print(json.dumps({**line, **scores[precision]}), flush=True)

@@ -80,8 +80,8 @@ def main() -> None:
             "dev_perplexity_own_precision": log["epochs"][-1]["dev_perplexity"]["mean"],
         }
         for evaluated_in in PRECISIONS:
-            bilm = load_bilm(output / "model-last", precision=evaluated_in)
-            bilm.to(start_workers(args.gpu_id).device)
+            bilm = load_bilm(output / "model-last").to(start_workers(args.gpu_id).device)
+            bilm.precision = evaluated_in
             build = BatchBuilder(corpus, bilm)
             perplexity = evaluate_perplexity(bilm, map(build, dev))
             line[f"dev_perplexity_in_{evaluated_in}"] = perplexity["mean"]

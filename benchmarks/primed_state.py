@@ -25,7 +25,7 @@ import torch
 
 from elmo_spacy.bilm import BiLM
 from elmo_spacy.bilm.formats.bilm_tf import read_bilm_tf
-from elmo_spacy.bilm.inference import initial_states_for
+from elmo_spacy.bilm.runner import Runner, RunSettings
 
 FIXTURES = Path(__file__).parents[1].parent / "shared" / "data" / "allennlp_elmo"
 
@@ -54,7 +54,9 @@ def differences(bilm: BiLM, fixtures: Path, state: str) -> numpy.ndarray:
     batches = reference_batches(fixtures)
     bilm.stateful = state == "carried"
     bilm.reset_state()
-    initial = None if state == "carried" else initial_states_for(bilm, state)
+    initial = None
+    if state != "carried":
+        initial = Runner(bilm, RunSettings(state=state, precision=bilm.precision)).initial_states()
     gaps = []
     try:
         for i, batch in enumerate(batches):

@@ -4,17 +4,21 @@ from typing import Any
 
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Linear, Model, chain, concatenate, with_array
+from thinc.api import Model, concatenate
 from thinc.types import Floats2d, Floats3d
 
-from .errors import ElmoSpacyError
+from .bilm.runner import RunSettings
 from .layers import (
     ElmoListener,
     build_bilm_model,
     build_learned_mix,
     build_scalar_mix,
     build_textcat_bilstm,
+    mixed_tok2vec,
+    own_bilm,
+    set_run_settings,
 )
+from .layers.bilm_model import get_runner
 
 
 @registry.architectures("elmo_spacy.ElmoBiLM.v1")
@@ -23,11 +27,21 @@ def ElmoBiLM_v1(
     max_batch_tokens: int = 4096,
     window: int = 1024,
     window_overlap: int = 64,
+    grad_scaler_config: dict[str, Any] | None = None,
 ) -> Model[list[Doc], list[Floats3d]]:
     """The `elmo` pipe's model. `bilm` holds `BiLMConfig` fields, used only when
-    the pipe is initialised without a pretrained biLM directory. Docs longer
-    than `window` tokens run in overlapping windows (see build_bilm_model)."""
-    return build_bilm_model(bilm or {}, max_batch_tokens, window, window_overlap)
+    the pipe is initialised without a pretrained biLM directory. Docs run in
+    length-sorted chunks of at most `max_batch_tokens` padded tokens; docs
+    longer than `window` tokens in overlapping windows (see
+    `elmo_spacy.bilm.runner.RunSettings`). `grad_scaler_config`: thinc's
+    `PyTorchGradScaler` arguments for fine-tuning in float16."""
+    settings = RunSettings(
+        max_batch_tokens=max_batch_tokens,
+        window=window,
+        window_overlap=window_overlap,
+        origin="elmo_spacy.ElmoBiLM.v1: ",
+    )
+    return build_bilm_model(bilm or {}, settings, grad_scaler_config)
 
 
 @registry.architectures("elmo_spacy.ElmoListener.v1")
@@ -42,21 +56,50 @@ def ElmoListener_v1(
     (0 keeps the biLM frozen).
 
     width: if set, a learned linear projection (with bias) of the mix to this
-    many dimensions, as AllenNLP's `Elmo(projection_dim=...)`: the output is
-    then (n, width) whatever the biLM's width, so a config that sets it works
-    unchanged with any biLM. If None, the output is the mix's own width."""
-    listener = ElmoListener(upstream, grad_factor)
-    if width is None:
-        model = chain(listener, mix)
-    else:
-        if width < 1:
-            raise ElmoSpacyError(f"elmo listener: width = {width}, must be a positive number")
-        projection = Linear(nO=width)
-        model = chain(listener, mix, with_array(projection))
-        model.set_ref("projection", projection)
-    model.set_ref("listener", listener)
-    model.set_ref("mix", mix)
-    return model
+    many dimensions: the output is then (n, width) whatever the biLM's width,
+    so a config that sets it works unchanged with any biLM. If None, the
+    output is the mix's own width.
+
+    `nlp.replace_listeners("elmo", pipe, ["model.tok2vec"])` turns it into an
+    `elmo_spacy.ElmoTok2Vec.v1` with the same mix and projection."""
+    return mixed_tok2vec(ElmoListener(upstream, grad_factor), mix, width)
+
+
+@registry.architectures("elmo_spacy.ElmoTok2Vec.v1")
+def ElmoTok2Vec_v1(
+    bilm: Model[list[Doc], list[Floats3d]],
+    mix: Model[list[Floats3d], list[Floats2d]],
+    grad_factor: float = 1.0,
+    width: int | None = None,
+    layers: list[int] | None = None,
+    state: str = "zero",
+    warmup: list[str] | None = None,
+    precision: str = "float32",
+    bilm_path: str | None = None,
+) -> Model[list[Doc], list[Floats2d]]:
+    """A tok2vec that owns its biLM: `bilm` (an `elmo_spacy.ElmoBiLM.v1`
+    block) run with the settings of the `elmo` pipe (`layers`, `state`,
+    `warmup`, `precision`), mixed by `mix` and projected to `width` as
+    `elmo_spacy.ElmoListener.v1` does. What a listener becomes when spaCy's
+    `replace_listeners` replaces it (its biLM then travels with the pipe's
+    model); in a config of its own, for one pipe that needs no shared `elmo`
+    pipe, `bilm_path` is the pretrained biLM that `initialize` reads.
+    grad_factor scales the gradient sent to the biLM (0 keeps it frozen)."""
+    base = get_runner(bilm).settings
+    set_run_settings(
+        bilm,
+        RunSettings(
+            layers=layers,
+            state=state,
+            warmup=warmup,
+            precision=precision,
+            max_batch_tokens=base.max_batch_tokens,
+            window=base.window,
+            window_overlap=base.window_overlap,
+            origin="elmo_spacy.ElmoTok2Vec.v1: ",
+        ),
+    )
+    return mixed_tok2vec(own_bilm(bilm, grad_factor, bilm_path), mix, width)
 
 
 @registry.architectures("elmo_spacy.ConcatenateTok2Vec.v1")

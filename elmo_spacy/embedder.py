@@ -2,6 +2,7 @@
 `elmo-spacy embed` (the successor of AllenNLP's `ElmoEmbedder`)."""
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy
@@ -9,18 +10,11 @@ import torch
 
 from .bilm import BiLM
 from .bilm.formats.directory import load_bilm
-from .bilm.inference import (
-    check_state,
-    check_window,
-    embed_tokens,
-    initial_states_for,
-    resolve_layers,
-)
 from .bilm.inputs.batch import length_runs
 from .bilm.inputs.tokenization import Tokenization
 from .bilm.model import States
+from .bilm.runner import Runner, RunSettings
 from .bilm.runtime.devices import resolve_device
-from .bilm.runtime.precision import check_precision, resolve_precision
 from .errors import ElmoSpacyError
 
 
@@ -47,16 +41,20 @@ class Embedder:
         batches).
     warmup: the warm-up sentences of state = "primed", each a list of tokens
         or a string of space-separated tokens; None: the shipped default
-        (`elmo_spacy.bilm.inference.DEFAULT_WARMUP`).
+        (`elmo_spacy.bilm.runner.DEFAULT_WARMUP`).
     max_batch_tokens: sentences are sorted by length and run in batches of
         at most this many padded tokens.
     window, window_overlap: a sentence longer than `window` tokens runs in
-        overlapping pieces (see `elmo_spacy.bilm.inference.windows`).
+        overlapping pieces (see `elmo_spacy.bilm.runner.windows`).
     device: where the biLM runs ("cpu", "cuda", "cuda:1", a torch.device).
-    precision: "float32" (conformant) or "bfloat16" (faster where the hardware
-        multiplies in it; see `elmo_spacy.bilm.precision`); None (the
-        default): float32 for a path, a `BiLM`'s own setting for a `BiLM`.
-        The arrays handed back are float32 either way.
+    precision: "float32" (conformant), "bfloat16" (faster where the hardware
+        multiplies in it) or "float16" (GPUs without bfloat16); see
+        `elmo_spacy.bilm.runtime.precision`. None (the default): float32 for a
+        path, a `BiLM`'s own setting for a `BiLM`. The arrays handed back are
+        float32 either way.
+
+    The settings are checked once (`elmo_spacy.bilm.runner.RunSettings`) and
+    run by a `Runner`, the one that the `elmo` pipe's model holds too.
     """
 
     def __init__(
@@ -72,34 +70,35 @@ class Embedder:
         device: str | torch.device = "cpu",
         precision: str | None = None,
     ) -> None:
-        where = "Embedder: precision"
-        if precision is not None:
-            check_precision(precision, where)
-        check_state(state)
-        check_window(window, window_overlap)
-        if max_batch_tokens < 1:
-            raise ElmoSpacyError(f"max_batch_tokens = {max_batch_tokens}: give at least 1")
-        self.device = resolve_device(device)
+        settings = RunSettings(
+            layers=layers,
+            state=state,
+            warmup=warmup,
+            precision=precision or "float32",
+            max_batch_tokens=max_batch_tokens,
+            window=window,
+            window_overlap=window_overlap,
+            origin="Embedder: ",
+        )
         bilm = path if isinstance(path, BiLM) else load_bilm(path, with_softmax=False)
-        self.bilm = bilm.to(self.device).eval()
-        if precision is not None:
-            self.bilm.precision = resolve_precision(precision, self.device, where)
-        self.layers = resolve_layers(layers, bilm.config.n_output_layers)
-        self.state = state
-        self.warmup = None if warmup is None else _warmup_tokens(warmup)
-        self.max_batch_tokens = max_batch_tokens
-        self.window = window
-        self.window_overlap = window_overlap
+        if precision is None:
+            settings = replace(settings, precision=bilm.precision)
+        self.device = resolve_device(device)
+        self.runner = Runner(bilm.to(self.device), settings)
+
+    @property
+    def bilm(self) -> BiLM:
+        return self.runner.bilm
 
     @property
     def n_layers(self) -> int:
         """Layers of each output: len(layers), or L + 1 for all."""
-        return self.bilm.config.n_output_layers if self.layers is None else len(self.layers)
+        return self.runner.n_layers
 
     @property
     def width(self) -> int:
         """Width D of every layer: 2P, [forward; backward]."""
-        return self.bilm.config.width
+        return self.runner.width
 
     def embed(
         self,
@@ -110,17 +109,7 @@ class Embedder:
         """One float32 array (n_layers, n, D) per sentence of n tokens, in the
         order given; an empty sentence gives (n_layers, 0, D). Batched by
         length inside. `progress` is called with the tokens of each batch run."""
-        sentences = _check_sentences(sentences)
-        outputs = embed_tokens(
-            self.bilm,
-            sentences,
-            max_batch_tokens=self.max_batch_tokens,
-            window=self.window,
-            window_overlap=self.window_overlap,
-            initial_states=self.initial_states(),
-            progress=progress,
-        )
-        return outputs if self.layers is None else [output[self.layers] for output in outputs]
+        return self.runner.embed(_check_sentences(sentences), progress)
 
     def embed_sentence(self, tokens: Sequence[str]) -> numpy.ndarray:
         """(n_layers, n, D) float32 vectors of one tokenised sentence."""
@@ -141,7 +130,7 @@ class Embedder:
         block's vectors are yielded once
         it has run. Indices come shortest sentence first, not in input order."""
         sentences = _check_sentences(sentences)
-        limit = block_tokens or 16 * self.max_batch_tokens
+        limit = block_tokens or 16 * self.runner.settings.max_batch_tokens
         order = numpy.argsort([len(s) for s in sentences], kind="stable")
         bounds = length_runs(numpy.array([len(sentences[i]) for i in order]), limit)
         for block in (order[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:])):
@@ -161,7 +150,7 @@ class Embedder:
     def initial_states(self) -> States | None:
         """The state every sentence starts from: None (zeros), or the primed
         state, per direction and layer (h (1, P), c (1, H))."""
-        return initial_states_for(self.bilm, self.state, self.warmup)
+        return self.runner.initial_states()
 
 
 def _check_sentences(sentences: Iterable[Sequence[str]]) -> list[Sequence[str]]:
@@ -179,16 +168,6 @@ def _check_sentences(sentences: Iterable[Sequence[str]]) -> list[Sequence[str]]:
                 "strings (e.g. text.split())"
             )
     return sentences
-
-
-def _warmup_tokens(warmup: Sequence[str | Sequence[str]]) -> list[list[str]]:
-    if isinstance(warmup, str):
-        raise ElmoSpacyError("warmup is a list of sentences, not one string: wrap it in a list")
-    tokens = [s.split() if isinstance(s, str) else list(s) for s in warmup]
-    tokens = [t for t in tokens if t]
-    if not tokens:
-        raise ElmoSpacyError("warmup holds no token: give at least one sentence, or None")
-    return tokens
 
 
 def tokenizer_for(tokenization: Tokenization | None) -> Callable[[Iterable[str]], list[list[str]]]:

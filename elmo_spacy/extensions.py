@@ -109,6 +109,63 @@ def set_layers(doc: Doc, layers: numpy.ndarray | None) -> None:
     doc.tensor = default_mix(layers)
 
 
+def annotate(doc: Doc, layers: numpy.ndarray, readers: list[int], store: dict) -> None:
+    """The `elmo` pipe's annotation: `set_layers`, and once the listeners
+    `readers` (their ids) have read the layers (`mark_read`), `store_layers`
+    with `store`: {"rows": "all", a list of rows to keep, "tensor" or
+    "nothing", "dtype": what the kept rows are stored in}."""
+    set_layers(doc, layers)
+    if store == {"rows": "all", "dtype": str(layers.dtype)}:
+        return  # nothing to change once read
+    doc.user_data[KEY]["store"] = store
+    if readers:
+        doc.user_data[KEY]["readers"] = list(readers)
+    else:
+        store_layers(doc)
+
+
+def listened_layers(doc: Doc) -> "ElmoLayers | None":
+    """`doc._.elmo` where it still holds every layer the listeners take (the
+    pipe's `store` setting has not cut rows from it yet), else None."""
+    record = doc.user_data.get(KEY)
+    if record is None or record.get("cut"):
+        return None
+    return get_layers(doc)
+
+
+def mark_read(doc: Doc, reader: int) -> None:
+    """The listener `reader` has read the doc's layers: once no listener is
+    left to read them, store what the pipe's `store` setting says."""
+    record = doc.user_data.get(KEY)
+    if record is None or reader not in record.get("readers", ()):
+        return
+    record["readers"] = [r for r in record["readers"] if r != reader]
+    if not record["readers"]:
+        store_layers(doc)
+
+
+def store_layers(doc: Doc) -> None:
+    """Keep on the doc only what the `elmo` pipe's `store` setting says, now,
+    whether or not its listeners have read the layers (a disabled listening
+    pipe never does). Nothing changes on a doc without such a setting."""
+    record = doc.user_data.get(KEY)
+    if record is None or "store" not in record:
+        return
+    store = record.pop("store")
+    record.pop("readers", None)
+    rows = store["rows"]
+    if rows == "nothing":
+        set_layers(doc, None)
+    elif rows == "tensor":
+        del doc.user_data[KEY]
+    else:
+        layers = record["layers"]
+        if rows != "all":
+            layers = layers[rows]
+            record["cut"] = True
+        record["layers"] = layers.astype(store["dtype"]).view(JsonArray)
+
+
 def get_layers(doc: Doc) -> ElmoLayers | None:
     """`doc._.elmo`, aligned with the doc's current tokens (see the module
     docstring). Reading never writes to the doc: layers of tokens that a

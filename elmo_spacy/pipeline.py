@@ -3,8 +3,10 @@
 import os
 import warnings
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import srsly
 import torch
@@ -17,13 +19,12 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from .bilm.formats.directory import bilm_from_bytes, bilm_to_bytes, load_bilm, save_bilm
-from .bilm.inference import check_state, resolve_layers
-from .bilm.runtime.precision import check_precision, resolve_precision
+from .bilm.runner import RunSettings, resolve_layers
 from .cache import FrozenOutputCache
 from .errors import ElmoSpacyError
-from .extensions import install_extensions, set_layers
-from .layers import ElmoListener, get_bilm, set_bilm
-from .layers.bilm_model import ElmoOutput, no_backprop, set_initial_state
+from .extensions import annotate, install_extensions, store_layers
+from .layers import ElmoListener, get_bilm, get_runner, set_bilm, set_run_settings
+from .layers.bilm_model import ElmoOutput, no_backprop
 from .layers.dims import N_OUTPUT_LAYERS
 
 DEFAULT_ELMO_MODEL = """
@@ -32,7 +33,74 @@ DEFAULT_ELMO_MODEL = """
 max_batch_tokens = 4096
 """
 DTYPES = ("float32", "float16")
-SETTINGS = ("layers", "dtype", "cache_mb", "state", "warmup", "precision")
+STORES = ("layers", "tensor", "nothing")
+
+
+@dataclass(frozen=True)
+class ElmoSettings:
+    """The `elmo` pipe's settings: its factory's config, checked here once
+    (the run settings by `RunSettings`), and what `to_disk` saves as the
+    pipe's cfg. See `Elmo` for what each does."""
+
+    layers: tuple[int, ...] | None = None
+    dtype: str = "float32"
+    cache_mb: int = 2048
+    state: str = "zero"
+    warmup: tuple[str, ...] | None = None
+    precision: str = "float32"
+    store: str | tuple[int, ...] = "layers"
+
+    name: str = field(default="elmo", compare=False)  # the pipe's, for messages
+
+    @classmethod
+    def read(cls, **values: Any) -> "ElmoSettings":
+        """The settings from config values (lists for tuples)."""
+        for key in ("layers", "warmup"):
+            if isinstance(values.get(key), list):
+                values[key] = tuple(values[key])
+        if isinstance(values.get("store"), list):
+            values["store"] = tuple(int(i) for i in values["store"])
+        return cls(**values)
+
+    def __post_init__(self) -> None:
+        where = f"[components.{self.name}]"
+        if self.dtype not in DTYPES:
+            raise ElmoSpacyError(f"{where} dtype = {self.dtype!r}: use one of {DTYPES}")
+        if isinstance(self.store, str) and self.store not in STORES:
+            raise ElmoSpacyError(
+                f"{where} store = {self.store!r}: use one of {STORES}, or a list of layer indices"
+            )
+        if not isinstance(self.store, str) and not self.store:
+            raise ElmoSpacyError(
+                f'{where} store = []: name a layer to keep, or "tensor" or "nothing"'
+            )
+        if self.cache_mb < 0:
+            raise ElmoSpacyError(f"{where} cache_mb = {self.cache_mb}: give 0 (no cache) or more")
+        self.run_settings(RunSettings())  # checks layers, state, warmup, precision
+
+    def run_settings(self, base: RunSettings) -> RunSettings:
+        """`base` (the model's batching and windows) with this pipe's layers,
+        state, warmup and precision."""
+        return replace(
+            base,
+            layers=self.layers,
+            state=self.state,
+            warmup=self.warmup,
+            precision=self.precision,
+            origin=f"[components.{self.name}] ",
+        )
+
+    def to_cfg(self) -> dict[str, Any]:
+        """The settings as config values."""
+        return {
+            "layers": None if self.layers is None else list(self.layers),
+            "dtype": self.dtype,
+            "cache_mb": self.cache_mb,
+            "state": self.state,
+            "warmup": None if self.warmup is None else list(self.warmup),
+            "precision": self.precision,
+            "store": self.store if isinstance(self.store, str) else list(self.store),
+        }
 
 
 @Language.factory(
@@ -45,6 +113,7 @@ SETTINGS = ("layers", "dtype", "cache_mb", "state", "warmup", "precision")
         "state": "zero",
         "warmup": None,
         "precision": "float32",
+        "store": "layers",
     },
     assigns=["doc._.elmo", "doc.tensor"],
 )
@@ -58,10 +127,9 @@ def make_elmo(
     state: str,
     warmup: list[str] | None,
     precision: str,
+    store: str | list[int],
 ) -> "Elmo":
-    return Elmo(
-        nlp.vocab,
-        model,
+    settings = ElmoSettings.read(
         name=name,
         layers=layers,
         dtype=dtype,
@@ -69,7 +137,9 @@ def make_elmo(
         state=state,
         warmup=warmup,
         precision=precision,
+        store=store,
     )
+    return Elmo(nlp.vocab, model, name=name, settings=settings)
 
 
 class Elmo(TrainablePipe):
@@ -78,16 +148,20 @@ class Elmo(TrainablePipe):
     - `doc._.elmo`: (L + 1, len(doc), width); layer 0 is the token encoding,
       layers 1..L the biLSTM layers ([forward; backward]). `token._.elmo`
       (L + 1, width) and `span._.elmo` (L + 1, len(span), width) are views of it.
-    - `doc.tensor`: the default mix, the mean of the layers, (n, width) float32.
-      User hooks make `token.vector`, `span.vector`, `doc.vector` and
-      `doc.similarity` use the same mix, also when the vocab has static vectors.
+    - `doc.tensor`: the default mix, the mean of the layers, (n, width)
+      float32, which spaCy's `token.vector`, `span.vector`, `doc.vector` and
+      `similarity` read where the vocab has no static vectors.
 
-    Downstream pipes use the layers through `elmo_spacy.ElmoListener.v1`.
+    Downstream pipes use the layers through `elmo_spacy.ElmoListener.v1`;
+    `nlp.replace_listeners` gives a pipe its own copy of the biLM instead
+    (`elmo_spacy.ElmoTok2Vec.v1`).
 
-    layers: keep only these layers (indices into 0..L), in this order, on the
-        docs and for the listeners; None keeps all L + 1.
+    Settings (the factory's config; `settings`, an `ElmoSettings`, holds them):
+
+    layers: the layers the listeners get and the docs keep (indices into
+        0..L, negative ones from the top), in this order; None: all L + 1.
     dtype: "float32", or "float16" to store `doc._.elmo` in half the memory
-        (listeners still compute in float32).
+        (listeners in the pipeline read the float32 layers first).
     cache_mb: while training with a frozen biLM (no listener with
         grad_factor != 0), the layers of each training doc are computed once
         and kept in a float16 cache of at most this many MB (0: no cache, no
@@ -102,90 +176,50 @@ class Elmo(TrainablePipe):
         the weights (again after a fine-tuning step).
     warmup: the warm-up sentences of state = "primed", tokens separated by
         spaces; null: a few sentences of news English shipped with the
-        plugin (`elmo_spacy.bilm.inference.DEFAULT_WARMUP`).
-    precision: what the biLM computes in: "float32" (the default, conformant)
-        or "bfloat16" (faster where the CPU multiplies in it, e.g. AVX512-BF16
-        or AMX; each layer moves by under 1% of its largest value; float32 with a
-        warning elsewhere). `doc._.elmo` is float32 (or `dtype`) either way;
-        see `elmo_spacy.bilm.precision`.
+        plugin (`elmo_spacy.bilm.runner.DEFAULT_WARMUP`).
+    precision: what the biLM computes in: "float32" (the default, conformant),
+        "bfloat16" (faster where the CPU or GPU multiplies in it, e.g.
+        AVX512-BF16, AMX, Ampere and later; each layer moves by under 1% of
+        its largest value) or "float16" (GPUs without bfloat16, e.g. T4 and
+        V100; fine-tuning scales the loss). Either runs as float32, with a
+        warning, where it would not pay; `doc._.elmo` is float32 (or `dtype`)
+        either way; see `elmo_spacy.bilm.runtime.precision`.
+    store: what stays on each doc once the pipeline's listeners have read
+        its layers: "layers" (the default: every layer of `layers`, and
+        `doc.tensor`), a list of layer indices (those of `layers` to keep on
+        `doc._.elmo`, and `doc.tensor`), "tensor" (only `doc.tensor`, the
+        mean of the layers) or "nothing". Listeners in the pipeline get every
+        layer of `layers` whatever this says; a doc read by no listener (one
+        that a disabled listening pipe would have read) keeps every layer
+        until `store_layers(doc)` is called. `doc.tensor` is the same in
+        every case but "nothing".
 
-    These settings are the factory's config, the one place they live: the
-    pipe's `cfg` mirrors them (and is what `to_disk` saves beside the biLM),
-    a saved pipeline loads with those of its config.cfg, and
-    `spacy.load(path, config={"components": {"elmo": {...}}})` changes them.
-    They are read-only on the pipe.
+    The settings are read-only on the pipe: a saved pipeline loads with those
+    of its config.cfg, and `spacy.load(path, config={"components": {"elmo":
+    {...}}})` changes them.
     """
 
     def __init__(
-        self,
-        vocab: Vocab,
-        model: Model,
-        name: str = "elmo",
-        *,
-        layers: Sequence[int] | None = None,
-        dtype: str = "float32",
-        cache_mb: int = 2048,
-        state: str = "zero",
-        warmup: Sequence[str] | None = None,
-        precision: str = "float32",
+        self, vocab: Vocab, model: Model, name: str = "elmo", *, settings: ElmoSettings
     ) -> None:
-        if dtype not in DTYPES:
-            raise ElmoSpacyError(f"[components.{name}] dtype = {dtype!r}: use one of {DTYPES}")
-        if layers is not None and not layers:
-            raise ElmoSpacyError(f"[components.{name}] layers is empty: name at least one, or null")
-        check_state(state, f"[components.{name}] state")
-        check_precision(precision, f"[components.{name}] precision")
         self.vocab = vocab
         self.model = model
         self.name = name
-        self.cfg: dict = {
-            "layers": None if layers is None else [int(i) for i in layers],
-            "dtype": dtype,
-            "cache_mb": cache_mb,
-            "state": state,
-            "warmup": _warmup(warmup, name),
-            "precision": precision,
-        }
-        self._layers = self.cfg["layers"]  # resolved against the biLM's layers once it is there
+        self.settings = settings
         self.listener_map: dict[str, list[ElmoListener]] = {}
-        self.frozen_cache = FrozenOutputCache(cache_mb * 2**20)
+        self.frozen_cache = FrozenOutputCache(settings.cache_mb * 2**20)
         self._pid = os.getpid()
-        warmup_tokens = None if self.warmup is None else [s.split() for s in self.warmup]
-        set_initial_state(self.model, state, warmup_tokens)
+        self._stored_rows: list[int] | None = None  # rows of `store`, resolved with the biLM
+        set_run_settings(model, settings.run_settings(get_runner(model).settings))
         install_extensions()
 
-    # -- settings: the factory's, read-only here (see the class docstring) ----
-
     @property
-    def layers(self) -> list[int] | None:
-        """The layers kept, as indices into 0..L (None: all)."""
-        return self._layers
+    def cfg(self) -> dict[str, Any]:
+        """What `to_disk` saves beside the biLM: the settings."""
+        return self.settings.to_cfg()
 
-    @property
-    def dtype(self) -> str:
-        return self.cfg["dtype"]
-
-    @property
-    def cache_mb(self) -> int:
-        return self.cfg["cache_mb"]
-
-    @property
-    def state(self) -> str:
-        """ "zero" or "primed": see the class docstring."""
-        return self.cfg["state"]
-
-    @property
-    def warmup(self) -> list[str] | None:
-        """The warm-up sentences of the primed state (None: the default ones)."""
-        return self.cfg["warmup"]
-
-    @property
-    def precision(self) -> str:
-        """ "float32" or "bfloat16": see the class docstring."""
-        return self.cfg["precision"]
-
-    def __setattr__(self, name: str, value) -> None:
-        if name in SETTINGS and name in getattr(self, "cfg", {}):
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ElmoSettings.__dataclass_fields__ and name != "name":
             raise ElmoSpacyError(
                 f"[components.{self.name}] {name} is set when the pipe is made, in its config: "
                 f"nlp.add_pipe('elmo', config={{'{name}': ...}}), or for a saved pipeline "
@@ -193,16 +227,9 @@ class Elmo(TrainablePipe):
             )
         super().__setattr__(name, value)
 
-    def _apply_precision(self) -> None:
-        bilm = get_bilm(self.model)
-        where = f"[components.{self.name}] precision"
-        bilm.precision = resolve_precision(self.precision, next(bilm.parameters()).device, where)
-
     @property
     def n_output_layers(self) -> int:
-        """Layers per doc on `doc._.elmo` and for the listeners."""
-        if self.layers is not None:
-            return len(self.layers)
+        """Layers per doc for the listeners (and on `doc._.elmo` as set)."""
         return self.model.get_dim(N_OUTPUT_LAYERS)
 
     # -- listeners (the protocol of spaCy's Tok2Vec) -------------------------
@@ -247,21 +274,26 @@ class Elmo(TrainablePipe):
     # -- prediction ----------------------------------------------------------
 
     def predict(self, docs: Iterable[Doc]) -> ElmoOutput:
-        """Returns one float32 (layers, len(doc), width) array per doc."""
+        """Returns one float32 (n_output_layers, len(doc), width) array per doc."""
         self._one_thread_in_forked_workers()
-        return self.select_layers(self.model.predict(list(docs)))
+        return self.model.predict(list(docs))
 
     def set_annotations(self, docs: Sequence[Doc], outputs: ElmoOutput) -> None:
         """Attach each doc's layers, as a numpy array on the host whatever
-        device the biLM ran on."""
+        device the biLM ran on, for the listeners to read; then what the
+        `store` setting keeps stays (see `elmo_spacy.extensions.annotate`)."""
+        if self._stored_rows is None:
+            self._stored_rows = self._resolve_store()
+        readers = [listener.id for listener in self.listeners]
+        store = {"rows": self._stored_rows, "dtype": self.settings.dtype}
         for doc, layers in zip(docs, outputs):
-            set_layers(doc, self.model.ops.to_numpy(layers).astype(self.dtype, copy=False))
+            annotate(doc, self.model.ops.to_numpy(layers), readers, store)
 
-    def select_layers(self, outputs: ElmoOutput) -> ElmoOutput:
-        """The configured `layers` of each (L + 1, n, width) output."""
-        if self.layers is None:
-            return outputs
-        return [output[self.layers] for output in outputs]
+    def store_layers(self, doc: Doc) -> Doc:
+        """Keep only what the `store` setting says on a doc now, for a doc
+        that a listening pipe did not read (it was disabled)."""
+        store_layers(doc)
+        return doc
 
     def _one_thread_in_forked_workers(self) -> None:
         """spaCy's nlp.pipe(n_process=...) forks, and torch's OpenMP thread pool
@@ -300,20 +332,18 @@ class Elmo(TrainablePipe):
             return losses
         self.frozen_cache.clear()  # the biLM is about to change
         set_dropout_rate(self.model, drop)
-        all_layers, backprop_bilm = self.model.begin_update(docs)
-        outputs = self.select_layers(all_layers)
-        d_layers = [self.model.ops.alloc3f(*o.shape) for o in all_layers]
-        keep = slice(None) if self.layers is None else self.layers
+        outputs, backprop_bilm = self.model.begin_update(docs)
+        d_outputs = [self.model.ops.alloc3f(*o.shape) for o in outputs]
 
         def accumulate_gradient(one_d_outputs: ElmoOutput) -> list[Doc]:
-            for d_total, d_one in zip(d_layers, one_d_outputs):
-                d_total[keep] += d_one
+            for d_total, d_one in zip(d_outputs, one_d_outputs):
+                d_total += d_one
                 losses[self.name] += float((d_one**2).sum())
             return []
 
         def backprop(one_d_outputs: ElmoOutput) -> list[Doc]:
             accumulate_gradient(one_d_outputs)
-            backprop_bilm(d_layers)
+            backprop_bilm(d_outputs)
             if sgd is not None:
                 self.finish_update(sgd)
             return []
@@ -333,7 +363,7 @@ class Elmo(TrainablePipe):
     ) -> None:
         """Load the pretrained biLM at `bilm_path`: whatever `load_bilm` takes
         (a biLM directory, a folder with a published bilm-tf model, an NLPL
-        folder or .zip; see `elmo_spacy.bilm.locate`). Only with `untrained = true` (and a
+        folder or .zip; see `elmo_spacy.bilm.formats.locate`). Only with `untrained = true` (and a
         warning) is a biLM of random weights built instead, from the model's
         `bilm` settings and a vocabulary of the example docs."""
         if bilm_path is not None:
@@ -393,14 +423,32 @@ class Elmo(TrainablePipe):
         return self
 
     def _bilm_changed(self) -> None:
-        self._apply_precision()
         self._check_tokenization()
-        n_layers = self.model.get_dim(N_OUTPUT_LAYERS)
-        where = f"[components.{self.name}] layers"
-        self._layers = resolve_layers(self.cfg["layers"], n_layers, where)
+        self._stored_rows = self._resolve_store()
         self.frozen_cache.clear()
         for listener in self.listeners:
             self._link(listener)
+
+    def _resolve_store(self) -> str | list[int]:
+        """The `store` setting as rows of the layers the listeners get: "all",
+        a list of rows, "tensor" or "nothing"."""
+        store = self.settings.store
+        if store == "layers":
+            return "all"
+        if isinstance(store, str):
+            return store
+        bilm = get_bilm(self.model)
+        n_layers = bilm.config.n_output_layers
+        handed_out = get_runner(self.model).layers or list(range(n_layers))
+        where = f"[components.{self.name}] store = {list(store)}"
+        wanted = resolve_layers(store, n_layers, f"{where}: ")
+        missing = [i for i in wanted if i not in handed_out]
+        if missing:
+            raise ElmoSpacyError(
+                f"{where} names layers {missing} that the pipe does not compute (layers = "
+                f"{self.settings.layers}): keep layers among those, or widen layers"
+            )
+        return [handed_out.index(i) for i in wanted]
 
     def _check_tokenization(self) -> None:
         """Warn where the biLM learned the tokens of another language's tokenizer
@@ -428,20 +476,3 @@ class Elmo(TrainablePipe):
                 f"The '{self.name}' pipe has no biLM to save: initialize it first."
             )
         return bilm
-
-
-def _warmup(warmup: Sequence[str] | None, name: str) -> list[str] | None:
-    """The warm-up sentences checked: a list of strings with a token at least."""
-    if warmup is None:
-        return None
-    if isinstance(warmup, str) or not all(isinstance(s, str) for s in warmup):
-        raise ElmoSpacyError(
-            f"[components.{name}] warmup must be a list of sentences (strings, tokens "
-            f"separated by spaces); got {warmup!r}"
-        )
-    if not any(s.split() for s in warmup):
-        raise ElmoSpacyError(
-            f"[components.{name}] warmup holds no token: give at least one sentence, or null "
-            "for the default warm-up"
-        )
-    return [s for s in warmup if s.split()]

@@ -497,9 +497,9 @@ def test_the_librarys_user_errors_are_one_type_and_still_value_errors():
     for error in (BilmTfFormatError, BiLMLoadError, NotEnoughText):
         assert issubclass(error, ElmoSpacyError) and issubclass(error, ValueError)
     with pytest.raises(ElmoSpacyError, match="window = 4, window_overlap = 2"):
-        from elmo_spacy.bilm.inference import check_window
+        from elmo_spacy.bilm.runner import RunSettings
 
-        check_window(4, 2)
+        RunSettings(window=4, window_overlap=2)
 
 
 @pytest.mark.parametrize("preset", ["default", "elmo", "tiny"])

@@ -122,13 +122,14 @@ def test_embedder_refuses_what_it_cannot_embed(tiny_bilm_dir, embedder):
         Embedder(tiny_bilm_dir, window=8, window_overlap=4)
     with pytest.raises(BiLMLoadError, match=str(tiny_bilm_dir.parent)):
         Embedder(tiny_bilm_dir.parent)
-    with pytest.raises(ValueError, match="Embedder: precision = 'float16'"):  # before loading
-        Embedder(tiny_bilm_dir.parent / "missing", precision="float16")
+    with pytest.raises(ValueError, match="Embedder: precision = 'int8'"):  # before loading
+        Embedder(tiny_bilm_dir.parent / "missing", precision="int8")
 
 
 def test_embedder_keeps_the_precision_of_a_bilm_it_is_given(tiny_bilm_dir, monkeypatch):
     monkeypatch.setattr(precision_module, "bfloat16_unsupported", lambda device="cpu": None)
-    bilm = load_bilm(tiny_bilm_dir, precision="bfloat16")
+    bilm = load_bilm(tiny_bilm_dir)
+    bilm.precision = "bfloat16"
     assert Embedder(bilm).bilm.precision == "bfloat16"
     assert Embedder(bilm, precision="float32").bilm.precision == "float32"
     assert Embedder(tiny_bilm_dir).bilm.precision == "float32"

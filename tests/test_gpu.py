@@ -67,11 +67,11 @@ def device_nlp(bilm_dir, corpus_dir):
 def test_docs_get_host_arrays_from_a_model_on_a_device(device_nlp, monkeypatch):
     nlp, _ = device_nlp
     given = []
-    set_layers = elmo_spacy.pipeline.set_layers
+    annotate = elmo_spacy.pipeline.annotate
     monkeypatch.setattr(
         elmo_spacy.pipeline,
-        "set_layers",
-        lambda doc, layers: given.append(type(layers)) or set_layers(doc, layers),
+        "annotate",
+        lambda doc, layers, *args: given.append(type(layers)) or annotate(doc, layers, *args),
     )
     doc = nlp("Stocks rallied after the central bank cut rates.")
     assert given == [numpy.ndarray]

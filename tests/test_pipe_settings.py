@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import warnings
+from dataclasses import replace
 
 import numpy
 import pytest
@@ -14,7 +15,7 @@ from spacy.training import Example
 from spacy.training.initialize import init_nlp
 from spacy.training.loop import train as spacy_train_loop
 
-from elmo_spacy.layers import ElmoListener, get_bilm
+from elmo_spacy.layers import ElmoListener, get_bilm, get_runner, set_run_settings
 
 from .conftest import CONFIGS, SCALAR_MIX, TINY_BILM, examples, make_nlp
 
@@ -261,7 +262,8 @@ def test_fine_tuning_runs_a_doc_longer_than_the_window_in_the_windows_of_predict
     train = examples(nlp, corpus_dir / "train.spacy")
     nlp.initialize(lambda: train)
     elmo = nlp.get_pipe("elmo")
-    elmo.model.attrs.update(window=40, window_overlap=8)
+    settings = get_runner(elmo.model).settings
+    set_run_settings(elmo.model, replace(settings, window=40, window_overlap=8))
     text = " ".join(["Oil", "prices", "rose", "as", "markets", "fell", "."] * 30)
     doc = nlp.make_doc(text)
     example = Example(doc, nlp.make_doc(text))

@@ -14,6 +14,7 @@ import elmo_spacy.bilm.runtime.precision as precision_module
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm
 from elmo_spacy.bilm.model.softmax import adaptive_nll, summed_nll
 from elmo_spacy.bilm.runtime.products import onednn_packing
+from elmo_spacy.embedder import Embedder
 from elmo_spacy.layers import get_bilm
 from elmo_spacy.pretrain import PretrainConfig, Workers, load_pretrain_config, pretrain
 from elmo_spacy.pretrain.checkpoint import STATE_FILE, latest_checkpoint
@@ -195,7 +196,7 @@ def test_pipe_in_bfloat16_gives_float32_layers_close_to_float32_and_keeps_its_se
             assert_close_per_layer(low, high)
     nlp.to_disk(tmp_path / "nlp")
     loaded = spacy.load(tmp_path / "nlp")
-    assert loaded.get_pipe("elmo").precision == "bfloat16"
+    assert loaded.get_pipe("elmo").settings.precision == "bfloat16"
     assert get_bilm(loaded.get_pipe("elmo").model).precision == "bfloat16"
     for doc, again in zip(docs, loaded.pipe(texts)):
         assert numpy.array_equal(doc._.elmo, again._.elmo)
@@ -207,9 +208,10 @@ def test_pipe_in_bfloat16_gives_float32_layers_close_to_float32_and_keeps_its_se
     assert numpy.array_equal(float32(texts[0])._.elmo, reference(texts[0])._.elmo)
 
 
-def test_load_bilm_takes_a_precision(bilm_dir):
+def test_a_reduced_precision_keeps_float32_weights(bilm_dir):
     assert load_bilm(bilm_dir).precision == "float32"
-    bilm = load_bilm(bilm_dir, precision="bfloat16")
+    bilm = load_bilm(bilm_dir)
+    bilm.precision = "bfloat16"
     assert bilm.precision == "bfloat16"
     assert all(p.dtype == torch.float32 for p in bilm.parameters())
 
@@ -250,7 +252,7 @@ def test_bfloat16_where_it_does_not_pay_warns_and_runs_float32(monkeypatch, bilm
     with pytest.warns(RuntimeWarning, match=r"\[components.elmo\] precision = 'bfloat16' runs"):
         elmo.initialize(lambda: [], bilm_path=bilm_dir)
     assert get_bilm(elmo.model).precision == "float32"
-    assert elmo.precision == "bfloat16"  # what was asked for, kept in the config
+    assert elmo.settings.precision == "bfloat16"  # what was asked for, kept in the config
 
 
 def test_one_rank_warns_of_the_fall_back_for_all(monkeypatch, tmp_path):
@@ -272,8 +274,8 @@ def test_the_warning_points_at_the_users_line(monkeypatch, bilm_dir):
     monkeypatch.setattr(precision_module, "bfloat16_unsupported", lambda device="cpu": "no")
     with pytest.warns(RuntimeWarning, match="BiLM.precision = 'bfloat16' runs as") as caught:
         tiny_bilm("word").precision = "bfloat16"
-    with pytest.warns(RuntimeWarning, match="load_bilm: precision = 'bfloat16' runs as") as more:
-        load_bilm(bilm_dir, precision="bfloat16")
+    with pytest.warns(RuntimeWarning, match="Embedder: precision = 'bfloat16' runs as") as more:
+        Embedder(bilm_dir, precision="bfloat16")
     assert [w.filename for w in [*caught, *more]] == [__file__, __file__]
 
 
@@ -299,17 +301,15 @@ def test_bfloat16_instructions_are_found_on_each_kind_of_cpu(
 
 
 def test_a_precision_that_does_not_exist_is_refused_with_the_choices(bilm_dir, tmp_path):
-    choices = "use one of 'float32', 'bfloat16'"
-    with pytest.raises(ValueError, match=f"precision = 'float16'.*{choices}"):
-        tiny_bilm("word").precision = "float16"
-    with pytest.raises(ValueError, match=rf"\[components.elmo\] precision = 'float16'.*{choices}"):
-        spacy.blank("en").add_pipe("elmo", config={"precision": "float16"})
-    with pytest.raises(ValueError, match=f"load_bilm: precision = 'float16'.*{choices}"):
-        load_bilm(bilm_dir, precision="float16")
-    with pytest.raises(ValueError, match=r"\[training\] precision = 'float16': one of float32"):
-        PretrainConfig(precision="float16")
-    with pytest.raises(ValueError, match="precision = 'float16'"):  # before reading any file
-        load_bilm(tmp_path / "missing", precision="float16")
+    choices = "use one of 'float32', 'bfloat16', 'float16'"
+    with pytest.raises(ValueError, match=f"precision = 'int8'.*{choices}"):
+        tiny_bilm("word").precision = "int8"
+    with pytest.raises(ValueError, match=rf"\[components.elmo\] precision = 'int8'.*{choices}"):
+        spacy.blank("en").add_pipe("elmo", config={"precision": "int8"})
+    with pytest.raises(ValueError, match=r"\[training\] precision = 'int8': one of float32"):
+        PretrainConfig(precision="int8")
+    with pytest.raises(ValueError, match="Embedder: precision = 'int8'"):  # before reading any file
+        Embedder(tmp_path / "missing", precision="int8")
 
 
 def test_pretraining_configs_say_float32_and_the_command_line_overrides_it():

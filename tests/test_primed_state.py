@@ -13,7 +13,7 @@ from spacy.tokens import Doc
 
 from elmo_spacy import Embedder
 from elmo_spacy.bilm import BiLM, WordVocab
-from elmo_spacy.bilm.inference import DEFAULT_WARMUP, embed_tokens
+from elmo_spacy.bilm.runner import DEFAULT_WARMUP, Runner, RunSettings
 from elmo_spacy.layers import get_bilm
 
 from .conftest import SCALAR_MIX, TINY_BILM, examples, make_nlp
@@ -104,20 +104,21 @@ def test_the_pipe_and_the_embedder_agree_and_a_saved_pipe_keeps_the_state(
         numpy.testing.assert_array_equal(doc._.elmo, array)
     nlp.to_disk(tmp_path / "pipeline")
     loaded = spacy.load(tmp_path / "pipeline")
-    assert (loaded.get_pipe("elmo").state, loaded.get_pipe("elmo").warmup) == ("primed", WARMUP)
+    loaded_settings = loaded.get_pipe("elmo").settings
+    assert (loaded_settings.state, list(loaded_settings.warmup)) == ("primed", WARMUP)
     for doc in docs:
         numpy.testing.assert_array_equal(
             loaded(Doc(loaded.vocab, words=[t.text for t in doc]))._.elmo, doc._.elmo
         )
     # The config is the settings' one home: an override at loading wins over the saved one.
     zero_nlp = spacy.load(tmp_path / "pipeline", config={"components": {"elmo": {"state": "zero"}}})
-    assert zero_nlp.get_pipe("elmo").state == "zero"
+    assert zero_nlp.get_pipe("elmo").settings.state == "zero"
     zero = zero_nlp(Doc(zero_nlp.vocab, words=SENTENCES[0]))._.elmo
     numpy.testing.assert_array_equal(zero, Embedder(tiny_bilm_dir).embed_sentence(SENTENCES[0]))
     # A pipe made with zero state keeps it when it reads another pipe's bytes (the biLM).
     copy_nlp = spacy.blank("en")
     copy_nlp.add_pipe("elmo").from_bytes(elmo.to_bytes())
-    assert copy_nlp.get_pipe("elmo").state == "zero"
+    assert copy_nlp.get_pipe("elmo").settings.state == "zero"
     assert elmo.cfg["state"] == "primed" and elmo.cfg["warmup"] == WARMUP  # what to_disk saves
     with pytest.raises(ValueError, match="state is set when the pipe is made.*spacy.load"):
         elmo.state = "zero"
@@ -141,9 +142,7 @@ def test_fine_tuning_recomputes_the_primed_state(tiny_bilm_dir, corpus_dir):  # 
     doc = nlp("Stocks fell sharply on Monday.")
     # The pipe's vectors are those of the updated weights, primed afresh.
     still = copy.deepcopy(bilm)
-    fresh = embed_tokens(
-        still, [[t.text for t in doc]], initial_states=still.primed_states(default)
-    )[0]
+    fresh = Runner(still, RunSettings(state="primed")).embed([[t.text for t in doc]])[0]
     numpy.testing.assert_array_equal(doc._.elmo, fresh)
 
 

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from spacy.tokens import Doc
 
-from elmo_spacy.layers import get_bilm
+from elmo_spacy.layers import get_bilm, get_runner
 from elmo_spacy.pretrain import PretrainConfig, pretrain
 from elmo_spacy.pretrain.texts import read_texts
 
@@ -154,7 +154,7 @@ def test_same_seed_same_textcat_scores_and_finetuned_biLM(bilm_dir, corpus_dir):
 @_examples(300)
 @given(st.integers(0, 5000), st.integers(1, 400), st.integers(0, 100))
 def test_windows_tile_the_doc_with_context_on_both_sides(n_tokens, window, overlap):
-    from elmo_spacy.bilm.inference import windows
+    from elmo_spacy.bilm.runner import windows
 
     assume(2 * overlap < window)
     pieces = windows(n_tokens, window, overlap)
@@ -189,7 +189,7 @@ def test_a_doc_longer_than_the_window_runs_in_pieces(bilm_dir):
         windowed[1:, :24, forward], reference[1:, :24, forward], atol=1e-5
     )
     assert not numpy.allclose(windowed[1:, 24:, forward], reference[1:, 24:, forward], atol=1e-5)
-    assert elmo.model.attrs["window"] == 40
+    assert get_runner(elmo.model).settings.window == 40
 
 
 def test_a_config_naming_an_unknown_mix_says_which_and_what_exists(bilm_dir):

@@ -173,16 +173,16 @@ class BiLM(BiLMNetwork):
 
     @property
     def precision(self) -> str:
-        """ "float32" (the default, conformant) or "bfloat16" (see
-        `elmo_spacy.bilm.precision`): what `forward`, `forward_with_states`
-        and `lm_loss` compute in. Setting "bfloat16" where it does not pay
-        warns and keeps "float32"."""
+        """ "float32" (the default, conformant), "bfloat16" or "float16" (see
+        `elmo_spacy.bilm.runtime.precision`): what `forward`,
+        `forward_with_states` and `lm_loss` compute in. Setting a reduced
+        precision where it does not pay (or cannot run) warns and keeps
+        "float32"."""
         return self._precision
 
     @precision.setter
     def precision(self, precision: str) -> None:
-        # the warning points at the assignment, past torch's Module.__setattr__
-        self._precision = resolve_precision(precision, self._device, "BiLM.precision", 4)
+        self._precision = resolve_precision(precision, self._device, "BiLM.precision")
         self.weights_changed()  # kept encodings and packed weights are of one precision
 
     @in_precision

@@ -1,10 +1,11 @@
 """thinc layers: the biLM as a thinc model, the listener, the mixes, classifier heads."""
 
-from .bilm_model import build_bilm_model, get_bilm, set_bilm
+from .bilm_model import build_bilm_model, get_bilm, get_runner, own_bilm, set_bilm, set_run_settings
 from .learned_mix import build_learned_mix
 from .listener import ElmoListener
 from .scalar_mix import build_scalar_mix, layer_weights, read_scalar_mix
 from .textcat_bilstm import build_textcat_bilstm
+from .tok2vec import mixed_tok2vec
 
 __all__ = [
     "ElmoListener",
@@ -13,7 +14,11 @@ __all__ = [
     "build_scalar_mix",
     "build_textcat_bilstm",
     "get_bilm",
+    "get_runner",
     "layer_weights",
+    "mixed_tok2vec",
+    "own_bilm",
     "read_scalar_mix",
     "set_bilm",
+    "set_run_settings",
 ]

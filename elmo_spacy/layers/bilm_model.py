@@ -1,51 +1,59 @@
-"""The biLM as a thinc model: List[Doc] -> List[Floats3d] of shape (L + 1, len(doc), width)."""
+"""The biLM as a thinc model: List[Doc] -> List[Floats3d], one (n_layers,
+len(doc), width) array per doc; and the same model owned by a downstream
+pipe, which is what a listener becomes when spaCy's `replace_listeners`
+replaces it."""
 
-from collections.abc import Callable, Sequence
+import copy
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
+import srsly
 import torch
 from spacy.tokens import Doc
-from thinc.api import ArgsKwargs, Model, Optimizer, PyTorchShim, torch2xp, xp2torch
+from thinc.api import (
+    ArgsKwargs,
+    Model,
+    Optimizer,
+    PyTorchGradScaler,
+    PyTorchShim,
+    get_torch_default_device,
+    torch2xp,
+    xp2torch,
+)
 from thinc.types import Floats3d
 
 from ..bilm import BiLM, BiLMConfig, WordVocab
-from ..bilm.inference import (
-    check_state,
-    check_window,
-    embed_tokens,
-    initial_states_for,
-    windows,
-)
-from ..bilm.model import States
+from ..bilm.formats.directory import bilm_from_bytes, bilm_to_bytes, load_bilm
+from ..bilm.runner import Runner, RunSettings
 from ..errors import ElmoSpacyError
 from .dims import N_OUTPUT_LAYERS
 
 ElmoOutput = list[Floats3d]
+TOK2VEC_ARCHITECTURE = "elmo_spacy.ElmoTok2Vec.v1"
+LISTENER_ARCHITECTURE = "elmo_spacy.ElmoListener.v1"
 
 
 def build_bilm_model(
-    bilm_config: dict[str, Any], max_batch_tokens: int, window: int = 1024, window_overlap: int = 64
+    bilm_config: dict[str, Any],
+    settings: RunSettings,
+    grad_scaler_config: dict[str, Any] | None = None,
 ) -> Model[list[Doc], ElmoOutput]:
-    """A thinc model that runs a biLM over docs.
+    """A thinc model that runs a biLM over docs with `settings` (its runner,
+    held by its shim).
 
     The torch module is attached later, by `set_bilm`: from a pretrained biLM
     directory when the `elmo` pipe is initialised or loaded, or freshly built
     from `bilm_config` (a dict of `BiLMConfig` fields) with a vocabulary
-    counted on the initialisation docs.
+    counted on the initialisation docs. Serialised (`to_bytes`), the model
+    carries its biLM in the biLM directory format (safetensors, never
+    pickle); the settings are the config's and are not serialised.
 
-    max_batch_tokens: at prediction, docs are sorted by length and run in
-        chunks of at most this many (padded) tokens.
-    window, window_overlap: at prediction, a doc longer than `window` tokens
-        is run in pieces of at most `window` tokens that overlap by
-        2 * `window_overlap`; each token's vectors come from the piece where it
-        has at least `window_overlap` tokens of context on both sides (or the
-        doc's edge). Memory then stays bounded, whatever the doc's length.
-
-    Every doc starts from zero LSTM states, or from a primed state once the
-    pipe has called `set_initial_state` (its `state` setting).
+    grad_scaler_config: the arguments of thinc's `PyTorchGradScaler`, used
+        when the biLM trains in float16 (spacy-transformers' name).
     """
     BiLMConfig.from_dict(bilm_config)  # fail at config time, not at init
-    check_window(window, window_overlap)
+    shim = BiLMShim(Runner(None, settings), grad_scaler_config or {})
     return Model(
         "elmo_bilm",
         forward,
@@ -53,45 +61,125 @@ def build_bilm_model(
         dims={"nO": None, N_OUTPUT_LAYERS: None},
         attrs={
             "bilm_config": dict(bilm_config),
-            "max_batch_tokens": max_batch_tokens,
-            "window": window,
-            "window_overlap": window_overlap,
-            "state": "zero",
-            "warmup": None,
+            # spaCy's replace_listeners callbacks (not serialised: thinc skips functions)
+            "replace_listener": replace_listener,
+            "replace_listener_cfg": partial(replace_listener_cfg, settings=settings.to_config()),
         },
+        shims=[shim],
     )
 
 
 class BiLMShim(PyTorchShim):
-    """thinc's PyTorchShim for the biLM, with two changes to its optimiser step:
-    the biLM hears that its weights changed (thinc writes them through numpy,
-    which torch cannot see), and gradients are dropped (None), not zeroed, so
-    that a parameter that gets no gradient next time (a listener switched to
-    grad_factor = 0) is not moved by the optimiser's momentum."""
+    """thinc's PyTorchShim around a `Runner`: the torch module it trains is
+    the runner's biLM (None until one is attached). Changes to thinc's:
+
+    - serialised in the biLM directory format (config, vocabulary,
+      safetensors), so that a model built from its config alone (no biLM
+      yet) gets its biLM back from bytes; copied through that format too;
+    - after an optimiser step the biLM hears that its weights changed (thinc
+      writes them through numpy, which torch cannot see), and gradients are
+      dropped (None), not zeroed, so that a parameter that gets no gradient
+      next time (a listener switched to grad_factor = 0) is not moved by the
+      optimiser's momentum; a step without gradients (a frozen biLM) keeps
+      what the biLM derived from its weights;
+    - the gradient scaler is on while the biLM computes in float16.
+    """
+
+    def __init__(self, runner: Runner, grad_scaler_config: dict[str, Any]) -> None:
+        self.runner = runner
+        self.grad_scaler_config = dict(grad_scaler_config)
+        super().__init__(
+            runner.bilm,
+            serialize_model=_bilm_bytes,
+            deserialize_model=_bilm_from_bytes,
+            grad_scaler=self._scaler(),
+        )
+
+    @property
+    def _model(self) -> BiLM | None:
+        return self.runner.bilm
+
+    @_model.setter
+    def _model(self, bilm: BiLM | None) -> None:
+        if bilm is not self.runner.bilm:
+            self.runner.bilm = bilm
+        if hasattr(self, "_grad_scaler"):
+            self._grad_scaler = self._scaler()
+
+    def set_settings(self, settings: RunSettings) -> None:
+        """Run the biLM with other settings from now on."""
+        self.runner = Runner(self.runner.bilm, settings)
+        self._grad_scaler = self._scaler()
+
+    def _scaler(self) -> PyTorchGradScaler:
+        bilm = self.runner.bilm
+        enabled = bilm is not None and bilm.precision == "float16"
+        scaler = PyTorchGradScaler(enabled=enabled, **self.grad_scaler_config)
+        scaler.to_(get_torch_default_device() if bilm is None else _device(bilm))
+        return scaler
+
+    def copy(self) -> "BiLMShim":
+        bilm = self.runner.bilm
+        if bilm is not None:
+            bilm = bilm_from_bytes(bilm_to_bytes(bilm), with_softmax=False).to(_device(bilm))
+        return BiLMShim(Runner(bilm, self.runner.settings), self.grad_scaler_config)
 
     def finish_update(self, optimizer: Optimizer) -> None:
+        parameters = list(self._model.parameters())
+        stepped = any(p.grad is not None for p in parameters)
         super().finish_update(optimizer)
-        for parameter in self._model.parameters():
-            parameter.grad = None
-        self._model.weights_changed()
+        if stepped:
+            for parameter in parameters:
+                parameter.grad = None
+            self._model.weights_changed()
+
+
+def _device(bilm: BiLM) -> torch.device:
+    return next(bilm.parameters()).device
+
+
+def _bilm_bytes(bilm: BiLM | None) -> bytes:
+    return b"" if bilm is None else srsly.msgpack_dumps(bilm_to_bytes(bilm))
+
+
+def _bilm_from_bytes(_old: BiLM | None, data: bytes, device: torch.device) -> BiLM | None:
+    if not data:
+        return None
+    bilm = bilm_from_bytes(srsly.msgpack_loads(data), with_softmax=False)
+    return bilm.to(device)
+
+
+def get_runner(model: Model) -> Runner:
+    """The runner of a biLM model (`build_bilm_model`)."""
+    return model.shims[0].runner
+
+
+def get_bilm(model: Model) -> BiLM | None:
+    """The torch biLM attached to `model`, or None before initialisation."""
+    return get_runner(model).bilm
 
 
 def set_bilm(model: Model, bilm: BiLM) -> None:
     """Attach (or replace) the torch biLM that `model` runs."""
     bilm.softmax = None  # only the pretraining loss needs it
-    bilm.eval()
-    shim = BiLMShim(bilm)
-    if model.shims:
-        model.shims[0] = shim
-    else:
-        model.shims.append(shim)
-    model.set_dim("nO", bilm.config.width, force=True)
-    model.set_dim(N_OUTPUT_LAYERS, bilm.config.n_output_layers, force=True)
+    model.shims[0]._model = bilm.to(get_torch_default_device())
+    _set_dims(model)
 
 
-def get_bilm(model: Model) -> BiLM | None:
-    """The torch biLM attached to `model`, or None before initialisation."""
-    return model.shims[0]._model if model.shims else None
+def set_run_settings(model: Model, settings: RunSettings) -> None:
+    """Run `model`'s biLM with `settings` from now on."""
+    model.shims[0].set_settings(settings)
+    model.attrs["replace_listener_cfg"] = partial(
+        replace_listener_cfg, settings=settings.to_config()
+    )
+    _set_dims(model)
+
+
+def _set_dims(model: Model) -> None:
+    runner = get_runner(model)
+    if runner.bilm is not None:
+        model.set_dim("nO", runner.width, force=True)
+        model.set_dim(N_OUTPUT_LAYERS, runner.n_layers, force=True)
 
 
 def init(model: Model, X: list[Doc] | None = None, Y=None) -> None:
@@ -104,87 +192,142 @@ def init(model: Model, X: list[Doc] | None = None, Y=None) -> None:
 
 
 def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[ElmoOutput, Callable]:
-    bilm = get_bilm(model)
-    if bilm is None:
+    runner = get_runner(model)
+    if runner.bilm is None:
         raise ElmoSpacyError(
             "The elmo pipe has no biLM yet: call nlp.initialize() (with "
             "[initialize.components.elmo] bilm_path set) or load a trained pipeline."
         )
-    width, n_layers = model.get_dim("nO"), model.get_dim(N_OUTPUT_LAYERS)
-    if not is_train:
-        return _predict(model, bilm, docs, n_layers, width), no_backprop
     tokens = [[t.text for t in doc] for doc in docs]
-    if not any(tokens):
-        return _empty_outputs(model, docs, n_layers, width), no_backprop
-    # The windows of prediction, so that a token sees the same context in
-    # training and prediction, and a long doc's memory stays bounded.
-    pieces = [
-        (i, first, last, keep_first, keep_last)
-        for i, doc_tokens in enumerate(tokens)
-        for first, last, keep_first, keep_last in windows(
-            len(doc_tokens), model.attrs["window"], model.attrs["window_overlap"]
-        )
-    ]
-    shim = model.shims[0]
+    if not is_train:
+        return [model.ops.asarray3f(output) for output in runner.embed(tokens)], no_backprop
+    plan = runner.plan([len(t) for t in tokens])
+    outputs = plan.empty_outputs(runner.n_layers, runner.width, model.ops.xp)
+    if not plan.pieces:
+        return outputs, no_backprop
+    bilm = runner.bilm
     inputs = ArgsKwargs(
-        args=(bilm.batch([tokens[i][first:last] for i, first, last, _, _ in pieces]),),
-        kwargs={"initial_states": _initial_states(model, bilm)},
+        args=(bilm.batch(plan.window_tokens(tokens)),),
+        kwargs={"initial_states": runner.initial_states()},
     )
-    layers, torch_backprop = shim(inputs, is_train)
-    array = torch2xp(layers.detach().float())  # (L + 1, pieces, T, width)
-    outputs = _empty_outputs(model, docs, n_layers, width)
-    for row, (i, first, _, keep_first, keep_last) in enumerate(pieces):
-        kept = array[:, row, keep_first - first : keep_last - first]
-        outputs[i][:, keep_first:keep_last] = model.ops.asarray3f(kept)
+    layers, torch_backprop = model.shims[0](inputs, is_train)
+    kept = runner.select(layers)  # (n_layers, pieces, T, width)
+    plan.gather(torch2xp(kept.detach().float()), outputs)
 
     def backprop(d_outputs: ElmoOutput) -> list[Doc]:
-        d_layers = torch.zeros_like(layers)
-        for row, (i, first, _, keep_first, keep_last) in enumerate(pieces):
-            d_kept = d_outputs[i][:, keep_first:keep_last]
-            d_layers[:, row, keep_first - first : keep_last - first] = xp2torch(
-                d_kept, device=d_layers.device
-            )
-        torch_backprop(ArgsKwargs(args=(layers,), kwargs={"grad_tensors": (d_layers,)}))
+        d_kept = torch.zeros_like(kept)
+        plan.scatter(d_outputs, d_kept, lambda a: xp2torch(a, device=d_kept.device))
+        torch_backprop(ArgsKwargs(args=(kept,), kwargs={"grad_tensors": (d_kept,)}))
         return []
 
     return outputs, backprop
 
 
-def _predict(
-    model: Model, bilm: BiLM, docs: Sequence[Doc], n_layers: int, width: int
-) -> ElmoOutput:
-    """The docs' layers from `embed_tokens` (windows run in length-sorted
-    chunks of at most max_batch_tokens padded tokens), the path that
-    `elmo_spacy.Embedder` and `elmo-spacy embed` share. The biLM is left in
-    eval mode (not switched back to training, as thinc's shim.predict does),
-    so that what it keeps between batches stays valid."""
-    outputs = embed_tokens(
-        bilm,
-        [[t.text for t in doc] for doc in docs],
-        max_batch_tokens=model.attrs["max_batch_tokens"],
-        window=model.attrs["window"],
-        window_overlap=model.attrs["window_overlap"],
-        initial_states=_initial_states(model, bilm),
-    )
-    return [model.ops.asarray3f(output) for output in outputs]
-
-
-def set_initial_state(model: Model, state: str, warmup: Sequence[Sequence[str]] | None) -> None:
-    """Start every doc from `state`: "zero", or "primed" by the warm-up
-    sentences (None: the default warm-up; see `initial_states_for`)."""
-    check_state(state)
-    model.attrs["state"] = state
-    model.attrs["warmup"] = None if warmup is None else [list(s) for s in warmup]
-
-
-def _initial_states(model: Model, bilm: BiLM) -> States | None:
-    return initial_states_for(bilm, model.attrs.get("state", "zero"), model.attrs.get("warmup"))
-
-
-def _empty_outputs(model: Model, docs: Sequence[Doc], n_layers: int, width: int) -> ElmoOutput:
-    return [model.ops.alloc3f(n_layers, len(doc), width) for doc in docs]
-
-
 def no_backprop(d_outputs: ElmoOutput) -> list[Doc]:
     """The backprop callback of outputs that pass no gradient on."""
     return []
+
+
+# -- the biLM owned by a downstream pipe ------------------------------------
+
+
+def own_bilm(
+    bilm_model: Model[list[Doc], ElmoOutput], grad_factor: float, bilm_path: str | None = None
+) -> Model[list[Doc], ElmoOutput]:
+    """A downstream pipe's own biLM, in the place of a listener: `bilm_model`
+    (`build_bilm_model`) run in training with its gradient scaled by
+    `grad_factor` (0: the biLM only predicts and never changes), in
+    prediction as the `elmo` pipe runs it. `bilm_path`: where `initialize`
+    reads the pretrained biLM, if none is attached yet."""
+    model = Model(
+        "elmo_own_bilm",
+        _own_forward,
+        init=_own_init,
+        layers=[bilm_model],
+        dims={"nO": None, N_OUTPUT_LAYERS: None},
+        attrs={"grad_factor": grad_factor, "bilm_path": bilm_path},
+    )
+    _copy_dims(model)
+    return model
+
+
+def _own_forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[ElmoOutput, Callable]:
+    bilm_model = model.layers[0]
+    grad_factor = model.attrs["grad_factor"]
+    if not is_train or grad_factor == 0:
+        return bilm_model.predict(docs), no_backprop
+    outputs, backprop_bilm = bilm_model.begin_update(docs)
+
+    def backprop(d_outputs: ElmoOutput) -> list[Doc]:
+        return backprop_bilm([d * grad_factor for d in d_outputs])
+
+    return outputs, backprop
+
+
+def _own_init(model: Model, X: list[Doc] | None = None, Y=None) -> None:
+    bilm_model = model.layers[0]
+    if get_bilm(bilm_model) is None:
+        path = model.attrs["bilm_path"]
+        if path is None:
+            raise ElmoSpacyError(
+                f"{TOK2VEC_ARCHITECTURE} has no biLM to initialise from: set its bilm_path "
+                "(e.g. bilm_path = ${paths.bilm}) to a pretrained biLM"
+            )
+        set_bilm(bilm_model, load_bilm(path, with_softmax=False))
+    _copy_dims(model)
+
+
+def _copy_dims(model: Model) -> None:
+    bilm_model = model.layers[0]
+    for dim in ("nO", N_OUTPUT_LAYERS):
+        if bilm_model.has_dim(dim):
+            model.set_dim(dim, bilm_model.get_dim(dim), force=True)
+
+
+def replace_listener(bilm_model: Model, listener: Model, pipe: Any) -> Model:
+    """spaCy's `replace_listeners` callback for the model: `bilm_model` (a
+    copy of the `elmo` pipe's model, with its own copy of the biLM and the
+    pipe's settings) takes the listener's place, with its grad_factor."""
+    return own_bilm(bilm_model, listener.attrs["grad_factor"])
+
+
+def replace_listener_cfg(
+    bilm_model_cfg: dict[str, Any], tok2vec_cfg: dict[str, Any], settings: dict[str, Any]
+) -> dict[str, Any]:
+    """spaCy's `replace_listeners` callback for the config: the listener's
+    block (`tok2vec_cfg`, or the one listener block inside it) becomes an
+    `elmo_spacy.ElmoTok2Vec.v1` block with the listener's mix, width and
+    grad_factor, the `elmo` pipe's model block and its run `settings`
+    (layers, state, warmup, precision): the config that rebuilds what
+    `replace_listener` made."""
+    listener_cfg = _listener_block(tok2vec_cfg)
+    return {
+        "@architectures": TOK2VEC_ARCHITECTURE,
+        "bilm": copy.deepcopy(dict(bilm_model_cfg)),
+        "mix": copy.deepcopy(listener_cfg["mix"]),
+        "grad_factor": listener_cfg.get("grad_factor", 1.0),
+        "width": listener_cfg.get("width"),
+        **settings,
+        "bilm_path": None,
+    }
+
+
+def _listener_block(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The one ElmoListener block in `cfg` (which may be it)."""
+    found = []
+
+    def visit(block: Any) -> None:
+        if isinstance(block, dict):
+            if block.get("@architectures") == LISTENER_ARCHITECTURE:
+                found.append(block)
+            else:
+                for value in block.values():
+                    visit(value)
+
+    visit(cfg)
+    if len(found) != 1:
+        raise ElmoSpacyError(
+            f"replace_listeners: the component's model.tok2vec block holds {len(found)} "
+            f"{LISTENER_ARCHITECTURE} blocks; one can be replaced"
+        )
+    return found[0]

@@ -7,6 +7,7 @@ from spacy.tokens import Doc
 from thinc.api import Model
 
 from ..errors import ElmoSpacyError
+from ..extensions import listened_layers, mark_read
 from .bilm_model import ElmoOutput, no_backprop
 from .dims import N_OUTPUT_LAYERS
 
@@ -18,9 +19,12 @@ class ElmoListener(Model):
     backprop callback (`receive`); gradients are scaled by `grad_factor` and
     passed back, so the biLM is fine-tuned. With grad_factor = 0 nothing is
     passed back. Outside training, or when the upstream pipe is frozen and
-    annotating, the layers are read from `doc._.elmo`. Docs that have no
-    `doc._.elmo` (for example the samples a downstream pipe is initialised
-    with) are run through the upstream pipe directly.
+    annotating, the layers are read from `doc._.elmo` (and the doc is told so:
+    once every listener has read them, the `elmo` pipe's `store` setting
+    applies). Docs that have no `doc._.elmo`, or fewer layers than the
+    listeners take (for example the samples a downstream pipe is initialised
+    with, or docs the pipeline ran before), are run through the upstream pipe
+    directly.
 
     Output: one (n_layers, len(doc), width) float32 array per doc.
     """
@@ -84,7 +88,9 @@ def forward(model: ElmoListener, docs: list[Doc], is_train: bool) -> tuple[ElmoO
 
 
 def _read_annotations(model: ElmoListener, docs: list[Doc]) -> ElmoOutput:
-    outputs = [doc._.elmo for doc in docs]
+    outputs = [listened_layers(doc) for doc in docs]
+    for doc in docs:
+        mark_read(doc, model.id)
     # doc._.elmo is on the host: the model's ops put it where the model runs.
     outputs = [None if o is None else model.ops.asarray3f(o) for o in outputs]
     missing = [i for i, output in enumerate(outputs) if output is None]

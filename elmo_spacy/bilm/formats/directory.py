@@ -25,7 +25,6 @@ from ..bilm import BiLM
 from ..inputs.tokenization import Tokenization
 from ..inputs.vocab import WordVocab
 from ..model.config import BiLMConfig
-from ..runtime.precision import check_precision, resolve_precision
 from .bilm_tf import DatasetProgress, read_bilm_tf
 from .efml import read_efml
 from .locate import (
@@ -69,9 +68,7 @@ def write_bilm_files(bilm: BiLM, state: dict[str, torch.Tensor], folder: Path) -
         )
 
 
-def load_bilm(
-    path: str | Path, with_softmax: bool | None = None, precision: str = "float32"
-) -> BiLM:
+def load_bilm(path: str | Path, with_softmax: bool | None = None) -> BiLM:
     """Read the biLM at `path`, which may be:
 
     - a biLM directory written by `save_bilm` (`elmo-spacy pretrain`'s
@@ -82,21 +79,17 @@ def load_bilm(
       (AllenNLP's options.json + lm_weights.hdf5);
     - an NLPL repository ELMo model: a folder with options.json + model.hdf5,
       or its .zip archive as downloaded;
-    - an ELMoForManyLangs model folder as published (see `elmo_spacy.bilm.efml`).
+    - an ELMoForManyLangs model folder as published (see `elmo_spacy.bilm.formats.efml`).
 
     Any other path is refused with a `BiLMLoadError` that says what is there
-    and what to point to (see `elmo_spacy.bilm.locate`).
+    and what to point to (see `elmo_spacy.bilm.formats.locate`).
 
     with_softmax: None loads the softmax head where the directory has one;
         False leaves it out (the `elmo` pipe does not need it); True requires it.
-    precision: what the biLM computes in, "float32" or "bfloat16" (see
-        `BiLM.precision`); the weights are float32 either way.
+
+    The biLM computes in float32 until told otherwise (`BiLM.precision`).
     """
-    where = "load_bilm: precision"
-    check_precision(precision, where)
-    bilm = load_bilm_at(resolve_bilm_path(path), with_softmax)
-    bilm.precision = resolve_precision(precision, next(bilm.parameters()).device, where)
-    return bilm
+    return load_bilm_at(resolve_bilm_path(path), with_softmax)
 
 
 def load_bilm_at(

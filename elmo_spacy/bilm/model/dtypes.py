@@ -7,18 +7,20 @@ import contextlib
 
 import torch
 
+REDUCED = (torch.bfloat16, torch.float16)  # the dtypes autocast may compute products in
+
 
 def widened(x: torch.Tensor) -> torch.Tensor:
-    """`x` in float32 if it is bfloat16 (a copy), else `x` itself: for what
-    runs faster or needs more resolution in float32 than in bfloat16 on the
-    CPU (reductions, the gate nonlinearities)."""
-    return x.float() if x.dtype == torch.bfloat16 else x
+    """`x` in float32 if it is bfloat16 or float16 (a copy), else `x` itself:
+    for what runs faster or needs more resolution or range in float32
+    (reductions, the gate nonlinearities)."""
+    return x.float() if x.dtype in REDUCED else x
 
 
 def state_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype of an LSTM cell state next to activations of `dtype`: a
-    running sum over the steps, it keeps float32 where they are bfloat16."""
-    return torch.float32 if dtype == torch.bfloat16 else dtype
+    running sum over the steps, it keeps float32 where they are reduced."""
+    return torch.float32 if dtype in REDUCED else dtype
 
 
 def autocast_dtype(device_type: str) -> torch.dtype | None:

@@ -1,4 +1,4 @@
-"""The numeric precision a biLM computes in: float32 or bfloat16.
+"""The numeric precision a biLM computes in: float32, bfloat16 or float16.
 
 - "float32" (the default): every tensor in float32, the conformant path
   (a converted bilm-tf model reproduces the reference to 1e-5); on a GPU,
@@ -18,14 +18,23 @@
   benchmarks/precision_perplexity.py measures what training in bfloat16
   costs in dev perplexity.
 
+- "float16": the same products in float16, for GPUs that multiply float16
+  but not bfloat16 (T4, V100: Turing and Volta). float16 keeps 5 bits of
+  exponent, so gradients can underflow: training scales the loss (the
+  pretraining loop with torch's GradScaler, `spacy train` with thinc's
+  `PyTorchGradScaler` in the biLM's shim) and skips a step whose gradients
+  overflowed. On the CPU, float16 runs as float32, with a warning.
+
 bfloat16 pays only where the hardware multiplies in it (x86 CPUs with
 AVX512-BF16 or AMX-BF16, GPUs from Ampere on); elsewhere it is emulated and
-slower than float32, so the biLM runs float32 instead, with a warning.
+slower than float32, so the biLM runs float32 instead, with a warning that
+names float16 on a GPU that has it.
 """
 
 import contextlib
 import functools
 import platform
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import fields, is_dataclass, replace
@@ -36,7 +45,8 @@ import torch
 
 from ...errors import ElmoSpacyError
 
-PRECISIONS = ("float32", "bfloat16")
+PRECISIONS = ("float32", "bfloat16", "float16")
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 # torch.cpu's checks (`_is_<name>_supported`) for x86 instructions that multiply bfloat16.
 X86_BF16_CHECKS = ("avx512_bf16", "amx_tile")
 
@@ -117,39 +127,55 @@ def resolve_precision(
     precision: str,
     device: torch.device | str = "cpu",
     where: str = "precision",
-    stacklevel: int = 3,
 ) -> str:
     """The precision a biLM will run in: `precision` (checked), or float32
-    with a warning where bfloat16 does not pay on `device`. The warning names
-    `where` and points `stacklevel` frames up (3: the caller's caller)."""
+    with a warning where a reduced precision does not pay (or cannot run) on
+    `device`. The warning names `where` and points at the first line outside
+    this package (and torch) that led to it: the user's."""
     check_precision(precision, where)
+    reason = None
     if precision == "bfloat16":
         reason = bfloat16_unsupported(device)
-        if reason is not None:
-            warnings.warn(
-                f"{where} = 'bfloat16' runs as 'float32': {reason}.",
-                RuntimeWarning,
-                stacklevel=stacklevel,
-            )
-            return "float32"
+        if reason is not None and torch.device(device).type == "cuda":
+            reason += "; precision = 'float16' is the fast path on this GPU"
+    elif precision == "float16" and torch.device(device).type != "cuda":
+        reason = "float16 is for GPUs without bfloat16; on the CPU the biLM computes in float32"
+    if reason is not None:
+        warnings.warn(
+            f"{where} = {precision!r} runs as 'float32': {reason}.",
+            RuntimeWarning,
+            stacklevel=_callers_stacklevel(),
+        )
+        return "float32"
     return precision
+
+
+def _callers_stacklevel() -> int:
+    """The stacklevel, for a warning raised by the caller, of the first frame
+    outside this package and torch."""
+    inside = (str(Path(__file__).parents[2]), str(Path(torch.__file__).parent))
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename.startswith(inside):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def autocast(precision: str, device: torch.device | str) -> torch.autocast:
     """torch's autocast for `precision` on `device` (disabled for float32)."""
     device_type = torch.device(device).type
-    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bfloat16")
+    dtype = DTYPES.get(precision, torch.bfloat16)
+    return torch.autocast(device_type, dtype=dtype, enabled=precision in DTYPES)
 
 
 def in_precision(method: Method) -> Method:
     """Decorate a BiLM method to run under the biLM's `precision`: float32
-    calls it as it is; bfloat16 calls it under autocast and hands back the
-    bfloat16 tensors of its result (in tuples, lists, dicts and dataclasses)
-    as float32.
+    calls it as it is; bfloat16 and float16 call it under autocast and hand
+    back the reduced-precision tensors of its result (in tuples, lists, dicts
+    and dataclasses) as float32.
 
     Under `torch.inference_mode`, autocast keeps no bfloat16 copy of a
     weight: it casts the weight again at every product (the char CNN's
-    highway layers then cost twice their float32 time). So a bfloat16 call
+    highway layers then cost twice their float32 time). So a reduced-precision call
     made in inference mode runs under `torch.no_grad` instead, which computes
     the same numbers; its outputs are then ordinary tensors.
 
@@ -192,9 +218,9 @@ def float32_convolutions(device: torch.device):
 
 
 def to_float32(value: Any) -> Any:
-    """`value` with every bfloat16 tensor in it converted to float32."""
+    """`value` with every bfloat16 or float16 tensor in it converted to float32."""
     if isinstance(value, torch.Tensor):
-        return value.float() if value.dtype == torch.bfloat16 else value
+        return value.float() if value.dtype in (torch.bfloat16, torch.float16) else value
     if isinstance(value, (tuple, list)):
         return type(value)(to_float32(v) for v in value)
     if isinstance(value, dict):

@@ -1,0 +1,329 @@
+"""Running a biLM over tokenised sentences: `RunSettings` (what to run it
+with, checked once) and the `Runner` that holds a biLM and its settings. The
+`elmo` pipe's thinc model, a listener replaced by its own copy of the biLM,
+`elmo_spacy.Embedder` and `elmo-spacy embed` all run a biLM through one.
+Plain PyTorch.
+
+Sentences are cut into overlapping windows (`WindowPlan`); at prediction the
+windows are sorted by length and run in chunks of at most `max_batch_tokens`
+padded tokens, in training they run as one batch; either way each window's
+kept part lands in its sentence's output. Every row starts from the same
+LSTM state: zeros, or a primed state (see `BiLM.primed_states`), so a
+sentence gets the same vectors whatever else is in its batch.
+"""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy
+import torch
+
+from ..errors import ElmoSpacyError
+from .bilm import BiLM
+from .inputs.batch import length_runs
+from .model.network import States
+from .runtime.precision import check_precision, resolve_precision
+
+# The warm-up text of state = "primed" when none is given: a few sentences of
+# plain news English, tokenised as spaCy's English tokenizer does. Published
+# ELMo models were trained on news text (the 1B Word Benchmark), with the LSTM
+# state carried from sentence to sentence.
+DEFAULT_WARMUP: tuple[str, ...] = (
+    "The city council met on Tuesday evening to discuss the new budget .",
+    "Officials said the plan would add two bus lines and repair several roads "
+    "before the end of the year .",
+    "Some residents welcomed the proposal , while others asked how it would be paid for .",
+    "The council is expected to vote on the budget next month .",
+    "Meanwhile , shares in the region 's largest employer rose 3 percent after "
+    "it reported higher profits .",
+)
+STATES = ("zero", "primed")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How a biLM runs over sentences; every value is checked here, once.
+
+    layers: the layers handed out, as indices into 0..L (negative ones count
+        from the top), in this order; None: all L + 1 (0 = the token
+        encoding, 1..L the biLSTM layers, each [forward; backward]).
+    state: the LSTM state every sentence starts from: "zero", or "primed" by
+        reading `warmup` (as the published models, trained with the state
+        carried from batch to batch, expect).
+    warmup: the warm-up sentences of "primed", each a tuple of tokens; None:
+        `DEFAULT_WARMUP`.
+    precision: what the biLM computes in: "float32" (conformant), "bfloat16"
+        or "float16" (see `elmo_spacy.bilm.runtime.precision`). Outputs are
+        float32 either way.
+    max_batch_tokens: at prediction, windows are sorted by length and run in
+        chunks of at most this many padded tokens (a longer window alone).
+    window, window_overlap: a sentence longer than `window` tokens runs in
+        pieces of at most `window` tokens overlapping by 2 * `window_overlap`
+        (see `windows`), in training as at prediction: memory stays bounded
+        whatever the sentence's length, and a token sees the same context.
+    origin: where the settings were given, for messages: e.g.
+        "[components.elmo] " (not a setting: settings that differ only here
+        are equal).
+    """
+
+    layers: tuple[int, ...] | None = None
+    state: str = "zero"
+    warmup: tuple[tuple[str, ...], ...] | None = None
+    precision: str = "float32"
+    max_batch_tokens: int = 4096
+    window: int = 1024
+    window_overlap: int = 64
+    origin: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        where = self.origin
+        if self.layers is not None:
+            layers = tuple(int(i) for i in self.layers)
+            if not layers:
+                raise ElmoSpacyError(
+                    f"{where}layers is empty: name at least one layer, or null for all"
+                )
+            object.__setattr__(self, "layers", layers)
+        if self.state not in STATES:
+            raise ElmoSpacyError(f"{where}state = {self.state!r}: use one of {STATES}")
+        if self.warmup is not None:
+            object.__setattr__(self, "warmup", warmup_tokens(self.warmup, where))
+        check_precision(self.precision, f"{where}precision")
+        if self.max_batch_tokens < 1:
+            raise ElmoSpacyError(
+                f"{where}max_batch_tokens = {self.max_batch_tokens}: give at least 1"
+            )
+        if not 0 <= 2 * self.window_overlap < self.window:
+            raise ElmoSpacyError(
+                f"{where}window = {self.window}, window_overlap = {self.window_overlap}: "
+                "need 0 <= 2 * window_overlap < window."
+            )
+
+    def to_config(self) -> dict:
+        """The settings as config values (lists, sentences as strings)."""
+        return {
+            "layers": None if self.layers is None else list(self.layers),
+            "state": self.state,
+            "warmup": None if self.warmup is None else [" ".join(s) for s in self.warmup],
+            "precision": self.precision,
+        }
+
+
+class Runner:
+    """Runs `bilm` over tokenised sentences with `settings`.
+
+    `embed` is prediction (inference mode, length-sorted chunks); `plan` and
+    `initial_states` are what a training step needs to run the same windows
+    from the same state with gradients (the thinc model does that through
+    its shim). Setting `bilm` (None until one is there) puts it in eval
+    mode, sets its precision and resolves `layers` against its depth.
+    """
+
+    def __init__(self, bilm: BiLM | None, settings: RunSettings) -> None:
+        self.settings = settings
+        self.layers: list[int] | None = None  # `settings.layers` resolved against the biLM
+        self.bilm = bilm
+
+    @property
+    def bilm(self) -> BiLM | None:
+        return self._bilm
+
+    @bilm.setter
+    def bilm(self, bilm: BiLM | None) -> None:
+        self._bilm = bilm
+        if bilm is not None:
+            where = self.settings.origin
+            bilm.eval()
+            device = next(bilm.parameters()).device
+            bilm.precision = resolve_precision(self.settings.precision, device, f"{where}precision")
+            self.layers = resolve_layers(self.settings.layers, bilm.config.n_output_layers, where)
+
+    def require_bilm(self) -> BiLM:
+        if self._bilm is None:
+            raise ElmoSpacyError(
+                "This biLM runner has no biLM yet: initialise the pipeline (with a bilm_path) "
+                "or load a trained one."
+            )
+        return self._bilm
+
+    @property
+    def n_layers(self) -> int:
+        """Layers of each output: len(layers), or L + 1 for all."""
+        bilm = self.require_bilm()
+        return bilm.config.n_output_layers if self.layers is None else len(self.layers)
+
+    @property
+    def width(self) -> int:
+        """Width of every layer: 2P, [forward; backward]."""
+        return self.require_bilm().config.width
+
+    def initial_states(self) -> States | None:
+        """The state every sentence starts from: None (zeros), or the primed
+        state per direction and layer (h (1, P), c (1, H)), computed once per
+        version of the weights (`BiLM.primed_states`)."""
+        if self.settings.state == "zero":
+            return None
+        warmup = self.settings.warmup
+        if warmup is None:
+            warmup = tuple(tuple(sentence.split()) for sentence in DEFAULT_WARMUP)
+        return self.require_bilm().primed_states(warmup)
+
+    def plan(self, lengths: Sequence[int]) -> "WindowPlan":
+        """The windows of sentences of these lengths."""
+        return WindowPlan.of(lengths, self.settings.window, self.settings.window_overlap)
+
+    def select(self, layers: torch.Tensor) -> torch.Tensor:
+        """The kept `layers` of a biLM output (L + 1, ...) -> (n_layers, ...)."""
+        return layers if self.layers is None else layers[self.layers]
+
+    def embed(
+        self,
+        sentences: Sequence[Sequence[str]],
+        progress: Callable[[int], None] | None = None,
+    ) -> list[numpy.ndarray]:
+        """One float32 array (n_layers, n, width) per sentence of n tokens, in
+        the order given ((n_layers, 0, width) for an empty one). `progress`
+        is called with the tokens of each chunk once it has run. Runs under
+        `torch.inference_mode()` and leaves the biLM in eval mode."""
+        bilm = self.require_bilm()
+        if bilm.stateful:
+            raise ElmoSpacyError(
+                "Inference runs the biLM stateless (sentences are batched by length, so a "
+                "carried state would join unrelated sentences): set bilm.stateful = False, or "
+                "use state = 'primed' for a state that every sentence starts from"
+            )
+        bilm.eval()
+        initial_states = self.initial_states()
+        plan = self.plan([len(s) for s in sentences])
+        outputs = plan.empty_outputs(self.n_layers, self.width)
+        order = plan.by_length()
+        bounds = length_runs(plan.window_lengths()[order], self.settings.max_batch_tokens)
+        for chunk in (order[a:b] for a, b in zip(bounds[:-1], bounds[1:])):
+            tokens = plan.window_tokens(sentences, chunk)
+            with torch.inference_mode():
+                layers = self.select(bilm(bilm.batch(tokens), initial_states))
+                array = layers.float().cpu().numpy()  # (n_layers, B, T, 2P)
+            plan.gather(array, outputs, chunk)
+            if progress is not None:
+                progress(sum(len(t) for t in tokens))
+        return outputs
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """The windows that cover a batch of sentences, and how their outputs
+    map back. Row r of `pieces` is (sentence, first, last, keep_first,
+    keep_last): run tokens [first, last) of the sentence, keep [keep_first,
+    keep_last) of them."""
+
+    lengths: tuple[int, ...]
+    pieces: tuple[tuple[int, int, int, int, int], ...]
+
+    @classmethod
+    def of(cls, lengths: Sequence[int], window: int, overlap: int) -> "WindowPlan":
+        pieces = tuple(
+            (i, *span) for i, n in enumerate(lengths) for span in windows(n, window, overlap)
+        )
+        return cls(tuple(int(n) for n in lengths), pieces)
+
+    def window_lengths(self) -> numpy.ndarray:
+        return numpy.array([last - first for _, first, last, _, _ in self.pieces], dtype="int64")
+
+    def by_length(self) -> numpy.ndarray:
+        """Row indices, shortest window first (stable)."""
+        return numpy.argsort(self.window_lengths(), kind="stable")
+
+    def window_tokens(
+        self, sentences: Sequence[Sequence[str]], rows: Sequence[int] | None = None
+    ) -> list[Sequence[str]]:
+        """The tokens of each window (of `rows`, default all, in that order)."""
+        rows = range(len(self.pieces)) if rows is None else rows
+        return [sentences[i][first:last] for i, first, last, _, _ in (self.pieces[r] for r in rows)]
+
+    def empty_outputs(self, n_layers: int, width: int, xp=numpy) -> list:
+        """Zeroed float32 (n_layers, n, width) arrays, one per sentence."""
+        return [xp.zeros((n_layers, n, width), dtype="float32") for n in self.lengths]
+
+    def gather(self, array, outputs: list, rows: Sequence[int] | None = None) -> None:
+        """Copy the kept part of each window's output into its sentence's:
+        `array` is (n_layers, len(rows), T, width), row j the window rows[j]."""
+        rows = range(len(self.pieces)) if rows is None else rows
+        for j, r in enumerate(rows):
+            i, first, _, keep_first, keep_last = self.pieces[r]
+            outputs[i][:, keep_first:keep_last] = array[
+                :, j, keep_first - first : keep_last - first
+            ]
+
+    def scatter(self, d_outputs: Sequence, d_array: torch.Tensor, to_torch: Callable) -> None:
+        """The reverse of `gather` for gradients: each sentence's (n_layers,
+        n, width) gradient into the kept part of its windows' rows of the
+        zeroed (n_layers, rows, T, width) `d_array`; `to_torch` turns a slice
+        of `d_outputs` into a tensor on d_array's device."""
+        for r, (i, first, _, keep_first, keep_last) in enumerate(self.pieces):
+            d_array[:, r, keep_first - first : keep_last - first] = to_torch(
+                d_outputs[i][:, keep_first:keep_last]
+            )
+
+
+def windows(n_tokens: int, window: int, overlap: int) -> list[tuple[int, int, int, int]]:
+    """Pieces (first, last, keep_first, keep_last) covering a sentence of
+    n_tokens: run tokens [first, last), keep [keep_first, keep_last). The kept
+    parts tile the sentence, and each kept token has at least `overlap` tokens
+    of context on both sides in its piece (or the sentence's edge); a
+    sentence of at most `window` tokens is one piece, and none for 0."""
+    if n_tokens <= window:
+        return [(0, n_tokens, 0, n_tokens)] if n_tokens else []
+    step = window - 2 * overlap
+    return [
+        (
+            max(0, keep - overlap),
+            min(n_tokens, keep + step + overlap),
+            keep,
+            min(n_tokens, keep + step),
+        )
+        for keep in range(0, n_tokens, step)
+    ]
+
+
+def warmup_tokens(
+    warmup: Sequence[str | Sequence[str]], where: str = ""
+) -> tuple[tuple[str, ...], ...]:
+    """Warm-up sentences, each a string of space-separated tokens or a list of
+    tokens, as tuples of tokens; empty sentences dropped. `where` starts any
+    error message."""
+    if isinstance(warmup, str) or not all(
+        isinstance(s, str) or (not isinstance(s, str) and all(isinstance(t, str) for t in s))
+        for s in warmup
+    ):
+        raise ElmoSpacyError(
+            f"{where}warmup must be a list of sentences (strings of tokens separated by spaces, "
+            f"or lists of tokens); got {warmup!r:.80}"
+        )
+    tokens = tuple(tuple(s.split() if isinstance(s, str) else s) for s in warmup)
+    tokens = tuple(t for t in tokens if t)
+    if not tokens:
+        raise ElmoSpacyError(
+            f"{where}warmup holds no token: give at least one sentence, or null for the default "
+            "warm-up"
+        )
+    return tokens
+
+
+def resolve_layers(
+    layers: Sequence[int] | None, n_layers: int, where: str = ""
+) -> list[int] | None:
+    """Layer indices into 0..n_layers - 1 (negative ones count from the top),
+    checked: each in range, none twice. None (all layers) stays None. `where`
+    starts any error message."""
+    if layers is None:
+        return None
+    layers = [int(i) for i in layers]
+    if not all(-n_layers <= i < n_layers for i in layers):
+        raise ElmoSpacyError(
+            f"{where}layers = {layers}, but the biLM has {n_layers} layers "
+            f"(0 = token encoding, 1..{n_layers - 1} = LSTM layers)"
+        )
+    resolved = [i % n_layers for i in layers]
+    if len(set(resolved)) < len(resolved):
+        raise ElmoSpacyError(f"{where}layers = {layers} names a layer twice")
+    return resolved
