@@ -129,3 +129,12 @@ def test_memory_and_type_cache(trained_pipeline):
     long = run_benchmark("memory", "long-doc", trained_pipeline, "--tokens", "3000")
     assert long[-1]
     assert run_benchmark("type_cache", "--text", TRAIN_CSV, "--docs", "20", "--passes", "1")
+
+
+def test_doc_storage_gives_bytes_a_token_for_each_choice():
+    rows = run_benchmark("doc_storage", "--shape", "small", "--texts", "5")
+    by_choice = {(json.dumps(row["store"]), row["dtype"]): row for row in rows}
+    assert len(by_choice) == 7
+    memory = {choice: row["memory_bytes_per_token"] for choice, row in by_choice.items()}
+    assert memory['"layers"', "float32"] == 4 * (3 + 1) * 256  # 3 layers and the tensor
+    assert memory['"nothing"', "float32"] == 0
