@@ -138,3 +138,10 @@ def test_doc_storage_gives_bytes_a_token_for_each_choice():
     memory = {choice: row["memory_bytes_per_token"] for choice, row in by_choice.items()}
     assert memory['"layers"', "float32"] == 4 * (3 + 1) * 256  # 3 layers and the tensor
     assert memory['"nothing"', "float32"] == 0
+
+
+def test_serving_compares_onnxruntime_with_the_embedder():
+    rows = run_benchmark("serving", "--shape", "small", "--sentences", "20")
+    assert [row["side"] for row in rows] == ["embedder", "onnxruntime"]
+    assert rows[0]["tokens"] == rows[1]["tokens"] > 0
+    assert all(row["tokens_per_second"] > 0 for row in rows)

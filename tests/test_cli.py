@@ -31,6 +31,7 @@ def test_help_lists_the_commands():
         "convert-efml",
         "export-elmo",
         "embed",
+        "export",
         "prepare",
         "pretrain",
         "init-config",

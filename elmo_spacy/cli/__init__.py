@@ -113,7 +113,7 @@ def parse_part(shard: str | None) -> tuple[int, int]:
     return keep, of
 
 
-from . import elmo_format, embed, prepare, pretrain  # noqa: E402,F401  (registers the commands)
+from . import elmo_format, embed, export, prepare, pretrain  # noqa: E402,F401  (registers the commands)
 
 
 def _reflowed(text: str) -> str:

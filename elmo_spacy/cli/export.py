@@ -1,0 +1,84 @@
+"""`elmo-spacy export`: a biLM as an ONNX model and a torch.export program,
+to serve outside Python and spaCy."""
+
+from pathlib import Path
+
+import typer
+
+from . import app, errors_to_exit
+
+
+@app.command("export")
+def export_command(
+    bilm_path: Path = typer.Argument(
+        ...,
+        exists=True,
+        metavar="MODEL",
+        help="A biLM: pretrain or convert-elmo output, a bilm-tf or NLPL folder, an "
+        "ELMoForManyLangs folder",
+    ),
+    output_dir: Path = typer.Argument(..., metavar="OUTPUT_DIR", help="The folder to write"),
+    formats: list[str] = typer.Option(
+        ["onnx", "torch-export"],
+        "--format",
+        help="onnx (bilm.onnx) and/or torch-export (bilm.pt2); repeat for both (the default)",
+    ),
+    state: str = typer.Option(
+        "zero", help="LSTM state every sentence starts from: zero, or primed by a warm-up text"
+    ),
+    warmup_file: Path = typer.Option(
+        None,
+        exists=True,
+        dir_okay=False,
+        help="Warm-up sentences of --state primed, tokens separated by spaces, one a line "
+        "(default: shipped sentences)",
+    ),
+    with_states: bool = typer.Option(
+        False,
+        "--with-states",
+        help="Take the LSTM states as inputs and give the final ones as outputs, to carry "
+        "them from batch to batch as bilm-tf's stateful models ran",
+    ),
+) -> None:
+    """Write a biLM for serving: bilm.onnx (onnxruntime, any language) and
+    bilm.pt2 (`torch.export.load(path).module()`), which take per-token ids
+    and give the (L + 1, batch, tokens, 2P) layers in float32, and
+    inputs.json, which says how to make the ids from tokens (the character
+    scheme, the vocabulary in vocab.txt for encoders that read words) and how
+    the biLM's text was tokenised. The folder appears once it is complete."""
+    from ..bilm import load_bilm
+    from ..bilm.formats.exported import FORMATS, export_bilm
+    from ..bilm.runner import Runner, RunSettings
+    from ..errors import ElmoSpacyError
+    from ..files import write_directory
+    from .embed import read_lines
+
+    with errors_to_exit():
+        unknown = [f for f in formats if f not in FORMATS]
+        if unknown:
+            raise ElmoSpacyError(f"--format {unknown[0]}: use {' or '.join(FORMATS)}")
+        if with_states and state != "zero":
+            raise ElmoSpacyError("--with-states takes the states as inputs: leave --state zero")
+        warmup = None if warmup_file is None else [line for line in read_lines(warmup_file)]
+        settings = RunSettings(state=state, warmup=warmup or None, origin="--")
+        bilm = load_bilm(bilm_path, with_softmax=False)
+        initial_states = Runner(bilm, settings).initial_states()
+        written: list[Path] = []
+
+        def write(folder: Path) -> None:
+            written.extend(
+                export_bilm(
+                    bilm,
+                    folder,
+                    formats=formats,
+                    initial_states=initial_states,
+                    with_states=with_states,
+                    state=state,
+                )
+            )
+
+        write_directory(
+            output_dir, write, owned=("bilm.onnx", "bilm.pt2", "inputs.json", "vocab.txt")
+        )
+    for path in written:
+        typer.echo(str(output_dir / path.name))

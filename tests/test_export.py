@@ -1,0 +1,171 @@
+"""`elmo-spacy export`: the biLM as ONNX and a torch.export program, run by
+onnxruntime and torch against `Embedder` on the same tokens."""
+
+import json
+
+import numpy
+import pytest
+import torch
+
+from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm
+from elmo_spacy.bilm.formats.exported import export_bilm, serving_inputs
+from elmo_spacy.bilm.runner import Runner, RunSettings
+from elmo_spacy.embedder import Embedder
+
+from .conftest import ROOT, TINY_BILM, cli
+
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime runs the exported models")
+BILM_TF = ROOT.parent / "shared" / "data" / "allennlp_elmo"
+EFML = ROOT.parent / "shared" / "data" / "elmoformanylangs"
+needs_bilm_tf = pytest.mark.skipif(
+    not (BILM_TF / "lm_weights.hdf5").is_file(),
+    reason=f"the reference ELMo fixtures are not at {BILM_TF} (see its README)",
+)
+needs_efml = pytest.mark.skipif(
+    not (EFML / "outputs.hdf5").is_file(),
+    reason=f"the ELMoForManyLangs fixtures are not at {EFML} (see its README)",
+)
+SENTENCES = [
+    ["She", "sat", "on", "the", "bank", "of", "the", "river", "."],
+    ["Markets", "rallied", "."],
+    [],
+    ["Antidisestablishmentarianism" * 2, "naïve", "café", "<S>", "€", "x"],
+]
+TOLERANCE = 1e-5
+
+
+def tiny(encoder: str, clipped: bool) -> BiLM:
+    torch.manual_seed(0)
+    clips = {"cell_clip": 3.0 if clipped else None, "proj_clip": 3.0 if clipped else None}
+    config = BiLMConfig(**{**TINY_BILM.to_dict(), "encoder": encoder, "word_dim": 8, **clips})
+    words = sorted({t for s in SENTENCES for t in s[:3]})
+    bilm = BiLM(config, WordVocab.build([words], max_size=100, min_count=1), with_softmax=False)
+    with torch.no_grad():
+        for parameter in bilm.parameters():
+            parameter.mul_(3.0)  # so that the clips bind
+    return bilm.eval()
+
+
+def onnx_layers(path, inputs: dict[str, numpy.ndarray]) -> list[numpy.ndarray]:
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, inputs)
+
+
+def per_sentence(layers: numpy.ndarray, sentences) -> list[numpy.ndarray]:
+    return [layers[:, i, : len(s)] for i, s in enumerate(sentences)]
+
+
+def assert_close(got: list[numpy.ndarray], expected: list[numpy.ndarray], tolerance=TOLERANCE):
+    for mine, theirs in zip(got, expected, strict=True):
+        assert mine.shape == theirs.shape
+        if mine.size:
+            assert numpy.abs(mine - theirs).max() <= tolerance
+
+
+@pytest.mark.parametrize(
+    "encoder, clipped",
+    [("char_cnn", False), ("word_char", True), pytest.param("word", True, marks=pytest.mark.slow)],
+)
+def test_each_encoder_exported_gives_what_embedder_gives(tmp_path, encoder, clipped):
+    bilm = tiny(encoder, clipped)
+    expected = Embedder(bilm).embed(SENTENCES)
+    formats = ("onnx", "torch-export") if encoder == "char_cnn" else ("onnx",)
+    export_bilm(bilm, tmp_path, formats=formats)
+    inputs = serving_inputs(bilm, SENTENCES)
+    (layers,) = onnx_layers(tmp_path / "bilm.onnx", inputs)
+    assert_close(per_sentence(layers, SENTENCES), expected)
+    other = [["Another", "batch", "of", "another", "size", "."]]  # the shapes are free
+    (layers,) = onnx_layers(tmp_path / "bilm.onnx", serving_inputs(bilm, other))
+    assert_close(per_sentence(layers, other), Embedder(bilm).embed(other))
+    if "torch-export" in formats:
+        program = torch.export.load(str(tmp_path / "bilm.pt2")).module()
+        layers = program(*(torch.from_numpy(inputs[k]) for k in inputs)).detach().numpy()
+        assert_close(per_sentence(layers, SENTENCES), expected)
+    described = json.loads((tmp_path / "inputs.json").read_text())
+    assert list(described["inputs"]) == list(inputs)
+    assert (tmp_path / "vocab.txt").is_file() == (encoder != "char_cnn")
+
+
+@needs_bilm_tf
+def test_a_published_model_primed_exports_what_embedder_computes(tmp_path):
+    bilm = load_bilm(BILM_TF)
+    runner = Runner(bilm, RunSettings(state="primed"))
+    export_bilm(bilm, tmp_path, formats=["onnx"], initial_states=runner.initial_states())
+    sentences = [s for s in SENTENCES if s]
+    (layers,) = onnx_layers(tmp_path / "bilm.onnx", serving_inputs(bilm, sentences))
+    expected = Embedder(bilm, state="primed").embed(sentences)
+    assert_close(per_sentence(layers, sentences), expected)
+    assert not numpy.allclose(expected[0], Embedder(bilm).embed(sentences[:1])[0], atol=1e-3)
+
+
+@needs_bilm_tf
+@pytest.mark.slow
+def test_a_stateful_replay_through_onnx_matches_the_reference(tmp_path):
+    """bilm-tf's held-back outputs of ten batches, each starting from the
+    states the previous one left: the states go in and out of the program."""
+    import h5py
+
+    bilm = load_bilm(BILM_TF)
+    export_bilm(bilm, tmp_path, formats=["onnx"], with_states=True)
+    sentences = json.loads((BILM_TF / "sentences.json").read_text())
+    batches = [[sentences[k][i].split() for k in range(3)] for i in range(10)]
+    inputs = serving_inputs(bilm, batches[0], with_states=True)
+    h, c = inputs["initial_h"], inputs["initial_c"]
+    worst = 0.0
+    for i, batch in enumerate(batches):
+        inputs = {**serving_inputs(bilm, batch), "initial_h": h, "initial_c": c}
+        layers, h, c = onnx_layers(tmp_path / "bilm.onnx", inputs)
+        for k in range(2):
+            with h5py.File(BILM_TF / f"lm_embeddings_{k}.hdf5") as file:
+                both = file[str(i)][...]
+            reference = numpy.concatenate([both[0], both[1]], axis=1)
+            worst = max(worst, float(numpy.abs(layers[-1, k, : len(batch[k])] - reference).max()))
+    assert worst < TOLERANCE
+
+
+@needs_efml
+@pytest.mark.slow
+def test_an_elmoformanylangs_model_exports_its_computation(tmp_path):
+    """The fixture moves its top layer by up to 3e-4 for a one-ulp change of
+    its input (see test_efml.py): onnxruntime's float32 arithmetic (its own
+    tanh and sigmoid) moves it up to 1e-3 from what `Embedder` computes. In
+    float64 (a torch.export program: onnxruntime has no float64 convolution
+    on the CPU) the exported computation is the network's, to 1e-10."""
+    bilm = load_bilm(EFML / "model")
+    sentences = [s.split(" ") for s in json.loads((EFML / "sentences.json").read_text())]
+    (tmp_path / "float32").mkdir()
+    (tmp_path / "float64").mkdir()
+    export_bilm(bilm, tmp_path / "float32", formats=["onnx"])
+    inputs = serving_inputs(bilm, sentences)
+    (layers,) = onnx_layers(tmp_path / "float32" / "bilm.onnx", inputs)
+    expected = Embedder(bilm).embed(sentences)
+    pairs = list(zip(per_sentence(layers, sentences), expected))
+    gaps = [numpy.abs(ours - theirs) for ours, theirs in pairs]
+    for gap, (_, theirs) in zip(gaps, pairs):  # the token encoding (values up to 519): rounding
+        assert gap[0].max() <= 2e-6 * numpy.abs(theirs[0]).max()
+    assert max(g.max() for g in gaps) <= 1e-3 and max(g.mean() for g in gaps) <= 1e-4
+    export_bilm(bilm, tmp_path / "float64", formats=["torch-export"], dtype=torch.float64)
+    program = torch.export.load(str(tmp_path / "float64" / "bilm.pt2")).module()
+    wide = bilm.double()
+    with torch.no_grad():
+        layers = program(*(torch.from_numpy(inputs[k]) for k in inputs)).numpy()
+        network = wide(wide.batch(sentences)).numpy()
+    for ours, theirs in zip(per_sentence(layers, sentences), per_sentence(network, sentences)):
+        assert numpy.abs(ours - theirs).max() < 1e-10
+
+
+def test_the_export_command_writes_a_folder_and_refuses_what_it_cannot(bilm_dir, tmp_path):
+    result = cli("export", bilm_dir, tmp_path / "served", "--format", "onnx", "--state", "primed")
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "served").iterdir()) == ["bilm.onnx", "inputs.json"]
+    described = json.loads((tmp_path / "served" / "inputs.json").read_text())
+    assert described["state"] == "primed" and described["tokenization"]["tokenizer"] == "spacy"
+    bilm = load_bilm(bilm_dir)
+    (layers,) = onnx_layers(tmp_path / "served" / "bilm.onnx", serving_inputs(bilm, SENTENCES))
+    expected = Embedder(bilm, state="primed").embed(SENTENCES)
+    assert_close(per_sentence(layers, SENTENCES), expected)
+    bad_format = cli("export", bilm_dir, tmp_path / "x", "--format", "tflite")
+    assert bad_format.returncode != 0 and "--format tflite" in bad_format.stderr
+    both = cli("export", bilm_dir, tmp_path / "x", "--with-states", "--state", "primed")
+    assert both.returncode != 0 and "--with-states" in both.stderr
+    assert not (tmp_path / "x").exists()
