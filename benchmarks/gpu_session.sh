@@ -53,13 +53,15 @@ for name in $steps; do
     elmo_shapes) step elmo_shapes 150 python3 benchmarks/elmo_shapes.py --device cuda \
         --text $text/train.csv --forwards clipped loop fused reference-style embedder ;;
     pretrain_throughput) step pretrain_throughput 90 python3 benchmarks/pretrain_throughput.py \
-        configs/bilm.cfg $text/unlabeled.txt --device cuda --no-full-softmax ;;
+        configs/bilm.cfg $text/unlabeled.txt --device cuda --no-full-softmax \
+        --precisions float32 bfloat16 float16 ;;
     pretrain_throughput_original) step pretrain_throughput_original 90 \
         python3 benchmarks/pretrain_throughput.py configs/bilm.cfg $text/unlabeled.txt \
         --device cuda --no-full-softmax --bilm.lstm_dim 4096 --bilm.projection_dim 512 \
         --training.batch_tokens 32768 --steps 20 ;;
     precision_perplexity) step precision_perplexity 120 python3 \
-        benchmarks/precision_perplexity.py configs/bilm.cfg $text/unlabeled.txt --gpu-id 0 ;;
+        benchmarks/precision_perplexity.py configs/bilm.cfg $text/unlabeled.txt --gpu-id 0 \
+        --precisions float32 bfloat16 float16 ;;
     type_cache) step type_cache 150 python3 benchmarks/elmo_shapes.py --device cuda \
         --text $text/train.csv --forwards clipped fused --precisions float32 \
         --type-cache-size 0 ;;

@@ -40,7 +40,9 @@ def main() -> None:
     parser.add_argument("config")
     parser.add_argument("corpus", help="A prepared corpus, or a text file (prepared first)")
     parser.add_argument("--steps", type=int, default=300, help="training steps per precision")
-    parser.add_argument("--precisions", nargs="*", default=list(PRECISIONS), choices=PRECISIONS)
+    parser.add_argument(
+        "--precisions", nargs="*", default=list(PRECISIONS), choices=(*PRECISIONS, "float16")
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output-dir", type=Path, default=Path("/tmp/precision_perplexity"))
     parser.add_argument("--gpu-id", type=int, default=-1, help="a CUDA GPU to train on (-1: CPU)")
@@ -79,7 +81,7 @@ def main() -> None:
             ),
             "dev_perplexity_own_precision": log["epochs"][-1]["dev_perplexity"]["mean"],
         }
-        for evaluated_in in PRECISIONS:
+        for evaluated_in in dict.fromkeys([*PRECISIONS, precision]):
             bilm = load_bilm(output / "model-last").to(start_workers(args.gpu_id).device)
             bilm.precision = evaluated_in
             build = BatchBuilder(corpus, bilm)

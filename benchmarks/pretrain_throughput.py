@@ -70,10 +70,11 @@ def train_steps(
     Adam). The batches are built beforehand."""
     optimizer = new_optimizer(bilm, training)
     loss = ShardLoss(bilm, world_size=1)
+    device = next(bilm.parameters()).device
+    scaler = torch.amp.GradScaler(device.type) if bilm.precision == "float16" else None
     bilm.train()
     tokens = 0
     phases = dict.fromkeys(PHASES, 0.0)
-    device = next(bilm.parameters()).device
     marks: list[float] = []
 
     def mark(_phase: str) -> None:
@@ -82,7 +83,9 @@ def train_steps(
     for i, batch in enumerate(itertools.islice(itertools.cycle(batches), steps + 3)):
         marks[:] = [_clock(device)]
         predictions = batch.targets.n_tokens
-        training_step(loss, optimizer, training.grad_clip, batch, predictions, 1.0, mark)
+        training_step(
+            loss, optimizer, training.grad_clip, batch, predictions, 1.0, mark, scaler=scaler
+        )
         if i >= 3:
             for phase, start, end in zip(PHASES, marks, marks[1:]):
                 phases[phase] += end - start
@@ -111,7 +114,9 @@ def main() -> None:
     parser.add_argument("config")
     parser.add_argument("corpus", help="A prepared corpus, or a text file (prepared first)")
     parser.add_argument("--steps", type=int, default=30, help="Timed training steps per model")
-    parser.add_argument("--precisions", nargs="*", default=list(PRECISIONS), choices=PRECISIONS)
+    parser.add_argument(
+        "--precisions", nargs="*", default=list(PRECISIONS), choices=(*PRECISIONS, "float16")
+    )
     parser.add_argument("--no-full-softmax", action="store_true", help="Skip the naive baseline")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
@@ -224,7 +229,7 @@ def main() -> None:
 
 
 LSTM_KERNELS = {"training": "elmo_spacy (bilm/recurrence.py)", "fused": "torch's nn.LSTM"}
-PRECISIONS = ("float32", "bfloat16")
+PRECISIONS = ("float32", "bfloat16")  # the default; float16 on request (GPUs without bfloat16)
 PHASES = ("forward", "backward", "optimizer")
 
 

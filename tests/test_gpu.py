@@ -314,3 +314,19 @@ def test_spacy_train_on_cuda(
     nlp = spacy.load(tmp_path / "out" / "model-last")
     doc = nlp(" ".join(WORDS))
     assert isinstance(doc._.elmo, numpy.ndarray) and doc._.elmo.shape[1] == len(doc)
+
+
+@on_cuda
+def test_fine_tuning_in_float16_on_cuda_scales_the_gradient(spacy_on_gpu, bilm_dir, corpus_dir):
+    nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0, elmo={"precision": "float16"})
+    train = examples(nlp, corpus_dir / "train.spacy")
+    optimizer = nlp.initialize(lambda: train)
+    elmo = nlp.get_pipe("elmo")
+    bilm = get_bilm(elmo.model)
+    assert bilm.precision == "float16" and elmo.model.shims[0]._grad_scaler._enabled
+    before = {k: v.clone() for k, v in bilm.state_dict().items()}
+    for start in range(0, 24, 8):
+        nlp.update(train[start : start + 8], sgd=optimizer)
+    after = bilm.state_dict()
+    moved = [k for k in before if not torch.equal(before[k], after[k])]
+    assert moved and all(torch.isfinite(after[k]).all() for k in moved)

@@ -82,7 +82,10 @@ class BiLMShim(PyTorchShim):
       next time (a listener switched to grad_factor = 0) is not moved by the
       optimiser's momentum; a step without gradients (a frozen biLM) keeps
       what the biLM derived from its weights;
-    - the gradient scaler is on while the biLM computes in float16.
+    - the gradient scaler (thinc's, spacy-transformers' `grad_scaler_config`)
+      is on while the biLM computes in float16: the gradient coming back is
+      scaled, the biLM's unscaled, and a step whose gradients overflowed is
+      skipped.
     """
 
     def __init__(self, runner: Runner, grad_scaler_config: dict[str, Any]) -> None:
@@ -112,10 +115,13 @@ class BiLMShim(PyTorchShim):
         self._grad_scaler = self._scaler()
 
     def _scaler(self) -> PyTorchGradScaler:
+        """thinc's gradient scaler, on where the biLM computes in float16 on
+        a GPU (float16 runs only there; thinc's scaler refuses the CPU)."""
         bilm = self.runner.bilm
-        enabled = bilm is not None and bilm.precision == "float16"
+        device = get_torch_default_device() if bilm is None else _device(bilm)
+        enabled = bilm is not None and bilm.precision == "float16" and device.type == "cuda"
         scaler = PyTorchGradScaler(enabled=enabled, **self.grad_scaler_config)
-        scaler.to_(get_torch_default_device() if bilm is None else _device(bilm))
+        scaler.to_(device)
         return scaler
 
     def copy(self) -> "BiLMShim":

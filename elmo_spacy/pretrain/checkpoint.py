@@ -58,6 +58,7 @@ class RunState:
     epochs: list[dict[str, Any]] = field(default_factory=list)
     evaluations: list[dict[str, Any]] = field(default_factory=list)
     init_dev_perplexity: dict[str, float] | None = None  # of a biLM trained further
+    loss_scale: dict[str, Any] | None = None  # the GradScaler's state, training in float16
 
     def next_epoch(self) -> None:
         self.epoch += 1

@@ -82,6 +82,7 @@ class Pretraining:
     show_progress: bool
     state: RunState
     started: float  # time.perf_counter() when pretrain() began
+    scaler: torch.amp.GradScaler | None = None  # training in float16
     first_step: float | None = None  # seconds from `started` to the first step
     _pending_nll: torch.Tensor | None = None
     _clock: float = field(default_factory=time.perf_counter)
@@ -122,7 +123,13 @@ class Pretraining:
                 if self.first_step is None:
                     self.first_step = time.perf_counter() - self.started
                 nll = training_step(
-                    self.loss, self.optimizer, config.grad_clip, batch, pieces.predictions, weight
+                    self.loss,
+                    self.optimizer,
+                    config.grad_clip,
+                    batch,
+                    pieces.predictions,
+                    weight,
+                    scaler=self.scaler,
                 )
                 self._pending_nll += nll
                 state.step += 1
@@ -233,6 +240,8 @@ class Pretraining:
     def save_checkpoint(self) -> None:
         """Rank 0 writes the checkpoint; the others wait until it is in place."""
         self.flush()
+        if self.scaler is not None:
+            self.state.loss_scale = self.scaler.state_dict()
         if self.workers.is_main:
             save_checkpoint(self.output_dir, self.bilm, self.optimizer, self.state)
         self.workers.wait_for_all()
@@ -247,21 +256,34 @@ def training_step(
     batch_tokens: int,
     weight: float = 1.0,
     mark: Callable[[str], None] | None = None,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> torch.Tensor:
     """One optimizer step on one rank's share of a batch: the loss (a
     `ShardLoss`, or its DistributedDataParallel), its gradients, clipped to
     `grad_clip`, and Adam's update. Returns the share's summed NLL, a tensor
     on the device (read it, and wait for the device, only when needed).
     `mark(phase)` is called after each phase, "forward", "backward" and
-    "optimizer" (for benchmarks that time them)."""
+    "optimizer" (for benchmarks that time them). `scaler` (training in
+    float16): the loss is scaled before the backward pass, the gradients
+    unscaled before clipping, and a step whose gradients overflowed is
+    skipped (which waits for the device)."""
     mark = mark or _no_mark
     scaled, nll = loss(batch, batch_tokens, weight)
     mark("forward")
     optimizer.zero_grad()
-    scaled.backward()
-    mark("backward")
-    torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], grad_clip)
-    optimizer.step()
+    parameters = optimizer.param_groups[0]["params"]
+    if scaler is None:
+        scaled.backward()
+        mark("backward")
+        torch.nn.utils.clip_grad_norm_(parameters, grad_clip)
+        optimizer.step()
+    else:
+        scaler.scale(scaled).backward()
+        mark("backward")
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(parameters, grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
     mark("optimizer")
     return nll
 
@@ -394,6 +416,11 @@ def pretrain(
         if not workers.is_main:  # rank 0 says it for all: one fall-back warning, not one a rank
             warnings.simplefilter("ignore", RuntimeWarning)
         bilm.precision = resolve_precision(config.precision, workers.device, "[training] precision")
+    scaler = None
+    if bilm.precision == "float16":
+        scaler = torch.amp.GradScaler(workers.device.type)
+        if state.loss_scale is not None:
+            scaler.load_state_dict(state.loss_scale)
     dev_pieces = sample.pieces(config.max_length)
     data = TrainingData(
         corpus=corpus,
@@ -430,6 +457,7 @@ def pretrain(
         show_progress=show_progress and workers.is_main,
         state=state,
         started=started,
+        scaler=scaler,
     )
     run.run()
     log = {

@@ -80,6 +80,13 @@ def bfloat16_unsupported(device: torch.device | str = "cpu") -> str | None:
     return _cpu_bfloat16_unsupported()
 
 
+def float16_unsupported(device: torch.device | str = "cpu") -> str | None:
+    """Why float16 would not pay on `device`, or None where it does (CUDA GPUs)."""
+    if torch.device(device).type == "cuda":
+        return None
+    return "float16 is for GPUs without bfloat16; on the CPU the biLM computes in float32"
+
+
 @functools.cache
 def _cpu_bfloat16_unsupported() -> str | None:
     if not torch.backends.mkldnn.is_available():
@@ -138,8 +145,8 @@ def resolve_precision(
         reason = bfloat16_unsupported(device)
         if reason is not None and torch.device(device).type == "cuda":
             reason += "; precision = 'float16' is the fast path on this GPU"
-    elif precision == "float16" and torch.device(device).type != "cuda":
-        reason = "float16 is for GPUs without bfloat16; on the CPU the biLM computes in float32"
+    elif precision == "float16":
+        reason = float16_unsupported(device)
     if reason is not None:
         warnings.warn(
             f"{where} = {precision!r} runs as 'float32': {reason}.",
