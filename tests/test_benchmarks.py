@@ -145,3 +145,9 @@ def test_serving_compares_onnxruntime_with_the_embedder():
     assert [row["side"] for row in rows] == ["embedder", "onnxruntime"]
     assert rows[0]["tokens"] == rows[1]["tokens"] > 0
     assert all(row["tokens_per_second"] > 0 for row in rows)
+
+
+def test_replaced_on_disk_gives_each_components_size():
+    before, after = run_benchmark("replaced_on_disk", "--pipes", "textcat", "tagger")
+    assert "elmo_mb" in before and "elmo_mb" not in after
+    assert after["textcat_mb"] > before["elmo_mb"] * 0.99  # its own copy of the biLM
