@@ -64,12 +64,17 @@ def assert_close(got: list[numpy.ndarray], expected: list[numpy.ndarray], tolera
 
 @pytest.mark.parametrize(
     "encoder, clipped",
-    [("char_cnn", False), ("word_char", True), pytest.param("word", True, marks=pytest.mark.slow)],
+    [
+        ("word_char", True),
+        # char_cnn, unclipped: the fixture biLM of test_the_export_command...
+        pytest.param("char_cnn", True, marks=pytest.mark.slow),
+        pytest.param("word", False, marks=pytest.mark.slow),
+    ],
 )
 def test_each_encoder_exported_gives_what_embedder_gives(tmp_path, encoder, clipped):
     bilm = tiny(encoder, clipped)
     expected = Embedder(bilm).embed(SENTENCES)
-    formats = ("onnx", "torch-export") if encoder == "char_cnn" else ("onnx",)
+    formats = ("onnx", "torch-export") if encoder == "word_char" else ("onnx",)
     export_bilm(bilm, tmp_path, formats=formats)
     inputs = serving_inputs(bilm, SENTENCES)
     (layers,) = onnx_layers(tmp_path / "bilm.onnx", inputs)
@@ -155,14 +160,21 @@ def test_an_elmoformanylangs_model_exports_its_computation(tmp_path):
 
 
 def test_the_export_command_writes_a_folder_and_refuses_what_it_cannot(bilm_dir, tmp_path):
-    result = cli("export", bilm_dir, tmp_path / "served", "--format", "onnx", "--state", "primed")
+    """The fixture biLM: a char CNN (masked ids), unclipped, primed."""
+    result = cli("export", bilm_dir, tmp_path / "served", "--state", "primed")
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in (tmp_path / "served").iterdir()) == ["bilm.onnx", "inputs.json"]
-    described = json.loads((tmp_path / "served" / "inputs.json").read_text())
+    served = tmp_path / "served"
+    assert sorted(p.name for p in served.iterdir()) == ["bilm.onnx", "bilm.pt2", "inputs.json"]
+    described = json.loads((served / "inputs.json").read_text())
     assert described["state"] == "primed" and described["tokenization"]["tokenizer"] == "spacy"
     bilm = load_bilm(bilm_dir)
-    (layers,) = onnx_layers(tmp_path / "served" / "bilm.onnx", serving_inputs(bilm, SENTENCES))
+    assert bilm.config.encoder == "char_cnn" and not bilm.forward_lstm.clipped
+    inputs = serving_inputs(bilm, SENTENCES)
     expected = Embedder(bilm, state="primed").embed(SENTENCES)
+    (layers,) = onnx_layers(served / "bilm.onnx", inputs)
+    assert_close(per_sentence(layers, SENTENCES), expected)
+    program = torch.export.load(str(served / "bilm.pt2")).module()
+    layers = program(*(torch.from_numpy(inputs[k]) for k in inputs)).detach().numpy()
     assert_close(per_sentence(layers, SENTENCES), expected)
     bad_format = cli("export", bilm_dir, tmp_path / "x", "--format", "tflite")
     assert bad_format.returncode != 0 and "--format tflite" in bad_format.stderr
