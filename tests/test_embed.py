@@ -220,7 +220,7 @@ def test_sentence_keys_refuse_repeats_and_empty_lines(tiny_bilm_dir, corpus, tmp
 def test_two_shards_cover_every_line_with_global_keys(tiny_bilm_dir, corpus, tmp_path):
     assert embed(tiny_bilm_dir, corpus, tmp_path / "all.hdf5").exit_code == 0
     for k in range(2):
-        result = embed(tiny_bilm_dir, corpus, tmp_path / f"{k}.hdf5", "--shard", f"{k}/2")
+        result = embed(tiny_bilm_dir, corpus, tmp_path / f"{k}.hdf5", "--part", f"{k}/2")
         assert result.exit_code == 0, result.output
     with (
         h5py.File(tmp_path / "all.hdf5") as whole,
@@ -240,8 +240,8 @@ def test_two_shards_cover_every_line_with_global_keys(tiny_bilm_dir, corpus, tmp
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--shard", "2/2"], "--shard 2/2: give K/N with 0 <= K < N"),
-        (["--shard", "a"], "--shard a: give K/N"),
+        (["--part", "2/2"], "--part 2/2: give K/N with 0 <= K < N"),
+        (["--part", "a"], "--part a: give K/N"),
         (["--top", "--average"], "--top and --average: choose one"),
         (["--layers", "1;2"], "--layers 1;2: give layer indices separated by commas"),
         (["--layers", "5"], "layers = [5], but the biLM has 3 layers"),

@@ -10,7 +10,9 @@ import torch
 from safetensors.torch import load_file
 from spacy.cli._util import parse_config_overrides
 
+import elmo_spacy.bilm.runtime.kernels as kernels_module
 import elmo_spacy.bilm.runtime.precision as precision_module
+import elmo_spacy.bilm.runtime.products as products_module
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm
 from elmo_spacy.bilm.model.softmax import adaptive_nll, summed_nll
 from elmo_spacy.bilm.runtime.products import onednn_packing
@@ -89,7 +91,7 @@ def test_bfloat16_forward_is_close_to_float32(encoder):
     assert_close_per_layer(layers_of(bilm, SENTENCES, gradients=True), reference)
 
 
-def test_bfloat16_packs_its_own_weights_for_onednn_even_when_asked_first():
+def test_bfloat16_packs_its_own_weights_for_onednn_where_onednn_can():
     if not onednn_packing():
         pytest.skip("this torch has no oneDNN packed linear")
     onednn_packing.cache_clear()  # first asked under bfloat16 autocast, it must still say yes
@@ -98,9 +100,41 @@ def test_bfloat16_packs_its_own_weights_for_onednn_even_when_asked_first():
     layers_of(bilm, SENTENCES)
     with torch.inference_mode():
         packed = bilm.inference_cache().packed
-    assert packed and all(
-        weight.dtype == torch.bfloat16 for layer in packed.values() for weight in layer.values()
-    )
+    dtypes = {weight.dtype for layer in packed.values() for weight in layer.values()}
+    if onednn_packing(torch.bfloat16):
+        assert dtypes == {torch.bfloat16}
+    else:  # oneDNN has no bfloat16 path on this CPU (AVX2 only): plain GEMMs instead
+        assert torch.bfloat16 not in dtypes
+
+
+@pytest.fixture
+def no_bfloat16_packing(monkeypatch):
+    """oneDNN as on an AVX2-only host: it packs float32 weights, not bfloat16 ones."""
+    real = products_module.onednn_packing
+
+    def float32_only(dtype=torch.float32):
+        return dtype == torch.float32 and real()
+
+    for module in (products_module, kernels_module):
+        monkeypatch.setattr(module, "onednn_packing", float32_only)
+
+
+@pytest.mark.parametrize("encoder", ["char_cnn", "word"])
+def test_bfloat16_without_onednns_bfloat16_path_runs_plain_products(
+    no_bfloat16_packing, encoder
+):
+    bilm = tiny_bilm(encoder)
+    reference = layers_of(bilm, SENTENCES)
+    bilm.precision = "bfloat16"
+    low = layers_of(bilm, SENTENCES)
+    assert not torch.equal(low, reference)
+    assert_close_per_layer(low, reference)
+    with torch.inference_mode():
+        packed = bilm.inference_cache().packed
+    assert all(w.dtype != torch.bfloat16 for layer in packed.values() for w in layer.values())
+    bilm.train()
+    bilm.lm_loss(bilm.batch(SENTENCES)).mean.backward()  # the training kernel too
+    assert all(torch.isfinite(p.grad).all() for p in bilm.parameters() if p.grad is not None)
 
 
 def test_switching_precision_forgets_what_the_other_computed():

@@ -10,13 +10,15 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy
 import pytest
 
+import elmo_spacy.pretrain.corpus as corpus_module
 import elmo_spacy.pretrain.prepare as prepare_module
 from elmo_spacy.bilm import WordVocab
 from elmo_spacy.pretrain import Corpus, prepare_corpus
 from elmo_spacy.pretrain.batches import corpus_vocabulary
-from elmo_spacy.pretrain.corpus import MANIFEST
+from elmo_spacy.pretrain.corpus import MANIFEST, CorpusDamaged
 
 from .conftest import DATA, ELMO_SPACY, cli, tokenize
 
@@ -97,7 +99,7 @@ def test_a_preparation_stopped_midway_goes_on_to_what_an_uninterrupted_one_write
     tmp_path, text, monkeypatch
 ):
     prepare_corpus([text], tmp_path / "whole", shard_size=1500, show_progress=False)
-    real_finish = prepare_module._ShardFile.finish
+    real_finish = corpus_module._ShardFile.finish
     finished = []
 
     def finish_then_die(shard, added):
@@ -106,13 +108,13 @@ def test_a_preparation_stopped_midway_goes_on_to_what_an_uninterrupted_one_write
         finished.append(shard.index)
         return real_finish(shard, added)
 
-    monkeypatch.setattr(prepare_module._ShardFile, "finish", finish_then_die)
+    monkeypatch.setattr(corpus_module._ShardFile, "finish", finish_then_die)
     with pytest.raises(Killed):
         prepare_corpus([text], tmp_path / "resumed", shard_size=1500, show_progress=False)
     assert not (tmp_path / "resumed" / MANIFEST).exists()
     with pytest.raises(ValueError, match="has not finished.*run the same"):
         Corpus.open([tmp_path / "resumed"])
-    monkeypatch.setattr(prepare_module._ShardFile, "finish", real_finish)
+    monkeypatch.setattr(corpus_module._ShardFile, "finish", real_finish)
     tokenised = []
     real_tokenize = prepare_module.tokenize_texts
     monkeypatch.setattr(
@@ -244,3 +246,55 @@ def test_folders_tokenised_differently_are_not_one_corpus(tmp_path, text):
     prepare_corpus([text], tmp_path / "split", pretokenized=True, show_progress=False)
     with pytest.raises(ValueError, match="tokenised in different ways"):
         Corpus.open([tmp_path / "spacy", tmp_path / "split"])
+
+
+def _damage(path: Path, offset: int, data: bytes) -> None:
+    with path.open("r+b") as file:
+        file.seek(offset)
+        file.write(data)
+
+
+def _pretrain_on(corpus: Path, output: Path):
+    from elmo_spacy.pretrain import PretrainConfig, pretrain
+
+    from .conftest import TINY_BILM
+
+    settings = PretrainConfig(max_epochs=1, batch_tokens=600, patience=0, dev_fraction=0.0)
+    return pretrain(Corpus.open([corpus]), TINY_BILM, settings, output, show_progress=False)
+
+
+def test_ids_out_of_range_stop_pretraining_naming_the_shard(tmp_path, text):
+    prepare_corpus([text], tmp_path / "corpus", show_progress=False)
+    tokens = tmp_path / "corpus" / "shard-00000" / "tokens.bin"
+    _damage(tokens, 400, b"\xff" * 4096)  # ids -1
+    with pytest.raises(CorpusDamaged, match=rf"{tokens} holds token ids outside its type table"):
+        _pretrain_on(tmp_path / "corpus", tmp_path / "bilm")
+    assert not (tmp_path / "bilm" / "model-best").exists()
+
+
+def test_valid_ids_written_over_stop_pretraining_before_anything_is_saved(tmp_path, text):
+    prepare_corpus([text], tmp_path / "corpus", show_progress=False)
+    tokens = tmp_path / "corpus" / "shard-00000" / "tokens.bin"
+    ids = numpy.fromfile(tokens, dtype="<i4")
+    ids[100:1100] = ids[1100:2100]  # 1,000 ids: each a type of the table
+    ids.tofile(tokens)
+    with pytest.raises(CorpusDamaged, match=rf"{tokens} does not hold what its manifest"):
+        _pretrain_on(tmp_path / "corpus", tmp_path / "bilm")
+    assert not (tmp_path / "bilm" / "model-best").exists()
+    assert not list((tmp_path / "bilm").glob("checkpoint-*"))
+    result = cli("prepare", "--verify", tmp_path / "corpus")
+    assert result.returncode == 1 and f"{tokens} does not hold what" in result.stderr
+
+
+def test_verify_passes_a_whole_corpus_and_part_names_a_part(tmp_path, text):
+    prepare_corpus([text], tmp_path / "corpus", show_progress=False)
+    result = cli("prepare", "--verify", tmp_path / "corpus")
+    assert result.returncode == 0 and "every file as its manifest says" in result.stdout
+    for option in ("--part", "--shard"):  # --shard: the old name, for one release
+        result = cli(
+            "prepare", text, tmp_path / f"part{option}", option, "1/2", "--shard-size", "2k"
+        )
+        assert result.returncode == 0, result.stderr
+        manifest = json.loads((tmp_path / f"part{option}" / MANIFEST).read_text())
+        assert manifest["part"] == [1, 2]
+    assert "--shard K/N is now --part K/N" in result.stderr

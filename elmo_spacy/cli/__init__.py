@@ -95,20 +95,20 @@ def _message(error: Exception) -> str:
     return f"{where}: {describe_os_error(error)}" if where else describe_os_error(error)
 
 
-def parse_part(shard: str | None) -> tuple[int, int]:
-    """ "K/N" (the --shard of embed and prepare) -> (K, N), 0 <= K < N; None -> (0, 1)."""
+def parse_part(part: str | None) -> tuple[int, int]:
+    """ "K/N" (the --part of embed and prepare) -> (K, N), 0 <= K < N; None -> (0, 1)."""
     from ..errors import ElmoSpacyError
 
-    if shard is None:
+    if part is None:
         return 0, 1
     try:
-        keep, of = (int(part) for part in shard.split("/"))
+        keep, of = (int(number) for number in part.split("/"))
     except ValueError:
         keep, of = -1, 0
     if not 0 <= keep < of:
         raise ElmoSpacyError(
-            f"--shard {shard}: give K/N with 0 <= K < N, e.g. --shard 0/4 to --shard 3/4 "
-            "for four shards"
+            f"--part {part}: give K/N with 0 <= K < N, e.g. --part 0/4 to --part 3/4 "
+            "for four parts"
         )
     return keep, of
 

@@ -11,6 +11,7 @@ import typer
 
 from ..errors import ElmoSpacyError
 from . import app, errors_to_exit, parse_part
+from .prepare import deprecated_part
 
 if TYPE_CHECKING:
     from ..bilm.inputs.tokenization import Tokenization
@@ -64,9 +65,12 @@ def embed_command(
     forget_sentences: bool = typer.Option(
         False, help="Write no sentence_to_index dataset (AllenNLP's flag)"
     ),
-    shard: str = typer.Option(
-        None, help="K/N: embed only lines i with i mod N = K (keys stay the line indices)"
+    part: str = typer.Option(
+        None,
+        metavar="K/N",
+        help="Embed only lines i with i mod N = K (keys stay the line indices)",
     ),
+    shard: str = typer.Option(None, metavar="K/N", hidden=True, help="Deprecated: --part"),
     max_batch_tokens: int = typer.Option(4096, help="Padded tokens per biLM batch"),
     gpu_id: int = typer.Option(-1, help="GPU to run on (-1: CPU)"),
     overwrite: bool = typer.Option(False, help="Replace OUTPUT_FILE if it exists"),
@@ -77,16 +81,22 @@ def embed_command(
     and a `sentence_to_index` dataset (JSON: sentence -> key). An empty line
     gives an empty dataset. The file appears only once it is complete."""
     from ..bilm import load_bilm
+    from ..bilm.runner import RunSettings
     from ..bilm.runtime.devices import resolve_device
-    from ..bilm.runtime.precision import check_precision
     from ..embedder import Embedder, tokenizer_for
     from ..files import write_file
 
     with errors_to_exit():
         mode = _output_mode(all_layers, top, average)
-        check_precision(precision, "--precision")
+        settings = RunSettings(  # the options checked before any file is read
+            layers=_parse_layers(layers),
+            state=state,
+            precision=precision,
+            max_batch_tokens=max_batch_tokens,
+            origin="--",
+        )
         _check_format(output_format, use_sentence_keys, forget_sentences)
-        keep, of = parse_part(shard)
+        keep, of = parse_part(deprecated_part(part, shard))
         _check_output(output_file, overwrite)
         lines = read_lines(input_file)
         bilm = load_bilm(bilm_path, with_softmax=False)
@@ -104,12 +114,12 @@ def embed_command(
         warmup = None if warmup_file is None else tokenizer(read_lines(warmup_file))
         embedder = Embedder(
             bilm,
-            layers=_parse_layers(layers),
-            state=state,
+            layers=settings.layers,
+            state=settings.state,
             warmup=warmup,
-            max_batch_tokens=max_batch_tokens,
+            max_batch_tokens=settings.max_batch_tokens,
             device=resolve_device(gpu_id, "--gpu-id"),
-            precision=precision,
+            precision=settings.precision,
         )
         started = time.perf_counter()
         vectors = _embedded(embedder, sentences, mode)

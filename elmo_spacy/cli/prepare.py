@@ -15,24 +15,31 @@ SIZE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
 @app.command("prepare")
 def prepare_command(
     inputs: list[str] = typer.Argument(
-        ...,
+        None,
         metavar="TEXT...",
         help='Text files (.txt: a doc per line; .jsonl: a "text" a line; either .gz), '
         "folders of them, or glob patterns",
         show_default=False,
     ),
     output_dir: Path = typer.Argument(..., metavar="OUTPUT_DIR", help="The prepared corpus"),
+    verify: bool = typer.Option(
+        False,
+        "--verify",
+        help="Check prepared folders (every argument) against their manifests' checksums "
+        "instead, e.g. after copying them between machines",
+    ),
     lang: str = typer.Option("en", help="Language of spaCy's tokenizer"),
     pretokenized: bool = typer.Option(
         False, "--pretokenized", help="Split on white space instead (text that came tokenised)"
     ),
     n_process: int = typer.Option(1, help="Processes that tokenise"),
-    shard: str = typer.Option(
+    part: str = typer.Option(
         None,
         metavar="K/N",
         help="Prepare the K-th of N parts (K from 0), each into its own OUTPUT_DIR: "
         "pretraining reads the N folders as one corpus",
     ),
+    shard: str = typer.Option(None, metavar="K/N", hidden=True, help="Deprecated: --part"),
     shard_size: str = typer.Option(
         "100M", help="Characters of text a shard, e.g. 100M, 500k (the unit of resuming)"
     ),
@@ -47,6 +54,11 @@ def prepare_command(
     last finished shard when the same command runs again."""
     from ..pretrain import Corpus, prepare_corpus
 
+    if verify:
+        verify_folders([*(inputs or []), str(output_dir)])
+        return
+    if not inputs:
+        raise typer.BadParameter("give TEXT... OUTPUT_DIR", param_hint="TEXT...")
     with errors_to_exit():
         started = time.perf_counter()
         prepare_corpus(
@@ -55,7 +67,7 @@ def prepare_command(
             lang=lang,
             pretokenized=pretokenized,
             n_process=n_process,
-            part=parse_part(shard),
+            part=parse_part(deprecated_part(part, shard)),
             shard_size=parse_size(shard_size),
             overwrite=overwrite,
         )
@@ -68,6 +80,31 @@ def prepare_command(
         f"({corpus.tokenization}); {seconds:.0f} s. Next: elmo-spacy pretrain CONFIG "
         f"{output_dir}{' ...' if folder.manifest['part'][1] > 1 else ''} OUTPUT_DIR"
     )
+
+
+def verify_folders(paths: list[str]) -> None:
+    """Check each prepared folder against its manifest; exit 1 at the first
+    damaged file, naming it."""
+    from tqdm import tqdm
+
+    from ..pretrain import Corpus
+
+    with errors_to_exit():
+        for path in paths:
+            corpus = Corpus.open([path])
+            with tqdm(total=corpus.n_bytes, unit="B", unit_scale=True, desc=path) as bar:
+                corpus.verify(bar.update)
+            typer.echo(f"{path}: every file as its manifest says")
+
+
+def deprecated_part(part: str | None, shard: str | None) -> str | None:
+    """--part K/N, or the deprecated --shard K/N (with a note)."""
+    if shard is None:
+        return part
+    if part is not None:
+        raise ElmoSpacyError("--shard is the old name of --part: give --part only")
+    typer.secho("--shard K/N is now --part K/N (--shard goes in the next release)", err=True)
+    return shard
 
 
 def parse_size(size: str) -> int:

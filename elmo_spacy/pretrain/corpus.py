@@ -18,7 +18,7 @@ their size. The manifest
 gives the format version, the tokenisation, the sources (path, size, SHA-256),
 the counts, each shard's checksums and the folder's fingerprint.
 
-A corpus prepared in parts (`--shard K/N`) is N such folders: read together
+A corpus prepared in parts (`--part K/N`) is N such folders: read together
 (`Corpus.open` of all of them), their shards take their places in the order
 of the whole, and their type tables are merged.
 """
@@ -26,8 +26,10 @@ of the whole, and their type tables are merged.
 import hashlib
 import json
 import os
+import shutil
+import threading
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,13 +38,32 @@ import numpy
 
 from ..bilm.inputs.tokenization import Tokenization
 from ..errors import ElmoSpacyError
+from ..files import write_file
 
 FORMAT = "elmo_spacy.prepared_corpus"
 VERSION = 1
 MANIFEST = "manifest.json"
+PLAN = "plan.json"  # the inputs and settings of a preparation, written first
+SHARD_DONE = "shard.json"  # in a finished shard: its entry of the manifest
 TYPES, TYPE_OFFSETS, TYPE_COUNTS = "types.bin", "type_offsets.bin", "type_counts.bin"
 TOKENS, DOCS = "tokens.bin", "docs.bin"
 TOKEN_DTYPE, OFFSET_DTYPE = numpy.dtype("<i4"), numpy.dtype("<i8")
+# What a prepared folder holds besides its shards: an existing folder with
+# anything else in it is not written into.
+FOLDER_FILES = (MANIFEST, PLAN, TYPES, TYPE_OFFSETS, TYPE_COUNTS)
+
+
+class CorpusDamaged(ElmoSpacyError):
+    """A file of a prepared corpus does not hold what its manifest says."""
+
+
+def damaged(path: Path, what: str) -> CorpusDamaged:
+    folder = path.parent.parent if path.parent.name.startswith("shard-") else path.parent
+    return CorpusDamaged(
+        f"{path} {what}: the prepared corpus is damaged (copied in part, or overwritten). "
+        f"`elmo-spacy prepare --verify {folder}` checks every file; prepare the text again, or "
+        "copy the folder again from where it is whole."
+    )
 
 
 class TypeTable:
@@ -73,11 +94,19 @@ class TypeTable:
 
     @classmethod
     def from_strings(cls, strings: Sequence[str], counts: Sequence[int]) -> "TypeTable":
-        encoded = [s.encode("utf-8", "surrogatepass") for s in strings]
-        offsets = numpy.zeros(len(encoded) + 1, dtype=OFFSET_DTYPE)
-        offsets[1:] = numpy.cumsum([len(e) for e in encoded], dtype="int64")
-        blob = numpy.frombuffer(b"".join(encoded), dtype="uint8")
-        return cls(blob, offsets, numpy.asarray(counts, dtype=OFFSET_DTYPE))
+        blob, offsets = encode_strings(strings)
+        return cls(
+            numpy.frombuffer(blob, dtype="uint8"), offsets, numpy.asarray(counts, OFFSET_DTYPE)
+        )
+
+
+def encode_strings(strings: Sequence[str]) -> tuple[bytes, numpy.ndarray]:
+    """Strings as the format stores them: their UTF-8 one after another, and
+    (n + 1,) int64 offsets (string i is blob[offsets[i]:offsets[i + 1]])."""
+    encoded = [s.encode("utf-8", "surrogatepass") for s in strings]
+    offsets = numpy.zeros(len(encoded) + 1, dtype=OFFSET_DTYPE)
+    offsets[1:] = numpy.cumsum([len(e) for e in encoded], dtype="int64")
+    return b"".join(encoded), offsets
 
 
 class DiskArray:
@@ -131,7 +160,7 @@ class Shard:
 
 class PreparedCorpus:
     """One prepared folder (see the module docstring), opened: its manifest,
-    type table and shards, memory-mapped."""
+    its type table (memory-mapped) and its shards (read by positioned reads)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -168,6 +197,28 @@ class PreparedCorpus:
     @property
     def tokenization(self) -> Tokenization:
         return Tokenization.from_dict(self.manifest["tokenization"])
+
+    def files(self) -> list[tuple[Path, str]]:
+        """Every file the manifest gives a SHA-256 of, with that checksum."""
+        listed = [(self.path / name, digest) for name, digest in self.manifest["sha256"].items()]
+        for entry in self.manifest["shards"]:
+            folder = self.path / entry["name"]
+            listed += [(folder / name, digest) for name, digest in entry["sha256"].items()]
+        return listed
+
+    def verify(self, progress: Callable[[int], None] | None = None) -> None:
+        """Check every file against the manifest's SHA-256 (sizes are checked
+        at opening); raises `CorpusDamaged` naming the first that differs.
+        `progress` is called with the bytes of each block read."""
+        for path, expected in self.files():
+            digest = hashlib.sha256()
+            with path.open("rb") as file:
+                while block := file.read(1 << 22):
+                    digest.update(block)  # hashlib lets other threads run meanwhile
+                    if progress is not None:
+                        progress(len(block))
+            if digest.hexdigest() != expected:
+                raise damaged(path, "does not hold what its manifest's SHA-256 says")
 
     @property
     def fingerprint(self) -> str:
@@ -211,6 +262,7 @@ class Corpus:
         shards = _in_order(shards)
         self.shards = [shard for _, shard, _ in shards]
         self._type_maps = [m for _, _, m in shards]
+        self._n_types = [len(f.types) for f, _, _ in shards]  # of the table a shard's ids index
         self.doc_starts = numpy.zeros(len(self.shards) + 1, dtype="int64")
         self.doc_starts[1:] = numpy.cumsum([s.n_docs for s in self.shards])
         self.n_tokens = sum(len(s.tokens) for s in self.shards)
@@ -227,10 +279,32 @@ class Corpus:
         return int(self.doc_starts[-1])
 
     def tokens(self, shard: int, start: int, length: int) -> numpy.ndarray:
-        """(length,) int64 type ids of the corpus's table, from `start` in a shard."""
-        ids = self.shards[shard].tokens[start : start + length]
+        """(length,) int64 type ids of the corpus's table, from `start` in a
+        shard; ids outside the shard's type table, or tokens past the end of
+        its file, raise `CorpusDamaged` naming the file."""
+        tokens = self.shards[shard].tokens
+        ids = tokens[start : start + length]
+        if len(ids) != length:
+            raise damaged(tokens.path, f"ends before token {start + length} that a doc holds")
+        if length and (int(ids.min()) < 0 or int(ids.max()) >= self._n_types[shard]):
+            raise damaged(
+                tokens.path,
+                f"holds token ids outside its type table (0..{self._n_types[shard] - 1}) in "
+                f"tokens {start}..{start + length - 1}",
+            )
         type_map = self._type_maps[shard]
         return ids.astype("int64") if type_map is None else type_map[ids]
+
+    def verify(self, progress: Callable[[int], None] | None = None) -> None:
+        """Check every file of every folder against its manifest (see
+        `PreparedCorpus.verify`)."""
+        for folder in self.folders:
+            folder.verify(progress)
+
+    @property
+    def n_bytes(self) -> int:
+        """Bytes of the files `verify` reads."""
+        return sum(path.stat().st_size for f in self.folders for path, _ in f.files())
 
     def describe(self) -> dict[str, Any]:
         """Where the corpus is and what it holds, for logs."""
@@ -242,6 +316,36 @@ class Corpus:
             "types": len(self.types),
             "tokenization": self.tokenization.to_dict(),
         }
+
+
+class CorpusCheck:
+    """Checks corpora against their manifests (`Corpus.verify`) in a thread
+    of its own, so that training starts at once and reads while the check
+    goes on: `raise_if_failed()` raises what the check found so far (a cheap
+    look, for every step), `wait()` waits for its end and raises what it
+    found (before anything trained on the corpus is written)."""
+
+    def __init__(self, corpora: Sequence[Corpus]) -> None:
+        self.error: Exception | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(list(corpora),), name="corpus-check", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, corpora: list[Corpus]) -> None:
+        try:
+            for corpus in corpora:
+                corpus.verify()
+        except Exception as err:  # noqa: BLE001  (handed to the training thread)
+            self.error = err
+
+    def raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def wait(self) -> None:
+        self._thread.join()
+        self.raise_if_failed()
 
 
 def is_prepared(path: str | Path) -> bool:
@@ -342,3 +446,271 @@ def _unique_folders(shards: list) -> list:
             seen.add(id(folder))
             folders.append((folder, shard, m))
     return folders
+
+
+# -- writing: `elmo-spacy prepare` (prepare.py) feeds a CorpusWriter -------------
+
+
+def preparation_plan(
+    tokenization: Tokenization,
+    sources: list[dict[str, Any]],
+    shard_size: int,
+    part: tuple[int, int],
+) -> dict[str, Any]:
+    """What `plan.json` records of a preparation: the format, how the text
+    is tokenised, the sources, the shard size and the part (K, N)."""
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "tokenization": tokenization.to_dict(),
+        "sources": sources,
+        "shard_size": shard_size,
+        "part": list(part),
+    }
+
+
+class CorpusWriter:
+    """Writes a prepared folder shard by shard (see the module docstring).
+
+    Token ids are the folder's from the start: a type's id is its place in
+    the order the folder first saw the types; each shard keeps the types it
+    added, so that a preparation that goes on knows the ids of the shards
+    written before.
+    """
+
+    def __init__(self, path: Path, plan: dict[str, Any], overwrite: bool) -> None:
+        self.path, self.plan = path, plan
+        self.part = tuple(plan["part"])
+        self.shard_size = plan["shard_size"]
+        self.finished = False
+        self.index: dict[str, int] = {}
+        self.n_docs = 0
+        self._shard: _ShardFile | None = None
+        self._start(overwrite)
+        if self.finished:
+            return
+        self.done = self._finished_shards()
+        for entry in self.done.values():
+            shard = self.path / entry["name"]
+            offsets = numpy.fromfile(shard / TYPE_OFFSETS, dtype=OFFSET_DTYPE)
+            blob = (shard / TYPES).read_bytes()
+            for start, stop in zip(offsets[:-1], offsets[1:]):
+                self.index[blob[start:stop].decode("utf-8", "surrogatepass")] = len(self.index)
+        self.n_docs = sum(e["docs"] for e in self.done.values())
+
+    def wants(self, index: int) -> bool:
+        """Whether shard `index` of the whole is this part's and not written yet."""
+        k, n = self.part
+        return index % n == k and index not in self.done
+
+    def _start(self, overwrite: bool) -> None:
+        path = self.path
+        if path.exists() and not path.is_dir():
+            raise FileExistsError(f"{path} is a file, not a folder: choose another output folder")
+        plan_path = path / PLAN
+        if plan_path.is_file():
+            earlier = json.loads(plan_path.read_text(encoding="utf-8"))
+            if earlier == self.plan:
+                self.finished = is_prepared(path)
+                return
+            if not overwrite:
+                raise FileExistsError(
+                    f"{path} holds a preparation of other inputs or settings "
+                    f"({_plan_difference(earlier, self.plan)}). Prepare into another folder, or "
+                    "pass --overwrite to replace it."
+                )
+        if path.is_dir() and any(path.iterdir()):
+            others = [p.name for p in path.iterdir() if not _is_ours(p.name)]
+            if others:
+                raise FileExistsError(
+                    f"{path} holds {', '.join(sorted(others)[:5])}, which a prepared corpus "
+                    "does not: choose a new or empty folder"
+                )
+            if not overwrite:
+                raise FileExistsError(
+                    f"{path} holds a prepared corpus without its {PLAN}: pass --overwrite to "
+                    "replace it, or choose another folder"
+                )
+            for p in path.iterdir():
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+        path.mkdir(parents=True, exist_ok=True)
+        _write_atomic(plan_path, json.dumps(self.plan, indent=2) + "\n")
+
+    def _finished_shards(self) -> dict[int, dict[str, Any]]:
+        """The shards written before, by index: those in one unbroken run
+        from this part's first (a later one after a gap was not written by
+        this writer's order, and is written again)."""
+        k, n = self.part
+        for stale in self.path.glob(".shard-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        done: dict[int, dict[str, Any]] = {}
+        index = k
+        while (self.path / _shard_name(index) / SHARD_DONE).is_file():
+            entry = json.loads((self.path / _shard_name(index) / SHARD_DONE).read_text())
+            done[index] = entry
+            index += n
+        for later in self.path.glob("shard-*"):
+            if int(later.name.split("-")[1]) not in done:
+                shutil.rmtree(later)
+        return done
+
+    def add(self, shard: int, docs: list[list[str]]) -> int:
+        """Append tokenised docs to shard `shard`; returns their tokens."""
+        index: dict[str, int] = {}
+        ids = [index.setdefault(t, len(index)) for doc in docs for t in doc]
+        lengths = numpy.array([len(doc) for doc in docs], dtype="int64")
+        return self.add_tokenised(shard, list(index), numpy.array(ids, TOKEN_DTYPE), lengths)
+
+    def add_tokenised(
+        self, shard: int, types: list[str], ids: numpy.ndarray, lengths: numpy.ndarray
+    ) -> int:
+        """Append docs as `tokenize_texts` returns them to shard `shard`
+        (begun if it is not the one being written); returns their tokens.
+        Docs without tokens are left out."""
+        if self._shard is None:
+            self._shard = _ShardFile(self.path, shard, first_type=len(self.index))
+        elif self._shard.index != shard:
+            raise RuntimeError(f"shard {shard} began before shard {self._shard.index} ended")
+        local = numpy.array([self.index.setdefault(t, len(self.index)) for t in types], "int64")
+        self._shard.write(local[ids].astype(TOKEN_DTYPE), lengths[lengths > 0])
+        self.n_docs += int((lengths > 0).sum())
+        return len(ids)
+
+    def end_shard(self) -> None:
+        """Finish the shard being written (if any), atomically."""
+        if self._shard is None:
+            return
+        shard, self._shard = self._shard, None
+        added = list(self.index)[shard.first_type :]
+        self.done[shard.index] = shard.finish(added)
+
+    def finish(self, sources: list[dict[str, Any]], shards_in_plan: int = 1) -> None:
+        """Write the type table and the manifest: the folder is complete."""
+        self.end_shard()
+        shards = [self.done[i] for i in sorted(self.done)]
+        if not shards:
+            raise ElmoSpacyError(
+                f"part {self.part[0]}/{self.part[1]} has no shard: the text has "
+                f"{shards_in_plan} shard(s) of {self.shard_size:,} characters. Prepare in fewer "
+                "parts, or with a smaller --shard-size."
+            )
+        strings = list(self.index)
+        counts = numpy.zeros(len(strings), dtype=OFFSET_DTYPE)
+        for entry in shards:
+            tokens = numpy.fromfile(self.path / entry["name"] / TOKENS, dtype=TOKEN_DTYPE)
+            counts += numpy.bincount(tokens, minlength=len(strings))
+        blob, offsets = encode_strings(strings)
+        checksums = {
+            TYPES: _write_atomic(self.path / TYPES, blob),
+            TYPE_OFFSETS: _write_atomic(self.path / TYPE_OFFSETS, offsets.tobytes()),
+            TYPE_COUNTS: _write_atomic(self.path / TYPE_COUNTS, counts.tobytes()),
+        }
+        if all("sha256" in s for s in sources):  # files: the same wherever they lie
+            contents: Any = [_content(s) for s in sources]
+        else:  # docs given in Python: what was written
+            contents = [e["sha256"] for e in shards]
+        plan_id = _digest(
+            json.dumps({**self.plan, "part": None, "sources": contents}, sort_keys=True)
+        )
+        manifest = {
+            "format": FORMAT,
+            "version": VERSION,
+            "tokenization": self.plan["tokenization"],
+            "sources": sources,
+            "shard_size": self.shard_size,
+            "part": list(self.part),
+            "plan": plan_id,
+            "shards_in_plan": shards_in_plan,
+            "docs": sum(e["docs"] for e in shards),
+            "tokens": sum(e["tokens"] for e in shards),
+            "types": len(strings),
+            "shards": shards,
+            "sha256": checksums,
+            "fingerprint": _digest(
+                json.dumps([plan_id, checksums, [e["sha256"] for e in shards]], sort_keys=True)
+            ),
+        }
+        _write_atomic(self.path / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+        self.finished = True
+
+
+class _ShardFile:
+    """One shard being written, under a temporary name until `finish`."""
+
+    def __init__(self, folder: Path, index: int, first_type: int) -> None:
+        self.index, self.first_type = index, first_type
+        self.final = folder / _shard_name(index)
+        self.temporary = folder / f".{_shard_name(index)}.tmp"
+        shutil.rmtree(self.temporary, ignore_errors=True)
+        self.temporary.mkdir()
+        self.tokens = (self.temporary / TOKENS).open("wb")
+        self.hashes = {TOKENS: hashlib.sha256(), DOCS: hashlib.sha256()}
+        self.offsets = [0]
+        self.n_tokens = 0
+
+    def write(self, tokens: numpy.ndarray, lengths: numpy.ndarray) -> None:
+        data = tokens.tobytes()
+        self.tokens.write(data)
+        self.hashes[TOKENS].update(data)
+        ends = self.n_tokens + numpy.cumsum(lengths)
+        self.offsets += ends.tolist()
+        self.n_tokens += len(tokens)
+
+    def finish(self, added: list[str]) -> dict[str, Any]:
+        self.tokens.close()
+        docs = numpy.array(self.offsets, dtype=OFFSET_DTYPE).tobytes()
+        (self.temporary / DOCS).write_bytes(docs)
+        self.hashes[DOCS].update(docs)
+        blob, offsets = encode_strings(added)
+        (self.temporary / TYPES).write_bytes(blob)
+        (self.temporary / TYPE_OFFSETS).write_bytes(offsets.tobytes())
+        entry = {
+            "name": self.final.name,
+            "index": self.index,
+            "docs": len(self.offsets) - 1,
+            "tokens": self.n_tokens,
+            "first_type": self.first_type,
+            "types_added": len(added),
+            "sha256": {name: h.hexdigest() for name, h in self.hashes.items()},
+        }
+        (self.temporary / SHARD_DONE).write_text(json.dumps(entry) + "\n")
+        _fsync_folder(self.temporary)
+        os.replace(self.temporary, self.final)
+        return entry
+
+
+def _shard_name(index: int) -> str:
+    return f"shard-{index:05d}"
+
+
+def _is_ours(name: str) -> bool:
+    return name in FOLDER_FILES or name.startswith(("shard-", ".shard-", f".{MANIFEST}"))
+
+
+def _content(source: dict[str, Any]) -> dict[str, Any]:
+    """What identifies a source's content wherever it lies: its name, size and checksum."""
+    return {"name": Path(source["path"]).name, "bytes": source["bytes"], "sha256": source["sha256"]}
+
+
+def _plan_difference(earlier: dict[str, Any], now: dict[str, Any]) -> str:
+    changed = [key for key in now if earlier.get(key) != now.get(key)]
+    if "sources" in changed:
+        return "the input files, or their sizes or times, differ"
+    return ", ".join(f"{key}: {earlier.get(key)} then, {now.get(key)} now" for key in changed)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _write_atomic(path: Path, data: str | bytes) -> str:
+    """Write `path` all at once (`write_file`); returns the SHA-256 of its bytes."""
+    data = data.encode() if isinstance(data, str) else data
+    write_file(path, lambda temporary: temporary.write_bytes(data))
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fsync_folder(folder: Path) -> None:
+    for file in folder.iterdir():
+        with file.open("rb") as handle:
+            os.fsync(handle.fileno())

@@ -43,7 +43,7 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .config import PretrainConfig
-from .corpus import Corpus
+from .corpus import Corpus, CorpusCheck
 from .distributed import Workers
 from .memory import release_freed_memory
 
@@ -83,6 +83,7 @@ class Pretraining:
     state: RunState
     started: float  # time.perf_counter() when pretrain() began
     scaler: torch.amp.GradScaler | None = None  # training in float16
+    corpus_check: CorpusCheck | None = None  # rank 0's check of the files read
     first_step: float | None = None  # seconds from `started` to the first step
     _pending_nll: torch.Tensor | None = None
     _clock: float = field(default_factory=time.perf_counter)
@@ -122,6 +123,8 @@ class Pretraining:
             for batch, pieces, weight in batches:
                 if self.first_step is None:
                     self.first_step = time.perf_counter() - self.started
+                if self.corpus_check is not None:
+                    self.corpus_check.raise_if_failed()
                 nll = training_step(
                     self.loss,
                     self.optimizer,
@@ -196,6 +199,7 @@ class Pretraining:
                 "dev_perplexity": dev,
             }
         )
+        self.corpus_whole()
         if self.workers.is_main:
             save_bilm(bilm, self.output_dir / "model-last")
         if dev["mean"] < state.best:
@@ -237,11 +241,18 @@ class Pretraining:
         state.next_epoch()
         self.save_checkpoint()
 
+    def corpus_whole(self) -> None:
+        """Wait for the check of the corpus's files (the first time), and stop
+        the run if one is damaged: nothing trained on it is written."""
+        if self.corpus_check is not None:
+            self.corpus_check.wait()
+
     def save_checkpoint(self) -> None:
         """Rank 0 writes the checkpoint; the others wait until it is in place."""
         self.flush()
         if self.scaler is not None:
             self.state.loss_scale = self.scaler.state_dict()
+        self.corpus_whole()
         if self.workers.is_main:
             save_checkpoint(self.output_dir, self.bilm, self.optimizer, self.state)
         self.workers.wait_for_all()
@@ -458,6 +469,7 @@ def pretrain(
         state=state,
         started=started,
         scaler=scaler,
+        corpus_check=CorpusCheck(dict.fromkeys([corpus, sample.corpus])) if workers.is_main else None,
     )
     run.run()
     log = {

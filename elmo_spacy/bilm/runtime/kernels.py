@@ -143,12 +143,15 @@ def _loop_layer(layer, x, lengths, initial, cell_clip, proj_clip, final, packed=
 def packed_products(packed: dict[str, torch.Tensor]) -> ProductOf:
     """The recurrence's products on weights that oneDNN packed once, kept in
     `packed` under the weight's name: in float32, or under bfloat16 autocast
-    a bfloat16 copy (x and a bias cast to it). Without oneDNN, plain GEMMs."""
+    a bfloat16 copy (x and a bias cast to it). Where oneDNN cannot pack the
+    dtype (`onednn_packing`), plain GEMMs."""
     if not onednn_packing():
         return plain_product
 
     def product(weight: torch.Tensor, name: str) -> Product:
         dtype = matmul_dtype(weight)
+        if not onednn_packing(dtype):
+            return plain_product(weight, name)
         key = name if dtype == weight.dtype else f"{name}.{dtype}"
         if key not in packed:
             packed[key] = pack(weight, dtype)

@@ -20,25 +20,34 @@ Product = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
 
 
 @functools.cache
-def onednn_packing() -> bool:
-    """Whether this torch has oneDNN's packed linear (torch's CPU builds for x86
-    and ARM do) and it gives the plain GEMM's results."""
+def onednn_packing(dtype: torch.dtype = torch.float32) -> bool:
+    """Whether this torch packs a weight in `dtype` for oneDNN's linear, and
+    the product on it gives the plain GEMM's result: asked of oneDNN itself,
+    once per dtype. float32 packs wherever torch's CPU build has oneDNN (x86
+    and ARM); bfloat16 only where oneDNN has a bfloat16 path on this CPU
+    (AVX-512 BW/VL/DQ or AVX-NE-CONVERT on x86: not on AVX2-only hosts,
+    where torch still multiplies bfloat16, in plain GEMMs)."""
+    if dtype not in (torch.float32, torch.bfloat16):
+        return False
     try:
         # Its own generator: drawing from torch's global one would shift the dropout
         # masks of the first run in a process (the answer is cached), not of later ones.
         generator = torch.Generator().manual_seed(0)
         weight, x = torch.randn(8, 4, generator=generator), torch.randn(3, 4, generator=generator)
+        weight, x = weight.to(dtype), x.to(dtype)
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, 3)
         y = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
         with without_autocast("cpu"):  # the check may run under autocast
-            return bool(torch.allclose(y, x @ weight.t(), atol=1e-5))
+            tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+            expected = x.float() @ weight.float().t()
+            return bool(torch.allclose(y.float(), expected, atol=tolerance, rtol=tolerance))
     except (AttributeError, RuntimeError):
         return False
 
 
 def pack(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """`weight` (out, in) in `dtype`, packed for oneDNN's linear (needs
-    `onednn_packing()`)."""
+    `onednn_packing(dtype)`)."""
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype).contiguous(), 32)
 
 
@@ -64,10 +73,9 @@ def packed_product(packed: torch.Tensor, dtype: torch.dtype, fuse_add: bool) -> 
 def linear_product(weight: torch.Tensor, dtype: torch.dtype) -> Product:
     """A function (x (N, in), add) -> x @ weight.T + add in `dtype`, for
     many products with one weight (out, in): packed once for oneDNN where
-    it can be (float32 or bfloat16 on the CPU), else cast once for a plain
-    GEMM. `add` as in `packed_product`."""
-    packable = dtype in (torch.float32, torch.bfloat16) and weight.device.type == "cpu"
-    if packable and onednn_packing():
+    it can be (on the CPU, in a dtype `onednn_packing` says oneDNN packs),
+    else cast once for a plain GEMM. `add` as in `packed_product`."""
+    if weight.device.type == "cpu" and onednn_packing(dtype):
         return packed_product(pack(weight, dtype), dtype, fuse_add=dtype != torch.float32)
     transposed = weight.detach().to(dtype).t()
 
