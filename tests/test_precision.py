@@ -120,9 +120,7 @@ def no_bfloat16_packing(monkeypatch):
 
 
 @pytest.mark.parametrize("encoder", ["char_cnn", "word"])
-def test_bfloat16_without_onednns_bfloat16_path_runs_plain_products(
-    no_bfloat16_packing, encoder
-):
+def test_bfloat16_without_onednns_bfloat16_path_runs_plain_products(no_bfloat16_packing, encoder):
     bilm = tiny_bilm(encoder)
     reference = layers_of(bilm, SENTENCES)
     bilm.precision = "bfloat16"

@@ -107,8 +107,7 @@ def parse_part(part: str | None) -> tuple[int, int]:
         keep, of = -1, 0
     if not 0 <= keep < of:
         raise ElmoSpacyError(
-            f"--part {part}: give K/N with 0 <= K < N, e.g. --part 0/4 to --part 3/4 "
-            "for four parts"
+            f"--part {part}: give K/N with 0 <= K < N, e.g. --part 0/4 to --part 3/4 for four parts"
         )
     return keep, of
 

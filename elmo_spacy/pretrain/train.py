@@ -469,7 +469,9 @@ def pretrain(
         state=state,
         started=started,
         scaler=scaler,
-        corpus_check=CorpusCheck(dict.fromkeys([corpus, sample.corpus])) if workers.is_main else None,
+        corpus_check=CorpusCheck(dict.fromkeys([corpus, sample.corpus]))
+        if workers.is_main
+        else None,
     )
     run.run()
     log = {
