@@ -38,7 +38,7 @@ from elmo_spacy.pretrain import PretrainConfig, load_pretrain_config, open_corpu
 from elmo_spacy.pretrain.batches import BatchBuilder, corpus_vocabulary, epoch_batches
 from elmo_spacy.pretrain.checkpoint import new_optimizer
 from elmo_spacy.pretrain.memory import keep_freed_memory
-from elmo_spacy.pretrain.train import ShardLoss, training_step
+from elmo_spacy.pretrain.train import ShareLoss, training_step
 
 
 def forward_flops_per_token(config: BiLMConfig, vocab_size: int, tail_shares: list[float]) -> float:
@@ -69,7 +69,7 @@ def train_steps(
     (both stacks and the softmax loss), `backward`, `optimizer` (clipping and
     Adam). The batches are built beforehand."""
     optimizer = new_optimizer(bilm, training)
-    loss = ShardLoss(bilm, world_size=1)
+    loss = ShareLoss(bilm, world_size=1)
     device = next(bilm.parameters()).device
     scaler = torch.amp.GradScaler(device.type) if bilm.precision == "float16" else None
     bilm.train()

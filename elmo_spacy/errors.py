@@ -6,7 +6,7 @@ where, and what to do. The command line shows such an error as one line and
 exits with 1; any other exception is a bug and keeps its traceback.
 
 It is a `ValueError`, so callers that caught ValueError before still catch it.
-This module imports nothing, so every room of the package (the biLM included)
+This module imports nothing, so every subpackage of the package (the biLM included)
 may raise it.
 """
 

@@ -4,7 +4,27 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from elmo_spacy.pretrain.plots import pyplot, save_figure
+
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend, or an ImportError that says what to install."""
+    try:
+        import matplotlib
+    except ImportError as err:
+        raise ImportError("Plots need matplotlib: pip install matplotlib") from err
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: Path) -> Path:
+    """Write `fig` to `path` (parent folders created) and free it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    pyplot().close(fig)
+    return path
 
 
 def plot_confusion_matrix(metrics: dict[str, Any], path: Path, title: str) -> Path:

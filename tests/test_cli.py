@@ -150,7 +150,7 @@ def test_pretrain_trains_a_bilm_further_on_other_text(tmp_path, bilm_dir):
     result = cli(*args, str(tmp_path / "wider"), *further, "--bilm.lstm_dim", "64")
     assert result.returncode == 1 and "--bilm.lstm_dim: a biLM trained further" in result.stderr
     result = cli(*args, str(tmp_path / "both"), *further, "--init-vectors", str(bilm_dir))
-    assert result.returncode == 1 and "give one of the two" in result.stderr
+    assert result.returncode == 1 and "not both" in result.stderr
     assert not (tmp_path / "wider").exists() and not (tmp_path / "both").exists()
 
 

@@ -15,8 +15,8 @@ import torch
 
 from elmo_spacy.bilm import BiLM, WordVocab, load_bilm
 from elmo_spacy.pretrain import start_workers
-from elmo_spacy.pretrain.checkpoint import LATEST
-from elmo_spacy.pretrain.train import ShardLoss
+from elmo_spacy.pretrain.run_folder import LATEST
+from elmo_spacy.pretrain.train import ShareLoss
 
 from .conftest import DATA, TINY_BILM, cli, tokenize
 
@@ -88,7 +88,7 @@ def test_shard_losses_average_to_the_whole_batch_gradient():
 
     def gradients(docs, world_size):
         bilm.zero_grad()
-        loss, _ = ShardLoss(bilm, world_size)(bilm.batch(docs), batch_tokens, 1.0)
+        loss, _ = ShareLoss(bilm, world_size)(bilm.batch(docs), batch_tokens, 1.0)
         loss.backward()
         return [p.grad.clone() for p in bilm.parameters()]
 

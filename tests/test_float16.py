@@ -16,7 +16,7 @@ from elmo_spacy.bilm import BiLMConfig
 from elmo_spacy.bilm.runtime.precision import resolve_precision
 from elmo_spacy.layers import get_bilm
 from elmo_spacy.pretrain import PretrainConfig, pretrain
-from elmo_spacy.pretrain.checkpoint import latest_checkpoint
+from elmo_spacy.pretrain.run_folder import RunFolder
 
 from .conftest import SCALAR_MIX, TINY_BILM, corpus_of, examples, make_nlp
 from .test_precision import CLIPPED, DOCS
@@ -73,7 +73,7 @@ def test_pretraining_in_float16_scales_the_loss_and_keeps_its_scale(float16_runs
     assert dev[1] < dev[0]
     weights = load_file(str(tmp_path / "model-last" / "weights.safetensors"))
     assert {w.dtype for w in weights.values()} == {torch.float32}
-    progress = json.loads((latest_checkpoint(tmp_path) / "progress.json").read_text())
+    progress = json.loads((RunFolder(tmp_path).latest_checkpoint() / "progress.json").read_text())
     assert progress["progress"]["loss_scale"]["scale"] > 0  # the GradScaler's, to resume with
 
 

@@ -239,7 +239,7 @@ def test_a_training_step_fed_from_a_prepared_corpus_never_waits_on_the_device(en
     from elmo_spacy.pretrain import PretrainConfig
     from elmo_spacy.pretrain.batches import BatchBuilder, corpus_vocabulary, epoch_batches
     from elmo_spacy.pretrain.checkpoint import new_optimizer
-    from elmo_spacy.pretrain.train import ShardLoss, training_step
+    from elmo_spacy.pretrain.train import ShareLoss, training_step
 
     from .conftest import corpus_of
 
@@ -252,7 +252,7 @@ def test_a_training_step_fed_from_a_prepared_corpus_never_waits_on_the_device(en
         corpus, seed=0, epoch=1, max_length=50, batch_tokens=400, exclude=numpy.zeros(0, "int64")
     )
     batches = [build(pieces).pin_memory() for pieces in list(plans)[:4]]
-    loss = ShardLoss(bilm, world_size=1)
+    loss = ShareLoss(bilm, world_size=1)
     training_step(loss, optimizer, 5.0, batches[0], batches[0].targets.n_tokens)  # warm-up
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")

@@ -19,7 +19,8 @@ from elmo_spacy.bilm.runtime.products import onednn_packing
 from elmo_spacy.embedder import Embedder
 from elmo_spacy.layers import get_bilm
 from elmo_spacy.pretrain import PretrainConfig, Workers, load_pretrain_config, pretrain
-from elmo_spacy.pretrain.checkpoint import STATE_FILE, latest_checkpoint
+from elmo_spacy.pretrain.checkpoint import STATE_FILE
+from elmo_spacy.pretrain.run_folder import RunFolder
 
 from .conftest import CONFIGS, DATA, TINY_BILM, corpus_of, tokenize
 
@@ -265,7 +266,7 @@ def test_pretraining_in_bfloat16_learns_and_saves_float32(tmp_path):
     assert dev[1] < dev[0]
     weights = load_file(str(tmp_path / "model-last" / "weights.safetensors"))
     assert {w.dtype for w in weights.values()} == {torch.float32}
-    state = load_file(str(latest_checkpoint(tmp_path) / STATE_FILE))
+    state = load_file(str(RunFolder(tmp_path).latest_checkpoint() / STATE_FILE))
     assert {t.dtype for k, t in state.items() if k.startswith("optimizer.")} == {torch.float32}
     assert load_bilm(tmp_path / "model-last").precision == "float32"
 

@@ -10,7 +10,8 @@ import torch
 import elmo_spacy.pretrain.train as train_module
 from elmo_spacy.bilm import BiLMConfig, WordVocab, load_bilm
 from elmo_spacy.pretrain import PretrainConfig, pretrain
-from elmo_spacy.pretrain.checkpoint import LATEST, latest_checkpoint, load_checkpoint
+from elmo_spacy.pretrain.checkpoint import load_checkpoint
+from elmo_spacy.pretrain.run_folder import LATEST, RunFolder
 from elmo_spacy.pretrain.texts import read_texts
 from elmo_spacy.pretrain.train import NotEnoughText
 
@@ -67,7 +68,7 @@ def test_pretraining_and_its_resumption_step_with_the_fused_adam(tmp_path, monke
     monkeypatch.setattr(train_module, "save_checkpoint", record)
     pretrain(corpus_of(DOCS), BILM, SETTINGS, tmp_path, show_progress=False)
     assert fused and all(fused)
-    _, optimizer, _ = load_checkpoint(latest_checkpoint(tmp_path), BILM, SETTINGS)
+    _, optimizer, _ = load_checkpoint(RunFolder(tmp_path).latest_checkpoint(), BILM, SETTINGS)
     assert optimizer.param_groups[0]["fused"]
 
 
@@ -274,7 +275,7 @@ def test_training_further_refuses_a_bilm_it_cannot_go_on_with(tmp_path):
     start = load_bilm(tmp_path / "a" / "model-best", with_softmax=True)
     with pytest.raises(ValueError, match="another \\[bilm\\] config"):
         further(start, BiLMConfig(**{**BILM.to_dict(), "lstm_dim": 48}))
-    with pytest.raises(ValueError, match="init_vectors or init_bilm"):
+    with pytest.raises(ValueError, match=r"init_vectors \(--init-vectors\) or init_bilm"):
         further(start, init_vectors={"the": numpy.zeros(16, "f")})
     assert not (tmp_path / "b").exists()
 

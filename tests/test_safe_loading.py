@@ -7,7 +7,8 @@ import spacy
 
 from elmo_spacy.bilm.formats.directory import BiLMLoadError
 from elmo_spacy.pretrain import PretrainConfig, pretrain
-from elmo_spacy.pretrain.checkpoint import STATE_FILE, latest_checkpoint
+from elmo_spacy.pretrain.checkpoint import STATE_FILE
+from elmo_spacy.pretrain.run_folder import RunFolder
 
 from .conftest import TINY_BILM, corpus_of, examples, make_nlp, tokenize
 
@@ -56,7 +57,7 @@ def test_a_pickle_in_a_checkpoint_is_refused(tmp_path):
     pretrain(
         corpus_of(docs), TINY_BILM, PretrainConfig(max_epochs=1), tmp_path, show_progress=False
     )
-    checkpoint = latest_checkpoint(tmp_path)
+    checkpoint = RunFolder(tmp_path).latest_checkpoint()
     marker = tmp_path / "pwned"
     for victim in (STATE_FILE, "weights.safetensors"):
         original = (checkpoint / victim).read_bytes()

@@ -1,10 +1,11 @@
 """The ELMo bidirectional language model, in plain PyTorch.
 
-Four rooms, each with one job: `model/` (the network: modules, layers, the
-language-model loss), `inputs/` (token strings to ids and batches),
+Four subpackages, each with one job: `model/` (the network: modules, layers,
+the language-model loss), `inputs/` (token strings to ids and batches),
 `runtime/` (kernels, precision, caches, carried state: running it fast) and
-`formats/` (reading and writing biLMs). `BiLM` (bilm.py) puts them together;
-`inference.py` is the one path that embeds sentences. Imports go one way:
+`formats/` (reading and writing biLMs, exporting them for serving). `BiLM`
+(bilm.py) puts them together; `runner.py` runs a biLM over sentences with
+its settings, for every caller. Imports go one way:
 runtime and formats use the model and the inputs, never the other way.
 Nothing here imports spaCy or thinc: the biLM can be built, trained,
 profiled and saved on its own.

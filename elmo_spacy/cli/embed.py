@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..errors import ElmoSpacyError
-from . import app, errors_to_exit, parse_part
-from .prepare import deprecated_part
+from . import app, deprecated_part, errors_to_exit, parse_part
 
 if TYPE_CHECKING:
     from ..bilm.inputs.tokenization import Tokenization

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ..errors import ElmoSpacyError
-from . import app, errors_to_exit, parse_part
+from . import app, deprecated_part, errors_to_exit, parse_part
 
 SIZE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
 
@@ -95,16 +95,6 @@ def verify_folders(paths: list[str]) -> None:
             with tqdm(total=corpus.n_bytes, unit="B", unit_scale=True, desc=path) as bar:
                 corpus.verify(bar.update)
             typer.echo(f"{path}: every file as its manifest says")
-
-
-def deprecated_part(part: str | None, shard: str | None) -> str | None:
-    """--part K/N, or the deprecated --shard K/N (with a note)."""
-    if shard is None:
-        return part
-    if part is not None:
-        raise ElmoSpacyError("--shard is the old name of --part: give --part only")
-    typer.secho("--shard K/N is now --part K/N (--shard goes in the next release)", err=True)
-    return shard
 
 
 def parse_size(size: str) -> int:

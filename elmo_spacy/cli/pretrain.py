@@ -1,7 +1,6 @@
 """`elmo-spacy pretrain`: pretrain a biLM on a prepared corpus (or on text, prepared first)."""
 
 import difflib
-import shutil
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -73,18 +72,9 @@ def pretrain_command(
     bfloat16 (faster on CPUs with bfloat16 instructions: README, Precision).
     Data-parallel on N processes: torchrun --nproc_per_node N --no-python
     elmo-spacy pretrain ..."""
-    from ..pretrain import (
-        load_pretrain_config,
-        open_corpus,
-        pretrain,
-        start_workers,
-        stop_workers,
-    )
-    from ..pretrain.batches import NotEnoughText
-    from ..pretrain.memory import keep_freed_memory
-    from ..pretrain.train import check_output_dir, earlier_run
+    from ..pretrain import load_pretrain_config, pretrain, start_workers, stop_workers
+    from ..pretrain.run_folder import RunFolder
 
-    keep_freed_memory()  # this process is the training run's: its steps reuse freed pages
     with errors_to_exit():
         *corpus, output_dir = paths_and_overrides(ctx, paths)
         overrides = config_overrides(ctx, paths)
@@ -93,54 +83,37 @@ def pretrain_command(
                 "Missing CORPUS or OUTPUT_DIR: give CONFIG_PATH CORPUS... OUTPUT_DIR, then any "
                 "config settings as --section.setting VALUE."
             )
-        output_dir = Path(output_dir)
+        folder = RunFolder(output_dir)
         bilm_config, training = load_pretrain_config(config_path, overrides)
-        bilm = None
         if init_bilm is not None:
-            bilm = _bilm_to_train_further(init_bilm, overrides, init_vectors)
-            bilm_config = bilm.config
-        check_output_dir(output_dir, resume=resume, overwrite=overwrite)  # before any work
-        new_folder = not output_dir.exists()
+            changed = sorted(name for name in overrides if name.startswith("bilm."))
+            if changed:
+                raise ElmoSpacyError(
+                    f"--{changed[0]}: a biLM trained further (--init-bilm) keeps its own [bilm] "
+                    f"settings ({init_bilm / 'config.json'}); leave out the --bilm.* options."
+                )
+            bilm_config = None
+        folder.check(resume=resume, overwrite=overwrite)  # before starting workers
         workers = start_workers(gpu_id)
         try:
-            text = {"lang": lang, "pretokenized": pretokenized}
-            if not workers.is_main:  # rank 0 prepares text files first, the others wait
-                workers.wait_for_all()
-            train_corpus = open_corpus(corpus, output_dir / "corpus", **text)
-            dev_corpus = open_corpus(dev, output_dir / "dev-corpus", **text) if dev else None
+            log = pretrain(
+                corpus,
+                bilm_config,
+                training,
+                folder.path,
+                dev=dev or None,
+                lang=lang,
+                pretokenized=pretokenized,
+                resume=resume,
+                overwrite=overwrite,
+                init_vectors=init_vectors,
+                init_bilm=init_bilm,
+                workers=workers,
+            )
+        except KeyboardInterrupt as interrupt:
             if workers.is_main:
-                workers.wait_for_all()
-            vectors = None
-            if init_vectors is not None:
-                import spacy
-
-                table = spacy.load(init_vectors).vocab.vectors
-                vectors = {
-                    table.strings[key]: table.data[row] for key, row in table.key2row.items()
-                }
-            try:
-                log = pretrain(
-                    train_corpus,
-                    bilm_config,
-                    training,
-                    output_dir,
-                    dev=dev_corpus,
-                    resume=resume,
-                    overwrite=overwrite,
-                    init_vectors=vectors,
-                    init_bilm=bilm,
-                    workers=workers,
-                )
-            except NotEnoughText as err:
-                raise ElmoSpacyError(f"{' '.join(corpus)}: {err}") from err
-            except KeyboardInterrupt as interrupt:
-                if workers.is_main:
-                    typer.secho(_how_to_resume(output_dir, overwrite), fg="yellow", err=True)
-                raise typer.Exit(130) from interrupt
-        except (ElmoSpacyError, OSError):
-            if new_folder and workers.is_main and not earlier_run(output_dir):
-                shutil.rmtree(output_dir, ignore_errors=True)  # the corpus it prepared, if any
-            raise
+                typer.secho(_how_to_resume(folder, overwrite), fg="yellow", err=True)
+            raise typer.Exit(130) from interrupt
         finally:  # after an error or Ctrl-C too: no process group left behind
             stop_workers(workers)
     if not workers.is_main:
@@ -148,48 +121,26 @@ def pretrain_command(
     try:
         from ..pretrain.plots import plot_perplexity
 
-        plot_perplexity(log, output_dir / "perplexity.png")
+        plot_perplexity(log, folder.plot)
     except ImportError as err:
         typer.secho(f"No perplexity plot: {err}", fg="yellow")
     typer.echo(
         f"Best dev perplexity {log['best_dev_perplexity']:.2f} after {log['steps']} steps "
         f"({len(log['epochs'])} epoch(s)), {log['wall_seconds']:.0f} s. "
-        f"biLM: {output_dir / 'model-best'}"
+        f"biLM: {folder.model_best}"
     )
 
 
-def _bilm_to_train_further(path: Path, overrides: dict[str, Any], init_vectors: Path | None):
-    """The biLM at `path` with its softmax head. It keeps its own settings and
-    word embeddings: [bilm] overrides and --init-vectors are refused."""
-    from ..bilm import load_bilm
-
-    if init_vectors is not None:
-        raise ElmoSpacyError(
-            "--init-vectors starts a fresh biLM's word embeddings; a biLM trained further "
-            "(--init-bilm) keeps its own: give one of the two."
-        )
-    changed = sorted(name for name in overrides if name.startswith("bilm."))
-    if changed:
-        raise ElmoSpacyError(
-            f"--{changed[0]}: a biLM trained further (--init-bilm) keeps its own [bilm] "
-            f"settings ({path / 'config.json'}); leave out the --bilm.* options."
-        )
-    return load_bilm(path, with_softmax=True)
-
-
-def _how_to_resume(output_dir: Path, overwrite: bool) -> str:
+def _how_to_resume(folder, overwrite: bool) -> str:
     """What a user who stopped a run (Ctrl-C) can do next."""
-    from ..pretrain.checkpoint import latest_checkpoint
-    from ..pretrain.train import earlier_run
-
     try:
-        checkpoint = latest_checkpoint(output_dir)
+        checkpoint = folder.latest_checkpoint()
     except ElmoSpacyError as err:  # a pointer to a checkpoint that is gone
         return f"\nInterrupted. {err}"
     if checkpoint is None:
-        again = " with --overwrite" if earlier_run(output_dir) else ""
+        again = " with --overwrite" if folder.earlier_run() else ""
         return (
-            f"\nInterrupted before the first checkpoint in {output_dir}: nothing to resume. "
+            f"\nInterrupted before the first checkpoint in {folder.path}: nothing to resume. "
             f"Run the command again{again} to start over."
         )
     instead = " instead of --overwrite" if overwrite else ""

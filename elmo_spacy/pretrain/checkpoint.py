@@ -12,7 +12,6 @@ any moment leaves the previous checkpoint intact and pointed to.
 
 import json
 import math
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,12 +29,11 @@ from ..bilm.formats.directory import (
     write_bilm_files,
 )
 from ..errors import ElmoSpacyError
-from ..files import write_directory, write_file
+from ..files import write_directory
 from .config import PretrainConfig
+from .run_folder import LATEST, PROGRESS_FILE, RunFolder
 
-LATEST = "latest-checkpoint"
 STATE_FILE = "training_state.safetensors"
-PROGRESS_FILE = "progress.json"
 
 
 @dataclass
@@ -68,9 +66,11 @@ class RunState:
 
 
 def save_checkpoint(
-    output_dir: Path, bilm: BiLM, optimizer: torch.optim.Optimizer, state: RunState
+    run: RunFolder, bilm: BiLM, optimizer: torch.optim.Optimizer, state: RunState
 ) -> Path:
-    final = output_dir / f"checkpoint-{state.step}"
+    """Write the checkpoint of `state.step` into the run folder and point to
+    it (see the module docstring)."""
+    final = run.checkpoint(state.step)
     bilm_state = state_tensors(bilm)
     tensors, groups = _optimizer_tensors(optimizer)
     tensors["torch_rng_state"] = torch.get_rng_state()
@@ -83,24 +83,8 @@ def save_checkpoint(
 
     owned = (*BILM_FILES, TOKENIZATION_FILE, STATE_FILE, PROGRESS_FILE)
     write_directory(final, write, owned=owned)
-    write_file(output_dir / LATEST, lambda path: path.write_text(final.name + "\n"))
-    for old in output_dir.glob("checkpoint-*"):
-        if old != final:
-            shutil.rmtree(old, ignore_errors=True)
+    run.point_to(final)
     return final
-
-
-def latest_checkpoint(output_dir: Path) -> Path | None:
-    pointer = output_dir / LATEST
-    if not pointer.is_file():
-        return None
-    path = output_dir / pointer.read_text().strip()
-    if not (path / PROGRESS_FILE).is_file():
-        raise ElmoSpacyError(
-            f"{pointer} names {path.name}, which is missing or incomplete. Delete {pointer} "
-            "to start over."
-        )
-    return path
 
 
 def load_checkpoint(

@@ -39,7 +39,7 @@ class Workers:
     def distributed(self) -> bool:
         return self.world_size > 1
 
-    def shard(self, items: list) -> list:
+    def share(self, items: list) -> list:
         """This rank's share of `items`: every world_size-th one from `rank`."""
         return items[self.rank :: self.world_size]
 

@@ -4,32 +4,16 @@ from pathlib import Path
 from typing import Any
 
 
-def pyplot():
-    """matplotlib.pyplot on the file-only Agg backend, or an ImportError that says what to install."""
+def plot_perplexity(log: dict[str, Any], path: Path) -> Path:
+    """Dev perplexity per direction and the running train perplexity, per epoch,
+    from the log that `pretrain` returns, written to `path`."""
     try:
         import matplotlib
     except ImportError as err:
         raise ImportError("Plots need matplotlib: pip install matplotlib") from err
-    matplotlib.use("Agg")
+    matplotlib.use("Agg")  # files only
     import matplotlib.pyplot as plt
 
-    return plt
-
-
-def save_figure(fig, path: Path) -> Path:
-    """Write `fig` to `path` (parent folders created) and free it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    pyplot().close(fig)
-    return path
-
-
-def plot_perplexity(log: dict[str, Any], path: Path) -> Path:
-    """Dev perplexity per direction and the running train perplexity, per epoch,
-    from the log that `pretrain` returns."""
-    plt = pyplot()
     epochs = [e["epoch"] for e in log["epochs"]]
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for key in ("forward", "backward", "mean"):
@@ -46,4 +30,7 @@ def plot_perplexity(log: dict[str, Any], path: Path) -> Path:
     ax.set_xticks(epochs)
     ax.legend()
     ax.set_title("biLM pretraining")
-    return save_figure(fig, path)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

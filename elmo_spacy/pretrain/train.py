@@ -8,7 +8,7 @@ import math
 import shutil
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,10 +19,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from ..bilm import BiLM, BiLMConfig, TokenBatch, save_bilm
+from ..bilm import BiLM, BiLMConfig, TokenBatch, load_bilm, save_bilm
 from ..bilm.runtime.precision import resolve_precision
 from ..errors import ElmoSpacyError
-from ..files import check_output_folder
 from .batches import (
     BatchBuilder,
     DevSample,
@@ -34,24 +33,15 @@ from .batches import (
     epoch_batches,
     ordered_batches,
 )
-from .checkpoint import (
-    LATEST,
-    RunState,
-    latest_checkpoint,
-    load_checkpoint,
-    new_optimizer,
-    save_checkpoint,
-)
+from .checkpoint import RunState, load_checkpoint, new_optimizer, save_checkpoint
 from .config import PretrainConfig
 from .corpus import Corpus, CorpusCheck
 from .distributed import Workers
-from .memory import release_freed_memory
+from .memory import keep_freed_memory, release_freed_memory
+from .prepare import open_corpus
+from .run_folder import RunFolder
 
-LOG_FILE = "pretrain_log.json"
-# What a run writes in its output folder (`elmo-spacy pretrain` adds the plot).
-RUN_OUTPUTS = ("model-best", "model-last", LOG_FILE, LATEST, "perplexity.png")
-
-__all__ = ["NotEnoughText", "ShardLoss", "evaluate_perplexity", "pretrain", "training_step"]
+__all__ = ["NotEnoughText", "ShareLoss", "evaluate_perplexity", "pretrain", "training_step"]
 
 
 @dataclass
@@ -65,6 +55,7 @@ class TrainingData:
     build: BatchBuilder
     build_dev: BatchBuilder
     epoch_tokens: int  # of text trained on in an epoch
+    dev_tokens: int  # of the dev sample
 
 
 @dataclass(kw_only=True)
@@ -74,10 +65,10 @@ class Pretraining:
 
     bilm: BiLM
     optimizer: torch.optim.Optimizer
-    loss: nn.Module  # ShardLoss, wrapped in DistributedDataParallel when distributed
+    loss: nn.Module  # ShareLoss, wrapped in DistributedDataParallel when distributed
     data: TrainingData
     config: PretrainConfig
-    output_dir: Path
+    folder: RunFolder
     workers: Workers
     show_progress: bool
     state: RunState
@@ -186,7 +177,7 @@ class Pretraining:
         self.flush()
         dev = evaluate_perplexity(
             bilm,
-            (self.data.build_dev(p) for p in self.workers.shard(self.data.dev_batches)),
+            (self.data.build_dev(p) for p in self.workers.share(self.data.dev_batches)),
             self.workers,
         )
         bilm.train()
@@ -201,11 +192,11 @@ class Pretraining:
         )
         self.corpus_whole()
         if self.workers.is_main:
-            save_bilm(bilm, self.output_dir / "model-last")
+            save_bilm(bilm, self.folder.model_last)
         if dev["mean"] < state.best:
             state.best, state.bad_evaluations = dev["mean"], 0
             if self.workers.is_main:
-                save_bilm(bilm, self.output_dir / "model-best")
+                save_bilm(bilm, self.folder.model_best)
         else:
             state.bad_evaluations += 1
         if config.patience and state.bad_evaluations >= config.patience:
@@ -254,7 +245,7 @@ class Pretraining:
             self.state.loss_scale = self.scaler.state_dict()
         self.corpus_whole()
         if self.workers.is_main:
-            save_checkpoint(self.output_dir, self.bilm, self.optimizer, self.state)
+            save_checkpoint(self.folder, self.bilm, self.optimizer, self.state)
         self.workers.wait_for_all()
         self._clock = time.perf_counter()
 
@@ -270,7 +261,7 @@ def training_step(
     scaler: torch.amp.GradScaler | None = None,
 ) -> torch.Tensor:
     """One optimizer step on one rank's share of a batch: the loss (a
-    `ShardLoss`, or its DistributedDataParallel), its gradients, clipped to
+    `ShareLoss`, or its DistributedDataParallel), its gradients, clipped to
     `grad_clip`, and Adam's update. Returns the share's summed NLL, a tensor
     on the device (read it, and wait for the device, only when needed).
     `mark(phase)` is called after each phase, "forward", "backward" and
@@ -303,12 +294,12 @@ def _no_mark(phase: str) -> None:
     pass
 
 
-class ShardLoss(nn.Module):
+class ShareLoss(nn.Module):
     """The loss of one rank's share of a batch, scaled so that the gradients,
     averaged over ranks, are those of the whole batch's mean NLL per token.
 
     forward(batch, batch_tokens, weight) -> (scaled loss, summed NLL of the
-    shard, a tensor on the device); `batch_tokens` counts the predictions of
+    share, a tensor on the device); `batch_tokens` counts the predictions of
     the whole batch, and `weight` 0 makes a rank that has no docs of this
     batch add nothing. DistributedDataParallel syncs gradients only through a
     module's forward.
@@ -330,162 +321,135 @@ class ShardLoss(nn.Module):
 
 
 def pretrain(
-    corpus: Corpus,
-    bilm_config: BiLMConfig,
+    corpus: Corpus | Sequence[str | Path],
+    bilm_config: BiLMConfig | None,
     config: PretrainConfig,
-    output_dir: Path,
+    output_dir: str | Path,
     *,
-    dev: Corpus | None = None,
+    dev: Corpus | Sequence[str | Path] | None = None,
+    lang: str | None = None,
+    pretokenized: bool = False,
     show_progress: bool = True,
     resume: bool = False,
     overwrite: bool = False,
-    init_vectors: Mapping[str, numpy.ndarray] | None = None,
-    init_bilm: BiLM | None = None,
+    init_vectors: Mapping[str, numpy.ndarray] | str | Path | None = None,
+    init_bilm: BiLM | str | Path | None = None,
     workers: Workers | None = None,
 ) -> dict[str, Any]:
-    """Train a biLM on a prepared corpus (`Corpus.open`). Writes to
-    `output_dir`: `model-best/` and `model-last/` (biLM directories),
+    """Train a biLM; what `elmo-spacy pretrain` runs. Writes to `output_dir`
+    (see `RunFolder`): `model-best/` and `model-last/` (biLM directories),
     `checkpoint-<step>/` every `checkpoint_every` steps and at each epoch's
     end, and `pretrain_log.json`.
 
+    corpus, dev: a `Corpus`, or paths: prepared folders, or text files
+        prepared into `output_dir/corpus` (`dev-corpus`) first, tokenised as
+        `lang` (default "en") or `pretokenized` say (see `open_corpus`);
+        under torchrun rank 0 prepares while the others wait.
+    bilm_config: the biLM's sizes; None (or its own) with `init_bilm`.
+
     Dev perplexity is measured on a seeded sample of the corpus's docs held
     out of training (`dev_fraction`, `max_dev_tokens`; with dev_fraction = 0,
-    a sample of the training docs, held in), or on a sample of `dev`, a
-    corpus of its own. The vocabulary of a fresh biLM comes from the type
-    counts of the docs it trains on (`max_vocab_size`, `min_count`).
+    a sample of the training docs, held in), or on a sample of `dev`. The
+    vocabulary of a fresh biLM comes from the type counts of the docs it
+    trains on (`max_vocab_size`, `min_count`).
     With `resume`, training goes on from the latest checkpoint in `output_dir`
     (weights, Adam state, step, random state, position in the epoch) and ends
     with the same weights as an uninterrupted run on the CPU; a checkpoint of
-    another corpus is refused. An `output_dir` that holds an earlier run
-    (see `check_output_dir`) is refused unless `resume` goes on from it or
-    `overwrite` replaces it: the earlier run's outputs are removed before the
-    new run starts.
-    `init_vectors` (word -> vector of width word_dim) start the word encoder's
-    embeddings of a fresh run (see `BiLM.init_word_vectors`).
-    `init_bilm` (a pretrained biLM with its softmax head, of config
-    `bilm_config`) is trained further on this corpus instead of a fresh one
-    (in place: the object passed is the one trained), its vocabulary kept:
-    adapting it to the text of a task or domain, as bilm-tf's restart.py does.
-    Its dev perplexity before the first step is logged as `init_dev_perplexity`.
+    another corpus is refused. An `output_dir` that holds an earlier run is
+    refused unless `resume` goes on from it or `overwrite` replaces it (see
+    `RunFolder.check`). A folder this call made is removed again if the run
+    fails before training (a user error, a damaged corpus), prepared text and all.
+    `init_vectors` (word -> vector of width word_dim, or the path of a spaCy
+    pipeline or vectors folder) start the word encoder's embeddings of a
+    fresh run (see `BiLM.init_word_vectors`).
+    `init_bilm` (a pretrained biLM with its softmax head, or the path of one)
+    is trained further on this corpus instead of a fresh one (a `BiLM` in
+    place), its vocabulary and sizes kept: adapting it to the text of a task
+    or domain, as bilm-tf's restart.py does. Its dev perplexity before the
+    first step is logged as `init_dev_perplexity`.
     `workers` (from `start_workers`) places the biLM on a device and, under
     torchrun, trains data-parallel: each rank builds and trains on every
     world_size-th piece of each batch, and only rank 0 writes files. With
     dropout 0 this trains the same weights as one process (up to float
     rounding); with dropout, each rank draws its own masks.
-    `config.precision` = "bfloat16" trains and measures dev perplexity under
-    bfloat16 autocast (float32 with a warning where it does not pay); the
-    weights, checkpoints and saved biLMs stay float32.
+    `config.precision` = "bfloat16" or "float16" trains and measures dev
+    perplexity under autocast (float32 with a warning where it does not pay);
+    the weights, checkpoints and saved biLMs stay float32.
+    The process keeps the memory that training steps free for the next ones
+    (`keep_freed_memory`).
     Returns the log: settings, the corpus, perplexities per evaluation and
     epoch, tokens/s, the time to the first step and the wall time.
     """
     started = time.perf_counter()
+    keep_freed_memory()  # the steps reuse what the step before freed
     workers = workers or Workers()
-    output_dir = Path(output_dir)
-    check_output_dir(output_dir, resume=resume, overwrite=overwrite)
-    if dev is None:
-        sample = dev_sample(
+    folder = RunFolder(output_dir)
+    folder.check(resume=resume, overwrite=overwrite)  # before any work
+    init_bilm = _bilm_to_train_further(init_bilm, bilm_config, init_vectors)
+    bilm_config = init_bilm.config if init_bilm is not None else bilm_config
+    new_folder = not folder.path.exists()
+    given = ", ".join(map(str, corpus)) if not isinstance(corpus, Corpus) else None
+    try:
+        corpus, dev = _open_corpora(corpus, dev, folder, lang, pretokenized, workers)
+        sample = _dev_sample(corpus, dev, config, given)
+        start = _start(
+            folder,
             corpus,
-            config.dev_fraction,
-            config.max_dev_tokens,
-            config.seed,
-            held_out=config.dev_fraction > 0,
+            dev,
+            sample,
+            bilm_config,
+            config,
+            resume,
+            init_bilm,
+            init_vectors,
+            workers,
+            show_progress,
         )
-    else:
-        sample = dev_sample(dev, 1.0, config.max_dev_tokens, config.seed, held_out=False)
-    fingerprint = corpus.fingerprint + ("" if dev is None else f"+{dev.fingerprint}")
-    checkpoint = latest_checkpoint(output_dir) if resume else None
-    initialised = None
-    if init_bilm is not None:
-        _check_init_bilm(init_bilm, bilm_config, init_vectors)
-    if checkpoint is not None:
-        bilm, optimizer, state = load_checkpoint(checkpoint, bilm_config, config, workers.device)
-        _check_same_corpus(checkpoint, state, fingerprint, corpus, dev)
-        if show_progress and workers.is_main:
-            tqdm.write(f"Resuming from {checkpoint} (step {state.step}, epoch {state.epoch})")
-    else:
-        torch.manual_seed(config.seed)
-        if init_bilm is not None:
-            bilm = init_bilm
-            if bilm.tokenization is not None and bilm.tokenization != corpus.tokenization:
-                warnings.warn(
-                    f"The biLM trained further learned {bilm.tokenization}; this corpus was "
-                    f"cut by {corpus.tokenization}, which it records from now on.",
-                    stacklevel=2,
-                )
-        else:
-            vocab = corpus_vocabulary(
-                corpus.types, bilm_config.max_vocab_size, bilm_config.min_count, held_out=sample
-            )
-            bilm = BiLM(bilm_config, vocab)
-        bilm.tokenization = corpus.tokenization
-        if init_vectors is not None:
-            initialised = bilm.init_word_vectors(init_vectors)
-        bilm.to(workers.device)
-        optimizer = new_optimizer(bilm, config)
-        state = RunState(corpus=fingerprint)
-    with warnings.catch_warnings():
-        if not workers.is_main:  # rank 0 says it for all: one fall-back warning, not one a rank
-            warnings.simplefilter("ignore", RuntimeWarning)
-        bilm.precision = resolve_precision(config.precision, workers.device, "[training] precision")
-    scaler = None
-    if bilm.precision == "float16":
-        scaler = torch.amp.GradScaler(workers.device.type)
-        if state.loss_scale is not None:
-            scaler.load_state_dict(state.loss_scale)
-    dev_pieces = sample.pieces(config.max_length)
-    data = TrainingData(
-        corpus=corpus,
-        dev=sample,
-        dev_batches=ordered_batches(dev_pieces, config.eval_batch_tokens),
-        build=BatchBuilder(corpus, bilm),
-        build_dev=BatchBuilder(sample.corpus, bilm),
-        epoch_tokens=corpus.n_tokens - (dev_pieces.tokens if sample.held_out else 0),
-    )
-    if init_bilm is not None and checkpoint is None:
-        init_dev = evaluate_perplexity(
-            bilm, (data.build_dev(p) for p in workers.shard(data.dev_batches)), workers
+    except (ElmoSpacyError, OSError):
+        if new_folder and workers.is_main and not folder.earlier_run():
+            shutil.rmtree(folder.path, ignore_errors=True)  # and what it prepared
+        raise
+    bilm, state = start.bilm, start.state
+    data = _training_data(corpus, sample, bilm, config)
+    if init_bilm is not None and start.checkpoint is None:
+        state.init_dev_perplexity = evaluate_perplexity(
+            bilm, (data.build_dev(p) for p in workers.share(data.dev_batches)), workers
         )
-        state.init_dev_perplexity = init_dev
         if show_progress and workers.is_main:
-            tqdm.write(f"dev perplexity before training: mean {init_dev['mean']:.1f}")
-    loss: nn.Module = ShardLoss(bilm, workers.world_size)
-    if workers.distributed:
-        torch.manual_seed(config.seed + 7919 * state.step + workers.rank)  # own dropout masks
-        # Tail clusters of the adaptive softmax go unused on batches without their words.
-        loss = DistributedDataParallel(loss, find_unused_parameters=True)
+            tqdm.write(f"dev perplexity before training: {state.init_dev_perplexity['mean']:.1f}")
     if workers.is_main:  # only now: a run refused above leaves no folder behind
         if overwrite:
-            remove_run(output_dir)
-        output_dir.mkdir(parents=True, exist_ok=True)
+            folder.remove_earlier_run()
+        folder.path.mkdir(parents=True, exist_ok=True)
     run = Pretraining(
         bilm=bilm,
-        optimizer=optimizer,
-        loss=loss,
+        optimizer=start.optimizer,
+        loss=_loss(bilm, config, state, workers),
         data=data,
         config=config,
-        output_dir=output_dir,
+        folder=folder,
         workers=workers,
         show_progress=show_progress and workers.is_main,
         state=state,
         started=started,
-        scaler=scaler,
+        scaler=_scaler(bilm, state, workers),
         corpus_check=CorpusCheck(dict.fromkeys([corpus, sample.corpus]))
         if workers.is_main
         else None,
     )
     run.run()
     log = {
-        "bilm": bilm_config.to_dict(),
+        "bilm": bilm.config.to_dict(),
         "training": config.to_dict(),
         "corpus": corpus.describe(),
         "dev": {
             "corpus": "held out of the corpus" if dev is None else dev.describe(),
             "docs": len(sample.docs),
-            "tokens": dev_pieces.tokens,
+            "tokens": data.dev_tokens,
             "held_out": sample.held_out or dev is not None,
         },
         "vocab_size": len(bilm.vocab),
-        "words_from_init_vectors": initialised,
+        "words_from_init_vectors": start.words_from_vectors,
         "init_dev_perplexity": state.init_dev_perplexity,
         "world_size": workers.world_size,
         "batch_tokens_scope": "one optimizer step, all ranks together",
@@ -497,33 +461,198 @@ def pretrain(
         "tokens": state.tokens,
         "seconds_to_first_step": run.first_step,
         "wall_seconds": time.perf_counter() - started,
-        "resumed_from": str(checkpoint) if checkpoint is not None else None,
+        "resumed_from": None if start.checkpoint is None else str(start.checkpoint),
     }
     if workers.is_main:
-        (output_dir / LOG_FILE).write_text(json.dumps(log, indent=2) + "\n")
+        folder.log.write_text(json.dumps(log, indent=2) + "\n")
     workers.wait_for_all()  # no rank leaves the process group while another still writes
     return log
 
 
-def _check_init_bilm(
-    bilm: BiLM, bilm_config: BiLMConfig, init_vectors: Mapping[str, numpy.ndarray] | None
-) -> None:
-    if bilm.softmax is None:
+@dataclass
+class Start:
+    """Where a run starts: a fresh biLM, one trained further, or a checkpoint."""
+
+    bilm: BiLM
+    optimizer: torch.optim.Optimizer
+    state: RunState
+    checkpoint: Path | None = None  # resumed from
+    words_from_vectors: int | None = None  # of init_vectors
+
+
+def _open_corpora(
+    corpus: Corpus | Sequence[str | Path],
+    dev: Corpus | Sequence[str | Path] | None,
+    folder: RunFolder,
+    lang: str | None,
+    pretokenized: bool,
+    workers: Workers,
+) -> tuple[Corpus, Corpus | None]:
+    """The corpora, text prepared into the run folder; rank 0 prepares while
+    the others wait, then they read what it wrote."""
+    text = {"lang": lang, "pretokenized": pretokenized}
+    if not workers.is_main:
+        workers.wait_for_all()
+    if not isinstance(corpus, Corpus):
+        corpus = open_corpus(corpus, folder.corpus, **text)
+    if dev is not None and not isinstance(dev, Corpus):
+        dev = open_corpus(dev, folder.dev_corpus, **text)
+    if workers.is_main:
+        workers.wait_for_all()
+    return corpus, dev
+
+
+def _dev_sample(
+    corpus: Corpus, dev: Corpus | None, config: PretrainConfig, given: str | None = None
+) -> DevSample:
+    """The docs of dev perplexity: held out of (or, with dev_fraction 0, held
+    in) the corpus, or drawn from `dev`. A corpus too small says so, naming
+    what was `given` (else the corpus's folders)."""
+    try:
+        if dev is not None:
+            return dev_sample(dev, 1.0, config.max_dev_tokens, config.seed, held_out=False)
+        held_out = config.dev_fraction > 0
+        return dev_sample(
+            corpus, config.dev_fraction, config.max_dev_tokens, config.seed, held_out=held_out
+        )
+    except NotEnoughText as err:
+        given = given or ", ".join(str(f.path) for f in corpus.folders)
+        raise NotEnoughText(f"{given}: {err}") from err
+
+
+def _start(
+    folder: RunFolder,
+    corpus: Corpus,
+    dev: Corpus | None,
+    sample: DevSample,
+    bilm_config: BiLMConfig,
+    config: PretrainConfig,
+    resume: bool,
+    init_bilm: BiLM | None,
+    init_vectors: Mapping[str, numpy.ndarray] | str | Path | None,
+    workers: Workers,
+    show_progress: bool,
+) -> Start:
+    """The biLM, its optimiser and the run's state: from the latest
+    checkpoint (`resume`), from `init_bilm`, or fresh (a vocabulary of the
+    docs trained on, word vectors from `init_vectors`), in the precision
+    `config` asks for."""
+    fingerprint = corpus.fingerprint + ("" if dev is None else f"+{dev.fingerprint}")
+    checkpoint = folder.latest_checkpoint() if resume else None
+    if checkpoint is not None:
+        bilm, optimizer, state = load_checkpoint(checkpoint, bilm_config, config, workers.device)
+        _check_same_corpus(checkpoint, state, fingerprint, corpus, dev)
+        if show_progress and workers.is_main:
+            tqdm.write(f"Resuming from {checkpoint} (step {state.step}, epoch {state.epoch})")
+        start = Start(bilm, optimizer, state, checkpoint)
+    else:
+        torch.manual_seed(config.seed)
+        if init_bilm is not None:
+            bilm = init_bilm
+            if bilm.tokenization is not None and bilm.tokenization != corpus.tokenization:
+                warnings.warn(
+                    f"The biLM trained further learned {bilm.tokenization}; this corpus was "
+                    f"cut by {corpus.tokenization}, which it records from now on.",
+                    stacklevel=3,
+                )
+        else:
+            vocab = corpus_vocabulary(
+                corpus.types, bilm_config.max_vocab_size, bilm_config.min_count, held_out=sample
+            )
+            bilm = BiLM(bilm_config, vocab)
+        bilm.tokenization = corpus.tokenization
+        words = None
+        if init_vectors is not None:
+            words = bilm.init_word_vectors(_vectors(init_vectors))
+        bilm.to(workers.device)
+        state = RunState(corpus=fingerprint)
+        start = Start(bilm, new_optimizer(bilm, config), state, words_from_vectors=words)
+    with warnings.catch_warnings():
+        if not workers.is_main:  # rank 0 says it for all: one fall-back warning, not one a rank
+            warnings.simplefilter("ignore", RuntimeWarning)
+        start.bilm.precision = resolve_precision(
+            config.precision, workers.device, "[training] precision"
+        )
+    return start
+
+
+def _training_data(
+    corpus: Corpus, sample: DevSample, bilm: BiLM, config: PretrainConfig
+) -> TrainingData:
+    dev_pieces = sample.pieces(config.max_length)
+    return TrainingData(
+        corpus=corpus,
+        dev=sample,
+        dev_batches=ordered_batches(dev_pieces, config.eval_batch_tokens),
+        build=BatchBuilder(corpus, bilm),
+        build_dev=BatchBuilder(sample.corpus, bilm),
+        epoch_tokens=corpus.n_tokens - (dev_pieces.tokens if sample.held_out else 0),
+        dev_tokens=dev_pieces.tokens,
+    )
+
+
+def _loss(bilm: BiLM, config: PretrainConfig, state: RunState, workers: Workers) -> nn.Module:
+    """The loss of a rank's share (`ShareLoss`), data-parallel under torchrun."""
+    loss: nn.Module = ShareLoss(bilm, workers.world_size)
+    if workers.distributed:
+        torch.manual_seed(config.seed + 7919 * state.step + workers.rank)  # own dropout masks
+        # Tail clusters of the adaptive softmax go unused on batches without their words.
+        loss = DistributedDataParallel(loss, find_unused_parameters=True)
+    return loss
+
+
+def _scaler(bilm: BiLM, state: RunState, workers: Workers) -> torch.amp.GradScaler | None:
+    """torch's loss scaler where the biLM trains in float16 (its state as the
+    checkpoint left it)."""
+    if bilm.precision != "float16":
+        return None
+    scaler = torch.amp.GradScaler(workers.device.type)
+    if state.loss_scale is not None:
+        scaler.load_state_dict(state.loss_scale)
+    return scaler
+
+
+def _bilm_to_train_further(
+    init_bilm: BiLM | str | Path | None,
+    bilm_config: BiLMConfig | None,
+    init_vectors: Mapping[str, numpy.ndarray] | str | Path | None,
+) -> BiLM | None:
+    """`init_bilm`, loaded with its softmax head where it is a path, checked:
+    it has its softmax, keeps its own sizes, and starts from its own word
+    embeddings (not `init_vectors`)."""
+    if init_bilm is None:
+        if bilm_config is None:
+            raise ElmoSpacyError("A fresh biLM needs its [bilm] config: bilm_config is None")
+        return None
+    if init_vectors is not None:
+        raise ElmoSpacyError(
+            "Word vectors start a fresh biLM's embeddings; a biLM trained further keeps "
+            "its own: give init_vectors (--init-vectors) or init_bilm (--init-bilm), not both."
+        )
+    if not isinstance(init_bilm, BiLM):
+        init_bilm = load_bilm(init_bilm, with_softmax=True)
+    if init_bilm.softmax is None:
         raise ElmoSpacyError(
             "The biLM to train further has no softmax head (converted models and biLMs "
             "loaded with with_softmax=False have none): load a biLM that `elmo-spacy "
             "pretrain` wrote, with its softmax."
         )
-    if bilm.config != bilm_config:
+    if bilm_config is not None and init_bilm.config != bilm_config:
         raise ElmoSpacyError(
             "The biLM to train further has another [bilm] config than the one given: "
-            "it keeps its own (pass its config, bilm.config)."
+            "it keeps its own (pass its config, bilm.config, or None)."
         )
-    if init_vectors is not None:
-        raise ElmoSpacyError(
-            "Word vectors start a fresh biLM's embeddings; a biLM trained further keeps "
-            "its own: give init_vectors or init_bilm, not both."
-        )
+    return init_bilm
+
+
+def _vectors(vectors: Mapping[str, numpy.ndarray] | str | Path) -> Mapping[str, numpy.ndarray]:
+    """Word vectors: as given, or those of a spaCy pipeline or vectors folder."""
+    if isinstance(vectors, Mapping):
+        return vectors
+    import spacy
+
+    table = spacy.load(vectors).vocab.vectors
+    return {table.strings[key]: table.data[row] for key, row in table.key2row.items()}
 
 
 def _check_same_corpus(
@@ -540,54 +669,6 @@ def _check_same_corpus(
         "run goes on over the same docs in the same order. Resume with the corpus it was "
         "started on, or start a new run (--overwrite, or another output folder)."
     )
-
-
-def earlier_run(output_dir: Path) -> list[str]:
-    """The names of what an earlier run left in `output_dir`, if anything."""
-    if not output_dir.is_dir():
-        return []
-    return sorted(
-        p.name for p in output_dir.iterdir() if p.name in RUN_OUTPUTS or _is_checkpoint(p.name)
-    )
-
-
-def check_output_dir(output_dir: Path, resume: bool = False, overwrite: bool = False) -> None:
-    """Refuse an output folder that cannot be made (see `check_output_folder`),
-    or that would lose an earlier run: one that holds a run's outputs, unless
-    `overwrite`, or with `resume`, a checkpoint to go on from."""
-    if resume and overwrite:
-        raise ElmoSpacyError("resume goes on from a run and overwrite replaces it: choose one.")
-    check_output_folder(output_dir)
-    found = earlier_run(output_dir)
-    if overwrite or not found:
-        return
-    listed = ", ".join(found[:6]) + (", ..." if len(found) > 6 else "")
-    if not resume:
-        raise FileExistsError(
-            f"{output_dir} holds an earlier pretraining run ({listed}). Resume it "
-            "(--resume: go on from its latest checkpoint), replace it (--overwrite: its "
-            "models, checkpoints and log are deleted), or choose another output folder."
-        )
-    if latest_checkpoint(output_dir) is None:
-        raise FileExistsError(
-            f"{output_dir} holds an earlier pretraining run ({listed}) but no "
-            f"{LATEST} to resume from. Replace it (--overwrite: its models, checkpoints "
-            "and log are deleted), or choose another output folder."
-        )
-
-
-def remove_run(output_dir: Path) -> None:
-    """Delete what an earlier run left in `output_dir` (and nothing else)."""
-    for name in earlier_run(output_dir):
-        path = output_dir / name
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-
-
-def _is_checkpoint(name: str) -> bool:
-    return name.startswith("checkpoint-") and name[len("checkpoint-") :].isdigit()
 
 
 def perplexity(nll: float, n_tokens: int) -> float:

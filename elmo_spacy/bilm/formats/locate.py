@@ -16,7 +16,7 @@ Accepted, in this order:
    or 3 at its top level or in one subfolder; the two members are extracted
    to a temporary folder while they are read (see `bilm_tf_files`);
 5. an ELMoForManyLangs model folder: config.json, token_embedder.pkl,
-   encoder.pkl, char.dic and/or word.dic (see `elmo_spacy.bilm.efml`).
+   encoder.pkl, char.dic and/or word.dic (see `elmo_spacy.bilm.formats.efml`).
 
 Anything else is refused with a `BiLMLoadError` that says what was found and
 what to point to instead. Nothing here imports spaCy.

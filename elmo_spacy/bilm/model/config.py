@@ -26,7 +26,7 @@ class BiLMConfig:
         "bilm_tf" (bilm-tf's ids: every token padded to max_chars with a
         learned padding embedding, max-pooled over every position) or
         "char_vocab" (ELMoForManyLangs' ids from the character vocabulary of a
-        converted model, padded as bilm-tf's); see `elmo_spacy.bilm.chars`.
+        converted model, padded as bilm-tf's); see `elmo_spacy.bilm.inputs.chars`.
     char_dim: width of a character embedding.
     filters: (width, count) pairs of the char CNN convolutions.
     char_activation: "relu" or "tanh", after the max-pooling.

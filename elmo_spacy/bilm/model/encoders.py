@@ -1,6 +1,6 @@
 """Context-independent token encoders: a character CNN, a word table, or both.
 
-Each maps the types of a batch (see `elmo_spacy.bilm.batch.TokenBatch`) to
+Each maps the types of a batch (see `elmo_spacy.bilm.inputs.batch.TokenBatch`) to
 (U, P) encodings: `forward(type_inputs, type_chars, type_word_ids)`.
 """
 
@@ -17,7 +17,7 @@ class Highway(nn.Module):
 
     bilm-tf writes the same layer with the gate on the other side,
     y = c * relu(W x) + (1 - c) * x with c = sigmoid(C x): g = 1 - c, so
-    V = -C (see `elmo_spacy.bilm.bilm_tf`)."""
+    V = -C (see `elmo_spacy.bilm.formats.bilm_tf`)."""
 
     def __init__(self, dim: int, n_layers: int) -> None:
         super().__init__()
@@ -40,7 +40,7 @@ class CharCNNEncoder(nn.Module):
     projection.
 
     Input (U, W) int64 character ids and (U,) ids per row (see
-    `elmo_spacy.bilm.chars`); output (U, P).
+    `elmo_spacy.bilm.inputs.chars`); output (U, P).
 
     The batch holds only the W <= max_chars columns its longest token needs.
     With masked ids, windows that start after a token's end-of-word mark are

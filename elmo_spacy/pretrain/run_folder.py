@@ -1,0 +1,130 @@
+"""A pretraining run's output folder: its layout in one place.
+
+    model-best/          the biLM of the best dev perplexity yet (a biLM directory)
+    model-last/          the biLM of the last evaluation
+    checkpoint-<step>/   the latest checkpoint (see checkpoint.py); older ones are pruned
+    latest-checkpoint    one line: the name of the checkpoint to resume from
+    pretrain_log.json    the run's log (`pretrain`'s return value)
+    perplexity.png       the curve, where matplotlib is installed
+    corpus/              text files given to `pretrain`, prepared for it (kept: a
+    dev-corpus/          later run over the same files reads them as they are)
+
+What an earlier run left (all but the prepared corpora) is what `--overwrite`
+removes and what makes a new run refuse the folder without it.
+"""
+
+import shutil
+from pathlib import Path
+
+from ..errors import ElmoSpacyError
+from ..files import check_output_folder, write_file
+
+MODEL_BEST, MODEL_LAST = "model-best", "model-last"
+LOG_FILE = "pretrain_log.json"
+LATEST = "latest-checkpoint"
+PLOT = "perplexity.png"
+CORPUS, DEV_CORPUS = "corpus", "dev-corpus"
+CHECKPOINT_PREFIX = "checkpoint-"
+PROGRESS_FILE = "progress.json"  # what a finished checkpoint holds last (checkpoint.py)
+
+
+class RunFolder:
+    """The output folder of a pretraining run at `path` (see the module
+    docstring)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    @property
+    def model_best(self) -> Path:
+        return self.path / MODEL_BEST
+
+    @property
+    def model_last(self) -> Path:
+        return self.path / MODEL_LAST
+
+    @property
+    def log(self) -> Path:
+        return self.path / LOG_FILE
+
+    @property
+    def plot(self) -> Path:
+        return self.path / PLOT
+
+    @property
+    def corpus(self) -> Path:
+        return self.path / CORPUS
+
+    @property
+    def dev_corpus(self) -> Path:
+        return self.path / DEV_CORPUS
+
+    def checkpoint(self, step: int) -> Path:
+        return self.path / f"{CHECKPOINT_PREFIX}{step}"
+
+    def point_to(self, checkpoint: Path) -> None:
+        """Make `checkpoint` (complete, in place) the one to resume from, then
+        remove the older ones: a run killed at any moment leaves one whole
+        checkpoint pointed to."""
+        write_file(self.path / LATEST, lambda path: path.write_text(checkpoint.name + "\n"))
+        for old in self.path.glob(f"{CHECKPOINT_PREFIX}*"):
+            if old != checkpoint:
+                shutil.rmtree(old, ignore_errors=True)
+
+    def latest_checkpoint(self) -> Path | None:
+        """The checkpoint to resume from, or None where there is none."""
+        pointer = self.path / LATEST
+        if not pointer.is_file():
+            return None
+        path = self.path / pointer.read_text().strip()
+        if not (path / PROGRESS_FILE).is_file():
+            raise ElmoSpacyError(
+                f"{pointer} names {path.name}, which is missing or incomplete. Delete {pointer} "
+                "to start over."
+            )
+        return path
+
+    def earlier_run(self) -> list[str]:
+        """The names of what an earlier run left here, if anything."""
+        if not self.path.is_dir():
+            return []
+        outputs = (MODEL_BEST, MODEL_LAST, LOG_FILE, LATEST, PLOT)
+        return sorted(p.name for p in self.path.iterdir() if p.name in outputs or _checkpoint(p))
+
+    def check(self, resume: bool = False, overwrite: bool = False) -> None:
+        """Refuse a folder that cannot be made (see `check_output_folder`), or
+        that would lose an earlier run: one that holds a run's outputs, unless
+        `overwrite`, or with `resume`, a checkpoint to go on from."""
+        if resume and overwrite:
+            raise ElmoSpacyError("resume goes on from a run and overwrite replaces it: choose one.")
+        check_output_folder(self.path)
+        found = self.earlier_run()
+        if overwrite or not found:
+            return
+        listed = ", ".join(found[:6]) + (", ..." if len(found) > 6 else "")
+        if not resume:
+            raise FileExistsError(
+                f"{self.path} holds an earlier pretraining run ({listed}). Resume it "
+                "(--resume: go on from its latest checkpoint), replace it (--overwrite: its "
+                "models, checkpoints and log are deleted), or choose another output folder."
+            )
+        if self.latest_checkpoint() is None:
+            raise FileExistsError(
+                f"{self.path} holds an earlier pretraining run ({listed}) but no {LATEST} to "
+                "resume from. Replace it (--overwrite: its models, checkpoints and log are "
+                "deleted), or choose another output folder."
+            )
+
+    def remove_earlier_run(self) -> None:
+        """Delete what an earlier run left (and nothing else)."""
+        for name in self.earlier_run():
+            path = self.path / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+
+
+def _checkpoint(path: Path) -> bool:
+    name = path.name
+    return name.startswith(CHECKPOINT_PREFIX) and name[len(CHECKPOINT_PREFIX) :].isdigit()
