@@ -111,8 +111,8 @@ def _bidirectional(
     backward one on the sequences reversed within their lengths, so that its
     padding comes last too, where it changes no output. A bidirectional LSTM
     on packed sequences computes the same, but on the CPU only padded float32
-    input reaches torch's oneDNN kernel, which trains in about half the time
-    (`benchmarks/head_bilstm.py`)."""
+    input reaches torch's oneDNN kernel, the faster one to train
+    (`benchmarks/head_bilstm.py` compares them)."""
     units = model.get_dim("nO") // 2
     steps = torch.arange(inputs.shape[1], device=inputs.device)
     inside = (steps < lengths[:, None])[:, :, None]  # (batch, time, 1)

@@ -3,9 +3,9 @@
 A pretraining step allocates arrays of tens of megabytes (the softmax's
 logits, the LSTM's saved gates) and frees them before the next step. glibc
 serves such sizes by mapping fresh pages and unmaps them when they are freed,
-so every step faults in and zeroes thousands of pages again: at
-configs/bilm.cfg's sizes, several thousand page faults a step, a tenth of the
-bfloat16 step's time. Kept in the heap instead, freed arrays serve the next
+so every step faults in and zeroes thousands of pages again (at
+configs/bilm.cfg's sizes a sizeable share of the step: `python
+benchmarks/pretrain_throughput.py`). Kept in the heap instead, freed arrays serve the next
 step's. The price: the process holds on to its peak memory until it exits,
 and arrays of many different sizes (measuring dev perplexity: batches of
 every length) leave the heap in pieces that add up;

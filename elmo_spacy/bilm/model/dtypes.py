@@ -57,7 +57,6 @@ def padded_rows(n: int) -> int:
     """`n` rounded up to a multiple of ROW_BLOCK: the rows of bfloat16
     products whose row count changes from batch to batch (pretraining's LSTM
     and softmax). oneDNN builds a kernel for each new shape of a bfloat16
-    product (about 6 ms at 3,000 x 128 x 2,000, four times the product
-    itself); padded to a few sizes, the kernels built for one batch serve the
+    product (several times the product's own time); padded to a few sizes, the kernels built for one batch serve the
     next."""
     return -(-n // ROW_BLOCK) * ROW_BLOCK

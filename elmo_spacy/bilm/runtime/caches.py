@@ -129,10 +129,8 @@ def encode_types(
     CPU, kept encodings are reused and the others computed (`encode_alike`)
     and kept, the batch's types becoming the most recently used; otherwise
     the encoder runs on all the batch's types. On a GPU the encoder costs
-    less than the cache's bookkeeping (a kernel or more per type): the
-    original shape's forward ran 1.3x faster without the cache on an H100,
-    the small shape's 1.6x (benchmarks/elmo_shapes.py --device cuda
-    --type-cache-size 0)."""
+    less than the cache's bookkeeping (a kernel or more per type; measured:
+    docs/results.md, Speed)."""
     keeps = cache is not None and chars is not None and cache.types.max_size > 0
     if not (keeps and batch.types and batch.type_inputs.device.type == "cpu"):
         return encoder(batch.type_inputs, batch.type_chars, batch.type_word_ids)

@@ -2,10 +2,9 @@
 
 oneDNN reorders ("packs") a weight once into the layout its kernels read
 fastest; a product with the packed weight then skips the per-call work of a
-plain GEMM. At the LSTM's per-step sizes (tens of rows) that is several
-times torch's plain GEMM in float32 (which goes through MKL on x86 builds)
-and up to twice it in bfloat16: `python benchmarks/step_gemm_rates.py
---shape pretraining` prints both. Where torch lacks oneDNN's packed linear,
+plain GEMM, which at the LSTM's per-step sizes (tens of rows) is most of
+its time (`python benchmarks/step_gemm_rates.py --shape pretraining` prints
+both rates). Where torch lacks oneDNN's packed linear,
 the plain GEMM runs instead.
 """
 
