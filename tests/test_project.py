@@ -69,6 +69,8 @@ def test_smoke_workflow_produces_every_output(tmp_path):
 def test_shipped_textcat_configs_build_and_differ_only_in_the_mix():
     import spacy
 
+    import scripts  # noqa: F401  (the study's pipe and head, as `python -m scripts train` has them)
+
     configs = {}
     for path in sorted((ROOT / "configs").glob("textcat_*.cfg")):
         config = spacy.util.load_config(path)
