@@ -64,9 +64,8 @@ def assert_close(got: list[numpy.ndarray], expected: list[numpy.ndarray], tolera
 
 @pytest.mark.parametrize(
     "encoder, clipped",
-    [
-        ("word_char", True),
-        # char_cnn, unclipped: the fixture biLM of test_the_export_command...
+    [  # make test: the command's test (char_cnn, unclipped) and the published model (clipped)
+        pytest.param("word_char", True, marks=pytest.mark.slow),
         pytest.param("char_cnn", True, marks=pytest.mark.slow),
         pytest.param("word", False, marks=pytest.mark.slow),
     ],
