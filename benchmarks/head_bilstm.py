@@ -1,4 +1,4 @@
-"""Time of the textcat head's BiLSTM (`TorchBiLSTM`, as `elmo_spacy.TextCatBiLSTM.v1`
+"""Time of the textcat head's BiLSTM (`TorchBiLSTM`, as `scripts.TextCatBiLSTM.v1`
 builds it) against torch's bidirectional LSTM on packed sequences, the same
 weights and batches, in one run.
 
@@ -15,6 +15,7 @@ and mode, then the ratios.
 import argparse
 import csv
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -23,9 +24,11 @@ import spacy
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence, pad_sequence
 
-from elmo_spacy.layers.torch_bilstm import TorchBiLSTM
-
 ROOT = Path(__file__).parent.parent
+sys.path.insert(0, str(ROOT))  # the study's head lives in scripts/
+
+from scripts.components import TorchBiLSTM  # noqa: E402
+
 HIDDEN, DEPTH, BATCH_WORDS = 128, 2, 1000  # configs/textcat_*.cfg
 
 

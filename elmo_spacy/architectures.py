@@ -13,7 +13,6 @@ from .layers import (
     build_bilm_model,
     build_learned_mix,
     build_scalar_mix,
-    build_textcat_bilstm,
     mixed_tok2vec,
     own_bilm,
     set_run_settings,
@@ -115,4 +114,3 @@ def ConcatenateTok2Vec_v1(
 
 ScalarMix_v1 = registry.architectures("elmo_spacy.ScalarMix.v1")(build_scalar_mix)
 LearnedMix_v1 = registry.architectures("elmo_spacy.LearnedMix.v1")(build_learned_mix)
-TextCatBiLSTM_v1 = registry.architectures("elmo_spacy.TextCatBiLSTM.v1")(build_textcat_bilstm)

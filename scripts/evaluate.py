@@ -11,7 +11,7 @@ from spacy.util import minibatch
 from thinc.api import Model
 from tqdm import tqdm
 
-from elmo_spacy.layers import read_scalar_mix
+from elmo_spacy.layers import layer_weights, scalar_mix_node
 
 
 def classification_metrics(
@@ -150,3 +150,19 @@ def _ratio(numerator: numpy.ndarray, denominator: numpy.ndarray) -> numpy.ndarra
     return numpy.divide(
         numerator, denominator, out=numpy.zeros_like(numerator, dtype=float), where=denominator > 0
     )
+
+
+def read_scalar_mix(model: Model) -> dict[str, Any] | None:
+    """The scalar mix inside `model` (e.g. a listening pipe's model), as numbers
+    for reports: `layer_weights` (softmax-normalised λ, one per layer), `gamma`,
+    `trainable` (whether λ and γ are trained) and `layer_norm` (whether each
+    layer is normalised first). None if `model` holds no scalar mix."""
+    if not any(n.name == "scalar_mix" for n in model.walk()):
+        return None
+    node = scalar_mix_node(model)
+    return {
+        "layer_weights": [float(w) for w in layer_weights(node)],
+        "gamma": float(node.get_param("gamma")[0]),
+        "trainable": bool(node.attrs["trainable"]),
+        "layer_norm": any(n.name == "normalize_layers" for n in model.walk()),
+    }

@@ -40,9 +40,10 @@ SCALAR_MIX = {"@architectures": "elmo_spacy.ScalarMix.v1", "trainable": True}
 
 
 def with_bag_of_words(linear_model_dropout: float = 0.0) -> dict:
-    """A small `TextCatBiLSTM.v1` block with a bag-of-bigrams linear model."""
+    """A small block of the study's head (`scripts.TextCatBiLSTM.v1`, for the
+    study's tests, which import `scripts`) with a bag-of-bigrams linear model."""
     return {
-        "@architectures": "elmo_spacy.TextCatBiLSTM.v1",
+        "@architectures": "scripts.TextCatBiLSTM.v1",
         "hidden_width": 8,
         "mlp_width": 8,
         "linear_model_dropout": linear_model_dropout,

@@ -64,6 +64,7 @@ STUDY_TESTS = {
     "test_memory.py",
     "test_project.py",
     "test_study_commands.py",
+    "test_study_head.py",
     "test_tokens.py",
 }
 
@@ -84,7 +85,7 @@ def test_entry_points_work_in_a_fresh_process():
         "import sys, spacy\n"
         "assert 'elmo_spacy' not in sys.modules\n"
         "spacy.registry.architectures.get('elmo_spacy.ScalarMix.v1')\n"
-        "spacy.registry.architectures.get('elmo_spacy.TextCatBiLSTM.v1')\n"
+        "spacy.registry.architectures.get('elmo_spacy.ElmoTok2Vec.v1')\n"
         "nlp = spacy.blank('en'); nlp.add_pipe('elmo')\n"
         "print(nlp.pipe_names)\n"
     )

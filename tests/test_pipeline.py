@@ -6,9 +6,9 @@ import spacy
 import torch
 from spacy.training import Example
 
-from elmo_spacy.layers import get_bilm, layer_weights, read_scalar_mix
+from elmo_spacy.layers import get_bilm, layer_weights, scalar_mix_node
 
-from .conftest import SCALAR_MIX, TINY_BILM, examples, make_nlp, with_bag_of_words
+from .conftest import SCALAR_MIX, TINY_BILM, examples, make_nlp
 
 N_LAYERS, WIDTH = TINY_BILM.n_layers + 1, TINY_BILM.width
 FROZEN = {"@architectures": "elmo_spacy.ScalarMix.v1", "trainable": False, "seed": 3}
@@ -243,39 +243,10 @@ def _params(model):
     return {(n.id, p): n.get_param(p).copy() for n in model.walk() for p in n.param_names}
 
 
-@pytest.mark.parametrize("linear_model_dropout", [0.0, 1.0])
-def test_bag_of_words_scores_are_added_and_can_be_left_out(
-    bilm_dir, corpus_dir, linear_model_dropout
-):
-    nlp = make_nlp(bilm_dir, SCALAR_MIX, 0.0, textcat_model=with_bag_of_words(linear_model_dropout))
-    train = examples(nlp, corpus_dir / "train.spacy")
-    optimizer = nlp.initialize(lambda: train)
-    summed = next(n for n in nlp.get_pipe("textcat").model.walk() if n.name == "sum_scores")
-    linear, deep = summed.layers
-    linear0, deep0 = _params(linear), _params(deep)
-    for start in range(0, 48, 16):
-        nlp.update(train[start : start + 16], sgd=optimizer)
-    linear_changed = [not numpy.array_equal(v, _params(linear)[k]) for k, v in linear0.items()]
-    assert any(linear_changed) == (linear_model_dropout == 0.0)
-    assert any(not numpy.array_equal(v, _params(deep)[k]) for k, v in deep0.items())
-    # At prediction time both models' scores count, whatever the dropout.
-    docs = [nlp.make_doc("Shares of Google rose."), nlp.make_doc("")]
-    docs = [nlp.get_pipe("elmo")(doc) for doc in docs]
-    scores = linear.predict(docs) + deep.predict(docs)
-    expected = numpy.exp(scores) / numpy.exp(scores).sum(axis=1, keepdims=True)
-    numpy.testing.assert_allclose(nlp.get_pipe("textcat").model.predict(docs), expected, rtol=1e-5)
-    assert linear.predict(docs)[1].tolist() == [0.0] * len(nlp.get_pipe("textcat").labels)
-
-
-def test_the_public_readers_of_the_mix_and_the_cache(trained, bilm_dir):
-    mix = read_scalar_mix(trained.get_pipe("textcat").model)
+def test_the_public_readers_of_the_mix_and_the_cache(trained):
     node = trained.get_pipe("textcat").model.get_ref("tok2vec").get_ref("mix")
-    assert mix["layer_weights"] == pytest.approx(layer_weights(node).tolist())
-    assert sum(mix["layer_weights"]) == pytest.approx(1.0) and len(mix["layer_weights"]) == 3
-    assert mix["trainable"] is True and mix["gamma"] > 0 and mix["layer_norm"] is True
-    bilstm_only = {"@architectures": "elmo_spacy.TextCatBiLSTM.v1", "hidden_width": 8}
-    learned = make_nlp(bilm_dir, LEARNED, 0.0, textcat_model=bilstm_only)
-    assert read_scalar_mix(learned.get_pipe("textcat").model) is None
+    weights = layer_weights(scalar_mix_node(node))
+    assert float(weights.sum()) == pytest.approx(1.0) and len(weights) == 3
     bilm = get_bilm(trained.get_pipe("elmo").model)
     bilm.weights_changed()
     assert bilm.cache_info() == {"types": 0, "primed": 0, "packed": 0, "graphs": 0}

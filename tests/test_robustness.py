@@ -19,11 +19,9 @@ from .conftest import (
     examples,
     make_nlp,
     tokenize,
-    with_bag_of_words,
 )
 
 N_LAYERS, WIDTH = TINY_BILM.n_layers + 1, TINY_BILM.width
-WITH_BAG_OF_WORDS = with_bag_of_words()
 
 # Pieces that have broken tokenizers and encoders elsewhere: white space and
 # control characters, NUL, zero-width and combining marks, emoji sequences,
@@ -59,8 +57,8 @@ SCALE = [1, pytest.param(10, marks=pytest.mark.slow)]
 
 @pytest.fixture(scope="module")
 def nlp(bilm_dir, corpus_dir):
-    """The tiny pipeline with a bag of n-grams in the textcat, briefly trained."""
-    nlp = make_nlp(bilm_dir, SCALAR_MIX, 0.0, textcat_model=WITH_BAG_OF_WORDS)
+    """The tiny pipeline, briefly trained."""
+    nlp = make_nlp(bilm_dir, SCALAR_MIX, 0.0)
     train = examples(nlp, corpus_dir / "train.spacy")
     optimizer = nlp.initialize(lambda: train)
     for start in range(0, 48, 16):
@@ -123,7 +121,7 @@ def _train_twice(bilm_dir, corpus_dir):
     results = []
     for _ in range(2):
         spacy.util.fix_random_seed(0)
-        nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0, textcat_model=WITH_BAG_OF_WORDS)
+        nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0)
         train = examples(nlp, corpus_dir / "train.spacy")
         optimizer = nlp.initialize(lambda train=train: train)
         for start in range(0, 64, 16):

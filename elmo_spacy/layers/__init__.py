@@ -1,10 +1,9 @@
-"""thinc layers: the biLM as a thinc model, the listener, the mixes, classifier heads."""
+"""thinc layers: the biLM as a thinc model, the listener, the mixes, the tok2vec that owns its biLM."""
 
 from .bilm_model import build_bilm_model, get_bilm, get_runner, own_bilm, set_bilm, set_run_settings
 from .learned_mix import build_learned_mix
 from .listener import ElmoListener
-from .scalar_mix import build_scalar_mix, layer_weights, read_scalar_mix
-from .textcat_bilstm import build_textcat_bilstm
+from .scalar_mix import build_scalar_mix, layer_weights, scalar_mix_node
 from .tok2vec import mixed_tok2vec
 
 __all__ = [
@@ -12,13 +11,12 @@ __all__ = [
     "build_bilm_model",
     "build_learned_mix",
     "build_scalar_mix",
-    "build_textcat_bilstm",
     "get_bilm",
     "get_runner",
     "layer_weights",
     "mixed_tok2vec",
     "own_bilm",
-    "read_scalar_mix",
+    "scalar_mix_node",
     "set_bilm",
     "set_run_settings",
 ]

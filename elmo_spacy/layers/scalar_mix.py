@@ -1,7 +1,6 @@
 """ELMo's scalar mix: y = gamma * sum_l softmax(lambda)_l * h_l."""
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy
 from thinc.api import Model, chain
@@ -76,22 +75,6 @@ def init(model: Model, X: list[Floats3d] | None = None, Y=None) -> None:
 def layer_weights(model: Model) -> Floats1d:
     """The normalised weights softmax(λ), one per layer, of a scalar mix."""
     return model.ops.softmax(scalar_mix_node(model).get_param("lambdas"))
-
-
-def read_scalar_mix(model: Model) -> dict[str, Any] | None:
-    """The scalar mix inside `model` (e.g. a listening pipe's model), as numbers
-    for reports: `layer_weights` (softmax-normalised λ, one per layer), `gamma`,
-    `trainable` (whether λ and γ are trained) and `layer_norm` (whether each
-    layer is normalised first). None if `model` holds no scalar mix."""
-    node = next((n for n in model.walk() if n.name == "scalar_mix"), None)
-    if node is None:
-        return None
-    return {
-        "layer_weights": [float(w) for w in layer_weights(node)],
-        "gamma": float(node.get_param("gamma")[0]),
-        "trainable": bool(node.attrs["trainable"]),
-        "layer_norm": any(n.name == "normalize_layers" for n in model.walk()),
-    }
 
 
 def scalar_mix_node(model: Model) -> Model:
