@@ -136,3 +136,34 @@ def test_the_prefetcher_gives_each_rank_its_share_and_passes_errors_on():
     with pytest.raises(RuntimeError, match="the builder failed"):
         with Prefetcher(iter(batches), broken, Workers()) as built:
             list(built)
+
+
+@pytest.mark.parametrize("encoder", ["char_cnn", "word_char"])
+def test_the_encoder_runs_once_per_distinct_word_and_that_is_exact(encoder):
+    """A batch holds each distinct token once (the char CNN runs on those
+    rows and the positions gather them): the loss and every gradient are
+    those of a batch that encodes each token where it stands."""
+    docs = tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()[:24])
+    torch.manual_seed(0)
+    config = BiLMConfig(**{**TINY_BILM.to_dict(), "encoder": encoder, "word_dim": 8})
+    bilm = BiLM(config, WordVocab.build(docs, max_size=500, min_count=1)).train()
+    batch = bilm.batch(docs)
+    expanded = batch.per_token()
+    n_tokens = sum(map(len, docs))
+    assert len(batch.type_inputs) - 2 == len({t for d in docs for t in d}) < n_tokens
+    assert len(expanded.type_inputs) - 2 == n_tokens
+
+    def loss_and_grads(token_batch):
+        bilm.zero_grad(set_to_none=True)
+        torch.manual_seed(1)  # the same dropout masks
+        loss = bilm.lm_loss(token_batch).mean
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in bilm.named_parameters() if p.grad is not None}
+        return float(loss.detach()), grads
+
+    loss, grads = loss_and_grads(batch)
+    loss_each, grads_each = loss_and_grads(expanded)
+    assert loss == pytest.approx(loss_each, rel=1e-6)
+    assert grads.keys() == grads_each.keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], grads_each[name], rtol=1e-6, atol=1e-6)

@@ -151,3 +151,10 @@ def test_replaced_on_disk_gives_each_components_size():
     before, after = run_benchmark("replaced_on_disk", "--pipes", "textcat", "tagger")
     assert "elmo_mb" in before and "elmo_mb" not in after
     assert after["textcat_mb"] > before["elmo_mb"] * 0.99  # its own copy of the biLM
+
+
+def test_char_cnn_per_word_compares_both_encodings():
+    args = ["--shapes", "ner", "--steps", "1", "--batch-tokens", "300", "--text", TEXT]
+    (line,) = run_benchmark("char_cnn_per_word", *args)
+    assert line["distinct_words_per_batch"] < line["tokens_per_batch"]
+    assert line["tokens_per_second_once_per_word"] > 0 and line["ratio"] > 0
