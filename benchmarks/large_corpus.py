@@ -51,6 +51,7 @@ from pathlib import Path
 
 import numpy
 import torch
+from safetensors.torch import load_file
 
 import elmo_spacy.pretrain.train as train_module
 from elmo_spacy.bilm import BiLM, BiLMConfig
@@ -103,10 +104,20 @@ def main() -> None:
     b = sub.add_parser("builder")
     b.add_argument("corpus", type=Path)
     b.add_argument("--batches", type=int, default=100)
+    v = sub.add_parser("vocab")
+    v.add_argument("--tokens", type=size, default=25 * 10**6)
+    v.add_argument("--common", type=size, default=100_000, help="Zipf(1.1) word types")
+    v.add_argument("--rare", type=size, default=850_000, help="words seen once each")
+    v.add_argument("--caps", type=int, nargs="+", default=[40_000, 0], help="0: uncapped")
+    v.add_argument("--steps", type=int, default=30)
+    v.add_argument("--cutoffs", default="[2000, 10000, 100000]", help="the softmax's, as JSON")
+    v.add_argument("--div-value", type=float, default=4.0, help="the softmax's")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    {"prepare": preparation, "memory": memory, "step": step, "builder": builder}[args.part](args)
+    parts = {"prepare": preparation, "memory": memory, "step": step, "builder": builder}
+    parts["vocab"] = vocabulary_size
+    parts[args.part](args)
 
 
 def size(text: str) -> int:
@@ -295,6 +306,73 @@ def memory(args) -> None:
                     corpus=label,
                     **run,
                 )
+
+
+def rare_tail_text(path: Path, n_tokens: int, common: int, rare: int, seed: int = 0) -> None:
+    """About `n_tokens` words: `common` made-up words drawn from Zipf(1.1),
+    and `rare` other words once each at random places; docs of 5 to 45
+    words, one a line."""
+    rng = numpy.random.default_rng(seed)
+    letters = numpy.array(list("abcdefghijklmnopqrstuvwxyz"))
+    common_words = ["".join(rng.choice(letters, rng.integers(3, 10))) for _ in range(common)]
+    cdf = numpy.cumsum(1.0 / numpy.arange(1, common + 1) ** 1.1)
+    words = numpy.array(common_words, dtype=object)[
+        numpy.searchsorted(cdf / cdf[-1], rng.random(n_tokens - rare))
+    ]
+    rare_words = numpy.array([f"q{i:x}z" for i in range(rare)], dtype=object)  # no common word
+    words = numpy.insert(words, rng.integers(0, len(words), rare), rare_words)
+    ends = numpy.cumsum(rng.integers(5, 46, len(words) // 5 + 1))
+    ends = ends[ends < len(words)]
+    with path.open("w", encoding="utf-8") as file:
+        for doc in numpy.split(words, ends):
+            file.write(" ".join(doc) + "\n")
+
+
+def vocabulary_size(args) -> None:
+    """Pretraining steps of a small char-CNN biLM (configs/bilm_elmo.cfg at
+    256 / 64, --cutoffs, min_count 1) with the
+    vocabulary capped and uncapped, each run a process of its own: tokens/s,
+    peak memory, the softmax's parameters and Adam's state for them."""
+    label = f"{human(args.tokens)}-{human(args.rare)}rare"
+    text, corpus = args.workdir / f"tail-{label}.txt", args.workdir / f"tail-{label}"
+    if not text.exists():
+        rare_tail_text(text, args.tokens, args.common, args.rare)
+    if not (corpus / "manifest.json").exists():
+        done = subprocess.run(
+            [ELMO_SPACY, "prepare", str(text), str(corpus), "--pretokenized"],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+    manifest = json.loads((corpus / "manifest.json").read_text())
+    emit(part="vocab: corpus", tokens=manifest["tokens"], types=manifest["types"])
+    for cap in args.caps:
+        output = args.workdir / f"tail-run-{cap}"
+        command = [
+            ELMO_SPACY, "pretrain", str(ROOT / "configs" / "bilm_elmo.cfg"), str(corpus),
+            str(output), "--overwrite", "--bilm.lstm_dim", "256", "--bilm.projection_dim", "64",
+            "--bilm.cutoffs", args.cutoffs, "--bilm.div_value", str(args.div_value),
+            "--bilm.min_count", "1",
+            "--bilm.max_vocab_size", str(cap or 10**8), "--training.max_steps", str(args.steps),
+            "--training.batch_tokens", "3000", "--training.max_epochs", "1",
+            "--training.checkpoint_every", "0", "--training.max_dev_tokens", "3000",
+        ]  # fmt: skip
+        run = timed_run(command)
+        log = json.loads((output / "pretrain_log.json").read_text())
+        weights = load_file(str(output / "model-last" / "weights.safetensors"))
+        softmax = sum(w.numel() for k, w in weights.items() if k.startswith("softmax."))
+        emit(
+            part="vocab: pretrain",
+            cap=cap or "none",
+            cutoffs=json.loads(args.cutoffs),
+            div_value=args.div_value,
+            vocab_size=log["vocab_size"],
+            steps=log["steps"],
+            tokens_per_second=round(log["epochs"][-1]["tokens_per_second"]),
+            softmax_parameters=softmax,
+            adam_state_mb=round(2 * 4 * sum(w.numel() for w in weights.values()) / 2**20),
+            **run,
+        )
 
 
 def human(n: int) -> str:

@@ -259,3 +259,47 @@ def test_char_cnn_encodings_are_kept_across_batches_until_the_weights_change():
     bilm.eval().type_cache_size = 5
     layers(bilm, SENTENCES)
     assert len(cached_types()) == 5
+
+
+def test_a_large_tail_cluster_runs_in_chunks_with_the_same_loss_and_gradients(monkeypatch):
+    """A tail cluster wider than CLUSTER_CHUNK words (the rare words of a
+    vocabulary of hundreds of thousands) is normalised a chunk at a time:
+    the loss and every gradient of torch's adaptive softmax."""
+    import elmo_spacy.bilm.model.softmax as softmax_module
+
+    monkeypatch.setattr(softmax_module, "CLUSTER_CHUNK", 64)  # the last cluster: 200 words
+    torch.manual_seed(0)
+    softmax = torch.nn.AdaptiveLogSoftmaxWithLoss(16, 300, [20, 100], div_value=4.0)
+    hidden, targets = torch.randn(64, 16), torch.randint(0, 300, (64,))
+    cluster = torch.bucketize(targets, torch.tensor([20, 100]), right=True)
+    order = torch.argsort(cluster, stable=True)
+    hidden, targets = hidden[order], targets[order]
+    splits = [0, *torch.cumsum(torch.bincount(cluster, minlength=3), 0).tolist()]
+
+    def loss_and_grads(compute):
+        softmax.zero_grad(set_to_none=True)
+        x = hidden.clone().requires_grad_()
+        loss = compute(x)
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in softmax.named_parameters()}
+        return float(loss.detach()), x.grad, grads
+
+    loss, d_hidden, grads = loss_and_grads(
+        lambda x: softmax_module.adaptive_nll(softmax, x, targets, splits)
+    )
+    expected, d_expected, grads_expected = loss_and_grads(
+        lambda x: softmax(x, targets).loss * len(targets)
+    )
+    assert loss == pytest.approx(expected, rel=1e-6)
+    torch.testing.assert_close(d_hidden, d_expected, rtol=1e-5, atol=1e-6)
+    for name in grads:
+        torch.testing.assert_close(grads[name], grads_expected[name], rtol=1e-5, atol=1e-6)
+
+
+def test_cutoffs_that_would_leave_a_cluster_no_width_are_refused():
+    from elmo_spacy.bilm.model.softmax import SoftmaxHead
+
+    with pytest.raises(ValueError, match=r"projection_dim / div_value\^3 = 0.25 dimensions"):
+        SoftmaxHead(16, 400, "adaptive", [50, 100, 200])
+    assert SoftmaxHead(16, 400, "adaptive", [50, 100, 200], div_value=2.0).adaptive
+    assert SoftmaxHead(16, 120, "adaptive", [50, 100, 200]).head.n_clusters == 2  # 200: no word

@@ -50,7 +50,12 @@ class BiLMConfig:
     dropout: dropout rate between layers, in training.
     softmax: "adaptive" (cheap on CPU, exact normalised probabilities) or
         "full" (a linear layer over the whole vocabulary).
-    cutoffs: frequency-rank cutoffs of the adaptive softmax clusters.
+    cutoffs: frequency-rank cutoffs of the adaptive softmax clusters: the
+        head holds the words before the first, each tail cluster the words up
+        to the next. A vocabulary of hundreds of thousands of words wants
+        several (each rare word's prediction costs its cluster's size).
+    div_value: tail cluster i projects to projection_dim / div_value^(i + 1)
+        dimensions (torch's adaptive softmax; at least 1 each).
     max_vocab_size: most frequent word types kept as softmax targets.
     min_count: word types seen fewer times map to <UNK>.
     """
@@ -75,6 +80,7 @@ class BiLMConfig:
     dropout: float = 0.1
     softmax: str = "adaptive"
     cutoffs: list[int] = field(default_factory=lambda: [2000, 10000])
+    div_value: float = 4.0
     max_vocab_size: int = 40000
     min_count: int = 2
 
@@ -123,6 +129,8 @@ class BiLMConfig:
             problems.append("n_layers must be >= 1")
         if not 0.0 <= self.dropout < 1.0:
             problems.append("dropout must be in [0, 1)")
+        if self.div_value < 1:
+            problems.append(f"div_value = {self.div_value}: at least 1")
         if self.encoder != "word" and not self.filters:
             problems.append("filters must name at least one (width, count) pair")
         if problems:

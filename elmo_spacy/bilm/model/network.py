@@ -80,7 +80,9 @@ class BiLMNetwork(nn.Module):
         )
         self.dropout = nn.Dropout(config.dropout)
         self.softmax = (
-            SoftmaxHead(dim, vocab_size, config.softmax, config.cutoffs) if with_softmax else None
+            SoftmaxHead(dim, vocab_size, config.softmax, config.cutoffs, config.div_value)
+            if with_softmax
+            else None
         )
 
     def forward(self, batch: TokenBatch, initial_states: States | None = None) -> torch.Tensor:

@@ -3,6 +3,7 @@
 import torch
 from torch import nn
 
+from ...errors import ElmoSpacyError
 from .dtypes import padded_rows, without_autocast
 
 
@@ -16,12 +17,21 @@ class SoftmaxHead(nn.Module):
     Falls back to "full" when the vocabulary is too small for any cutoff.
     """
 
-    def __init__(self, dim: int, vocab_size: int, kind: str, cutoffs: list[int]) -> None:
+    def __init__(
+        self, dim: int, vocab_size: int, kind: str, cutoffs: list[int], div_value: float = 4.0
+    ) -> None:
         super().__init__()
         cutoffs = [c for c in cutoffs if 0 < c < vocab_size - 1]
         self.adaptive = kind == "adaptive" and bool(cutoffs)
+        if self.adaptive and dim // div_value ** len(cutoffs) < 1:
+            raise ElmoSpacyError(
+                f"cutoffs = {cutoffs} (those below the vocabulary's {vocab_size} words), "
+                f"div_value = {div_value}: the last tail cluster would be projected to "
+                f"projection_dim / div_value^{len(cutoffs)} = {dim / div_value ** len(cutoffs):g} "
+                "dimensions, below 1; give fewer cutoffs or a smaller div_value"
+            )
         if self.adaptive:
-            self.head = nn.AdaptiveLogSoftmaxWithLoss(dim, vocab_size, cutoffs, div_value=4.0)
+            self.head = nn.AdaptiveLogSoftmaxWithLoss(dim, vocab_size, cutoffs, div_value=div_value)
         else:
             self.head = nn.Linear(dim, vocab_size)
 
@@ -68,12 +78,57 @@ def adaptive_nll(
             continue
         head_targets[rows] = softmax.shortlist_size + i
         with without_autocast(hidden.device.type):
-            logits = tail(hidden[rows].float())
-        nll = nll + summed_nll(logits, targets[rows] - bounds[i])
+            projected = tail[0](hidden[rows].float())  # (rows, dim / 4^(i + 1))
+            nll = nll + cluster_nll(projected, tail[1].weight, targets[rows] - bounds[i])
     n = hidden.shape[0]
     padded = hidden.new_zeros(padded_rows(n), hidden.shape[1])
     padded[:n] = hidden
     return nll + summed_nll(softmax.head(padded)[:n], head_targets)
+
+
+CLUSTER_CHUNK = 65_536  # words of a tail cluster whose logits are computed at once
+
+
+def cluster_nll(
+    projected: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """-sum_n log softmax(projected[n] @ weight.T)[targets[n]]: projected (N,
+    d), weight (V, d) (a tail cluster of V words), targets (N,) int64 ->
+    a scalar. A cluster of at most CLUSTER_CHUNK words is `summed_nll` of its
+    logits; a larger one (the rare words of a vocabulary of hundreds of
+    thousands) runs its words CLUSTER_CHUNK at a time, forward (a running
+    log-sum-exp) and backward (the logits computed again), so that memory
+    holds N x CLUSTER_CHUNK logits, not N x V: the same sum, exactly
+    normalised."""
+    if weight.shape[0] <= CLUSTER_CHUNK:
+        return summed_nll(projected @ weight.t(), targets)
+    return _ChunkedClusterNll.apply(projected, weight, targets)
+
+
+class _ChunkedClusterNll(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, projected, weight, targets):
+        lse = None
+        for start in range(0, weight.shape[0], CLUSTER_CHUNK):
+            chunk = torch.logsumexp(projected @ weight[start : start + CLUSTER_CHUNK].t(), dim=1)
+            lse = chunk if lse is None else torch.logaddexp(lse, chunk)
+        target_logits = (projected * weight[targets]).sum(dim=1)
+        ctx.save_for_backward(projected, weight, targets, lse)
+        return (lse - target_logits).sum()
+
+    @staticmethod
+    def backward(ctx, grad):
+        projected, weight, targets, lse = ctx.saved_tensors
+        d_projected = torch.zeros_like(projected)
+        d_weight = torch.zeros_like(weight)
+        for start in range(0, weight.shape[0], CLUSTER_CHUNK):
+            part = weight[start : start + CLUSTER_CHUNK]
+            probs = torch.exp(projected @ part.t() - lse[:, None])  # (N, chunk)
+            d_projected += probs @ part
+            d_weight[start : start + len(part)] = probs.t() @ projected
+        d_projected -= weight[targets]
+        d_weight.index_add_(0, targets, -projected)
+        return d_projected * grad, d_weight * grad, None
 
 
 def summed_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
