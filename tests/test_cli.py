@@ -504,7 +504,7 @@ def test_the_librarys_user_errors_are_one_type_and_still_value_errors():
         RunSettings(window=4, window_overlap=2)
 
 
-@pytest.mark.parametrize("preset", ["default", "elmo", "tiny"])
+@pytest.mark.parametrize("preset", ["default", "elmo", "tiny", "lm1b"])
 def test_init_config_writes_a_pretraining_config_that_loads(tmp_path, preset):
     from elmo_spacy.cli.pretrain import PRESETS
     from elmo_spacy.pretrain.config import load_pretrain_config

@@ -207,6 +207,7 @@ PRESETS = {
     "default": "bilm.cfg",  # a word biLM sized for two CPU cores
     "elmo": "bilm_elmo.cfg",  # bilm-tf's char-CNN architecture, exportable with export-elmo
     "tiny": "bilm_tiny.cfg",  # seconds per epoch: for trying the pipeline out
+    "lm1b": "bilm_lm1b.cfg",  # ELMo's recipe: the original shape, its vocabulary, 10 epochs
 }
 
 
