@@ -62,8 +62,9 @@ def matmul_rates(
 ) -> dict[str, float]:
     """FLOP/s of a size^3 matmul per kernel (see RATES; on a GPU, CUDA_ROOFLINE's,
     float32 as the ambient TF32 setting says: see `float32_without_tf32`).
-    Without oneDNN's packed linear, the oneDNN float32 rate is torch's default
-    float32 rate and bfloat16 is torch's bfloat16 matmul."""
+    Where oneDNN packs no bfloat16 (`onednn_packing`), there is no bfloat16
+    rate: bfloat16 runs fall back to float32 there (and torch's unpacked
+    bfloat16 matmul takes minutes to time)."""
     if torch.device(device).type == "cuda":
         return _cuda_rates(size or SIZES["cuda"], repeats, rounds, device)
     size = size or SIZES["cpu"]
@@ -74,6 +75,8 @@ def matmul_rates(
         linear = torch.ops.mkldnn._linear_pointwise
         weight = b.t().contiguous()
         for name, dtype in (("onednn_float32", torch.float32), ("onednn_bfloat16", torch.bfloat16)):
+            if not onednn_packing(dtype):
+                continue  # no bfloat16 products here: the biLM multiplies in float32
             x = a.to(dtype)
             packed = torch.ops.mkldnn._reorder_linear_weight(weight.to(dtype), size)
             rates[name] = best_rate(
@@ -102,7 +105,8 @@ def roofline(rates: dict[str, float], precision: str) -> float:
     """The FLOP/s that `precision` is measured against (on the device whose
     rates `rates` are)."""
     on_cuda = CUDA_ROOFLINE[precision] in rates
-    return rates[CUDA_ROOFLINE[precision] if on_cuda else ROOFLINE[precision]]
+    name = CUDA_ROOFLINE[precision] if on_cuda else ROOFLINE[precision]
+    return rates.get(name, rates[ROOFLINE["float32"]])  # no bfloat16 rate: run in float32
 
 
 def main() -> None:
