@@ -13,7 +13,8 @@ model with a full softmax (the naive baseline), in each precision: tokens/s,
 training FLOPs per token computed from the sizes (3x the forward FLOPs of the
 matmuls, on real tokens, not padding), and the share of the precision's own
 roofline reached (with --torch-lstm, also on torch's LSTM kernel; on a GPU,
-on torch's alone, cuDNN's, as pretraining runs there), and the
+on cuDNN's, as pretraining runs there unclipped, and on the training kernel,
+its steps Triton's, which clips), and the
 milliseconds per step of its forward (loss included), backward and optimizer
 phases (with --profile, then torch.profiler's operators over that many
 more steps and three warm-up steps, by their own time); last, each run's
@@ -185,8 +186,8 @@ def main() -> None:
         speed = {}
         for precision in args.precisions:
             kernels = ("training", "fused") if args.torch_lstm else ("training",)
-            if "cuda" in args.device:  # the kernel pretraining runs there: cuDNN's
-                kernels = ("fused",)
+            if "cuda" in args.device:  # cuDNN's (pretraining's there), then ours, Triton's steps
+                kernels = ("fused", "training")
             for kernel in kernels:
                 torch.manual_seed(0)
                 bilm = BiLM(config, vocab).to(args.device)
@@ -194,7 +195,7 @@ def main() -> None:
                 build = BatchBuilder(corpus, bilm)
                 batches = [build(pieces).to(args.device) for pieces in plans]
                 bilm.lstm_kernel = kernel
-                key = precision if kernel == kernels[0] else f"{precision}_torch_lstm"
+                key = precision if kernel == kernels[0] else f"{precision}_{KEYS[kernel]}"
                 speed[key], phase_ms = train_steps(bilm, batches, args.steps, training)
                 gflops = speed[key] * flops / 1e9
                 print(
@@ -218,7 +219,7 @@ def main() -> None:
                 if args.profile:
                     operators = profiled_steps(bilm, batches, args.profile, training)
                     print(operators.table(sort_by="self_cpu_time_total", row_limit=20), flush=True)
-        for base in ("float32", "float32_torch_lstm"):
+        for base in ("float32", "float32_torch_lstm", "float32_training_kernel"):
             if base in speed:
                 ratios = {
                     f"{k}_over_{base}": round(v / speed[base], 2)
@@ -229,6 +230,7 @@ def main() -> None:
 
 
 LSTM_KERNELS = {"training": "elmo_spacy (bilm/recurrence.py)", "fused": "torch's nn.LSTM"}
+KEYS = {"fused": "torch_lstm", "training": "training_kernel"}  # a second kernel's runs
 PRECISIONS = ("float32", "bfloat16")  # the default; float16 on request (GPUs without bfloat16)
 PHASES = ("forward", "backward", "optimizer")
 

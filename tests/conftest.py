@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny pretrained biLM and a tiny AG News corpus, built once per session."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -9,6 +10,12 @@ from pathlib import Path
 
 import pytest
 import spacy
+import torch
+
+# Without a GPU, Triton's kernels run on its interpreter (tests/test_cell_steps.py):
+# it must be chosen before triton is first imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from elmo_spacy.bilm import BiLMConfig
 from elmo_spacy.pretrain import Corpus, PretrainConfig, prepare_docs, pretrain

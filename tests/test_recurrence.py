@@ -8,7 +8,7 @@ import torch
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab
 from elmo_spacy.bilm.model.dtypes import ROW_BLOCK, padded_rows
-from elmo_spacy.bilm.model.lstm import LstmStack, lstm_cell
+from elmo_spacy.bilm.model.lstm import LstmStack, lstm_cell, run_lstm_layer
 from elmo_spacy.bilm.runtime.graphs import GraphCache
 from elmo_spacy.bilm.runtime.kernels import choose_kernel, stacks_runner
 from elmo_spacy.bilm.runtime.recurrence import lstm_layer_for_training
@@ -39,13 +39,41 @@ def test_training_kernel_is_torchs_lstm_forward_and_backward(projected, batch):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 
-def one_layer(x: torch.Tensor, lstm: torch.nn.LSTM, dtype: torch.dtype) -> torch.Tensor:
-    """`lstm` over x (B, T, I) on the training kernel, as a batch of one layer."""
+def one_layer(
+    x: torch.Tensor, lstm: torch.nn.LSTM, dtype: torch.dtype, *clips: float
+) -> torch.Tensor:
+    """`lstm` over x (B, T, I) on the training kernel, as a batch of one
+    layer; `clips`: cell_clip, proj_clip."""
     bias = lstm.bias_ih_l0 + lstm.bias_hh_l0
     weights = [lstm.weight_ih_l0, lstm.weight_hh_l0, bias]
     weights.append(lstm.weight_hr_l0 if lstm.proj_size else None)
     batched = [w if w is None else w[None] for w in weights]
-    return lstm_layer_for_training(x[None], *batched, dtype)[0]
+    return lstm_layer_for_training(x[None], *batched, dtype, *clips)[0]
+
+
+@pytest.mark.parametrize("projected", [True, False])
+@pytest.mark.parametrize("cell_clip, proj_clip", [(0.3, 0.0), (0.0, 0.05), (0.3, 0.05)])
+def test_clipped_training_kernel_is_the_written_out_recurrence(projected, cell_clip, proj_clip):
+    """Clipped as bilm-tf clips (the cell, and the output where projected):
+    the training kernel's outputs and gradients are the written-out
+    recurrence's under autograd (`run_lstm_layer`, torch.clamp's gradient),
+    with the clips cutting a good share of the values."""
+    torch.manual_seed(0)
+    dim, cell = (6, 10) if projected else (8, 8)
+    lstm = torch.nn.LSTM(dim, cell, proj_size=dim if projected else 0, batch_first=True).double()
+    x = torch.randn(5, 9, dim, dtype=torch.float64, requires_grad=True)
+    tensors = [x, *lstm.parameters()]
+    lengths = torch.full((5,), 9)
+    expected, _ = run_lstm_layer(lstm, x, lengths, None, cell_clip, proj_clip, final=False)
+    if projected and proj_clip:
+        assert 0.2 < (expected.abs() == proj_clip).double().mean() < 0.8
+    weight = torch.randn_like(expected)
+    expected_grads = gradients(expected, weight, tensors)
+
+    y = one_layer(x, lstm, torch.float64, cell_clip, proj_clip)
+    torch.testing.assert_close(y, expected, rtol=0, atol=1e-12)
+    for got, want in zip(gradients(y, weight, tensors), expected_grads):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("projected", [True, False])
@@ -125,7 +153,8 @@ def test_training_on_the_cpu_runs_the_training_kernel_and_inference_does_not(mon
         (False, False, True, False, False, {"cpu": "training", "cuda": "fused"}),
         (False, False, False, True, False, {"cpu": "loop"}),  # inference, packed weights
         (False, False, False, False, False, {"cpu": "fused", "cuda": "fused"}),
-        (True, False, True, False, False, {"cpu": "loop", "cuda": "loop"}),
+        (True, False, True, False, False, {"cpu": "training", "cuda": "loop"}),
+        (True, False, False, False, False, {"cpu": "loop", "cuda": "loop"}),
         (True, False, False, False, True, {"cuda": "graph"}),
         (False, True, False, False, False, {"cpu": "loop", "cuda": "loop"}),
     ],

@@ -4,9 +4,10 @@ kernel for a run is chosen (`choose_kernel`).
 Four kernels run the same parameters (`elmo_spacy.bilm.model.lstm.LstmStack`):
 
 - "training": `lstm_layer_for_training` (runtime/recurrence.py: forward and
-  backward written out, the products over all time steps in single GEMMs),
-  both directions' layers in one call (`run_training_stacks`); unclipped,
-  from zero states, with gradients, on the CPU;
+  backward written out, the products over all time steps in single GEMMs,
+  the clips included), both directions' layers in one call
+  (`run_training_stacks`); from zero states, with gradients: the CPU's, and
+  on a CUDA GPU on request (each step's elementwise work one Triton kernel);
 - "fused": torch's LSTM (`run_fused_layer`): cuDNN on a GPU, and on the CPU
   at inference where oneDNN cannot pack weights;
 - "loop": the written-out recurrence that clips (`run_lstm_layer`), which
@@ -62,12 +63,14 @@ def choose_kernel(
 
     | the run | on the CPU | on a CUDA GPU |
     | --- | --- | --- |
-    | clipped, or states in or out | loop | graph at inference, else loop |
-    | unclipped, with gradients (training) | training | fused (cuDNN) |
+    | states in or out | loop | graph at inference, else loop |
+    | with gradients (training), clipped | training | loop |
+    | with gradients (training), unclipped | training | fused (cuDNN) |
+    | clipped, at inference | loop | graph |
     | unclipped, at inference | loop on packed weights (fused without oneDNN) | fused |
 
     requested: "auto" (the table), or a kernel to force (benchmarks, tests:
-        "training" and "fused" ignore the clips, "training" needs
+        "fused" ignores the clips, "training" needs
         gradients and "graph" a CUDA graph cache).
     clipped: whether the LSTM clips its cell or projection.
     states: whether states come in (initial) or go out (final).
@@ -79,12 +82,12 @@ def choose_kernel(
         raise ElmoSpacyError(f"LSTM kernel {requested!r}: use one of {', '.join(KERNELS)}")
     kernel = requested
     if kernel == "auto":
-        if clipped or states or packed:
+        if states or packed or (clipped and graphs):
             kernel = "graph" if graphs else "loop"
         elif torch.is_grad_enabled() and device.type == "cpu":  # cuDNN is faster on a GPU
             kernel = "training"
         else:
-            kernel = "fused"
+            kernel = "loop" if clipped else "fused"
     if kernel not in ("loop", "graph") and states:
         raise ElmoSpacyError(
             f"States in or out need the loop or graph kernel: kernel = {kernel!r} cannot carry them"
@@ -171,18 +174,21 @@ def run_training_stacks(
     xs = list(inputs)
     outputs: list[list[torch.Tensor]] = [[] for _ in stacks]
     for i, layers in enumerate(zip(*(stack.layers for stack in stacks))):
-        y = run_training_layers(layers, torch.stack([s.dropout(x) for s, x in zip(stacks, xs)]))
+        inputs = torch.stack([s.dropout(x) for s, x in zip(stacks, xs)])
+        y = run_training_layers(layers, inputs, stacks[0].cell_clip, stacks[0].proj_clip)
         for d, stack in enumerate(stacks):
             xs[d] = y[d] + xs[d] if i > 0 and stack.skip_connections else y[d]
             outputs[d].append(xs[d])
     return outputs
 
 
-def run_training_layers(layers: Sequence[nn.LSTM], x: torch.Tensor) -> torch.Tensor:
-    """D unclipped layers of one shape from zero states, each over its own
-    x[d]: x (D, B, T, I) -> (D, B, T, P), on the training kernel
+def run_training_layers(
+    layers: Sequence[nn.LSTM], x: torch.Tensor, cell_clip: float = 0.0, proj_clip: float = 0.0
+) -> torch.Tensor:
+    """D layers of one shape from zero states, each over its own x[d]:
+    x (D, B, T, I) -> (D, B, T, P), on the training kernel
     (`lstm_layer_for_training`), the products in the ambient precision
-    (bfloat16 under autocast)."""
+    (bfloat16 under autocast). cell_clip, proj_clip: as `LstmStack`'s."""
     bias = torch.stack([layer.bias_ih_l0 + layer.bias_hh_l0 for layer in layers])
     weight_ih = torch.stack([layer.weight_ih_l0 for layer in layers])
     weight_hh = torch.stack([layer.weight_hh_l0 for layer in layers])
@@ -190,7 +196,9 @@ def run_training_layers(layers: Sequence[nn.LSTM], x: torch.Tensor) -> torch.Ten
     if layers[0].proj_size:
         project = torch.stack([layer.weight_hr_l0 for layer in layers])
     dtype = matmul_dtype(layers[0].weight_hh_l0)
-    return lstm_layer_for_training(x, weight_ih, weight_hh, bias, project, dtype)
+    return lstm_layer_for_training(
+        x, weight_ih, weight_hh, bias, project, dtype, cell_clip, proj_clip
+    )
 
 
 def run_graphed_lstm_layer(

@@ -1,15 +1,16 @@
-"""The training kernel of unclipped LSTM layers: forward and backward passes
-written out, so that the products over all time steps run as single large
-GEMMs and each step does only what the recurrence needs.
+"""The training kernel of LSTM layers: forward and backward passes written
+out, so that the products over all time steps run as single large GEMMs and
+each step does only what the recurrence needs.
 
 torch's own kernel for an LSTM with a projection (ELMo's layer) has no oneDNN
 path on the CPU: it runs a step at a time in both passes, computing the
 weight gradients step by step in GEMMs as small as the batch, and under
-bfloat16 autocast it casts the weights again at every step. Here:
+bfloat16 autocast it casts the weights again at every step; it cannot clip
+(cuDNN neither). Here:
 
 - forward: the input gates of all steps in one GEMM (T * B rows); per step
-  one GEMM for the recurrent gates, the cell update, and one GEMM for the
-  projection;
+  one GEMM for the recurrent gates, the cell update (`cell_steps`), and one
+  GEMM for the projection;
 - backward: per step one GEMM back through the projection, the cell's
   gradient, and one GEMM back through the recurrent weights; then the
   gradients of the inputs, of all four weights and of the bias in one GEMM
@@ -19,7 +20,11 @@ D independent layers of the same shape (the biLM's two directions) run as
 one: every product is a batched GEMM over D and every elementwise step covers
 all D, so a step costs about as many operator calls for two layers as for
 one. At the biLM's sizes (tens of rows a step) those calls, not the
-arithmetic, are most of a step's time.
+arithmetic, are most of a step's time; on a CUDA GPU each step's elementwise
+work is one Triton kernel each way (`TritonCellSteps`).
+
+The cell and the projected output are clipped as TensorFlow's LSTMCell clips
+them (bilm-tf), their gradients zero where the clip cut (torch.clamp's).
 
 The products run in the layer's matmul dtype (bfloat16 under autocast,
 float32 otherwise), with float32 accumulation, over rows padded to a few
@@ -35,6 +40,7 @@ batches are bucketed by length).
 import torch
 
 from ..model.dtypes import padded_rows, state_dtype, without_autocast
+from .cell_steps import cell_steps_for
 from .products import linear_product
 
 
@@ -45,15 +51,23 @@ def lstm_layer_for_training(
     bias: torch.Tensor,
     weight_hr: torch.Tensor | None,
     dtype: torch.dtype,
+    cell_clip: float = 0.0,
+    proj_clip: float = 0.0,
 ) -> torch.Tensor:
     """D LSTM layers, each from zero states over its own x[d] (B, T, I),
     batch first: x (D, B, T, I), weight_ih (D, 4H, I), weight_hh (D, 4H, P),
     bias (D, 4H) (torch's two biases summed), weight_hr (D, P, H) or None
     where the layers do not project (P = H); gates in torch's order (input,
-    forget, cell, output). Returns (D, B, T, P) in `dtype`, the dtype of the
-    products."""
+    forget, cell, output); the cell clipped to [-cell_clip, cell_clip] and
+    the projected output to [-proj_clip, proj_clip] (0: no clip; the output
+    only where the layer projects it). Returns (D, B, T, P) in `dtype`, the
+    dtype of the products."""
+    if weight_hr is None:
+        proj_clip = 0.0
     with without_autocast(x.device.type):
-        y = _LstmLayers.apply(x.transpose(1, 2), weight_ih, weight_hh, bias, weight_hr, dtype)
+        y = _LstmLayers.apply(
+            x.transpose(1, 2), weight_ih, weight_hh, bias, weight_hr, dtype, cell_clip, proj_clip
+        )
     return y.permute(1, 2, 0, 3)
 
 
@@ -78,7 +92,7 @@ class _LstmLayers(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, weight_ih, weight_hh, bias, weight_hr, dtype):
+    def forward(ctx, x, weight_ih, weight_hh, bias, weight_hr, dtype, cell_clip, proj_clip):
         layers, steps, batch, in_dim = x.shape
         hidden = weight_hh.shape[1] // 4
         out_dim = weight_hh.shape[2]
@@ -90,8 +104,8 @@ class _LstmLayers(torch.autograd.Function):
         inputs[:, :n] = x.reshape(layers, n, in_dim)
         gates_x = torch.baddbmm(bias.to(dtype)[:, None], inputs, w_ih.transpose(1, 2))
         gates_x = gates_x[:, :n].view(layers, steps, batch, 4 * hidden)
-        recurrent = [linear_product(w, dtype) for w in w_hh]
-        project = None if w_hr is None else [linear_product(w, dtype) for w in w_hr]
+        recurrent = batched_product(w_hh, dtype)
+        project = None if w_hr is None else batched_product(w_hr, dtype)
 
         factors = x.new_empty(steps, layers, batch, 4, hidden, dtype=dtype)
         cell_from_hidden = x.new_empty(steps, layers, batch, hidden, dtype=state)
@@ -100,40 +114,34 @@ class _LstmLayers(torch.autograd.Function):
         if project is not None:
             hidden_out = x.new_zeros(layers, rows, hidden, dtype=dtype)
         outputs = x.new_zeros(steps + 1, layers, batch, out_dim, dtype=dtype)  # y_0 = 0, y_1 ..
-        act = x.new_empty(layers, batch, 4 * hidden, dtype=state)  # i f g o of this step
-        i, f, g, o = act.chunk(4, 2)
+        # where the projected output was inside the clip (its gradient's mask)
+        kept = x.new_empty(steps, layers, batch, out_dim, dtype=torch.bool) if proj_clip else None
+        cell_steps = cell_steps_for(x.device)(layers, batch, hidden, x.new_empty(0, dtype=state))
         cell, previous = (x.new_zeros(layers, batch, hidden, dtype=state) for _ in range(2))
-        tanh_cell = torch.empty_like(cell)
-        ones = torch.ones_like(cell)
         for t in range(steps):
-            gates = torch.stack([r(y, g) for r, y, g in zip(recurrent, outputs[t], gates_x[:, t])])
-            torch.sigmoid(gates, out=act)
-            torch.tanh(gates[..., 2 * hidden : 3 * hidden], out=g)
+            gates = recurrent(outputs[t], gates_x[:, t])
             cell, previous = previous, cell
-            torch.mul(f, previous, out=cell).addcmul_(i, g)
-            torch.tanh(cell, out=tanh_cell)
             if project is None:
-                torch.mul(o, tanh_cell, out=outputs[t + 1])
+                h = outputs[t + 1]
             else:
                 h = hidden_out[:, t * batch : (t + 1) * batch]
-                torch.mul(o, tanh_cell, out=h)
-                torch.stack([p(x, None) for p, x in zip(project, h)], out=outputs[t + 1])
-            factor = factors[t]
-            torch.addcmul(i, i, i, value=-1, out=factor[..., 0, :]).mul_(g)
-            torch.addcmul(f, f, f, value=-1, out=factor[..., 1, :]).mul_(previous)
-            torch.addcmul(ones, g, g, value=-1, out=factor[..., 2, :]).mul_(i)
-            torch.addcmul(o, o, o, value=-1, out=factor[..., 3, :]).mul_(tanh_cell)
-            torch.addcmul(ones, tanh_cell, tanh_cell, value=-1, out=cell_from_hidden[t]).mul_(o)
-            forget[t] = f
+            cell_steps.forward(
+                gates, previous, cell, h, factors[t], cell_from_hidden[t], forget[t], cell_clip
+            )
+            if project is not None:
+                y = project(h, None, out=outputs[t + 1])
+                if proj_clip:
+                    torch.le(y.abs(), proj_clip, out=kept[t])
+                    y.clamp_(-proj_clip, proj_clip)
         ctx.save_for_backward(
-            inputs, w_ih, w_hh, w_hr, factors, cell_from_hidden, forget, hidden_out, outputs
+            inputs, w_ih, w_hh, w_hr, factors, cell_from_hidden, forget, hidden_out, outputs, kept
         )
         ctx.x_dtype, ctx.weight_dtype = x.dtype, weight_hh.dtype
         return outputs[1:]
 
     @staticmethod
     def backward(ctx, grad_y):
-        inputs, w_ih, w_hh, w_hr, factors, cell_from_hidden, forget, hidden_out, outputs = (
+        inputs, w_ih, w_hh, w_hr, factors, cell_from_hidden, forget, hidden_out, outputs, kept = (
             ctx.saved_tensors
         )
         steps, layers, batch, _, hidden = factors.shape
@@ -146,23 +154,21 @@ class _LstmLayers(torch.autograd.Function):
         # dL/d(gate preactivations) of every step; zero past n
         grad_gates = grad_y.new_zeros(layers, rows, 4 * hidden)
         grad_cell = cell_from_hidden.new_zeros(layers, batch, hidden)  # dL/dc_{t+1} f_{t+1}
-        recurrent = [linear_product(w.t(), dtype) for w in w_hh]
-        project = None if w_hr is None else [linear_product(w.t(), dtype) for w in w_hr]
+        recurrent = batched_product(w_hh.transpose(1, 2), dtype)
+        project = None if w_hr is None else batched_product(w_hr.transpose(1, 2), dtype)
+        cell_steps = cell_steps_for(grad_y.device)(layers, batch, hidden, grad_cell)
         for t in reversed(range(steps)):
             grad_hidden = grad_out[t]
+            if kept is not None:  # dL/dy_t before the clip: grad_out[t] from here on
+                grad_hidden.mul_(kept[t])
             if project is not None:
-                grad_hidden = torch.stack([p(g, None) for p, g in zip(project, grad_out[t])])
-            grad_cell.addcmul_(grad_hidden, cell_from_hidden[t])
-            gates = grad_gates[:, t * batch : (t + 1) * batch].view(layers, batch, 4, hidden)
-            torch.mul(factors[t, :, :, :3], grad_cell[:, :, None], out=gates[:, :, :3])
-            torch.mul(factors[t, :, :, 3], grad_hidden, out=gates[:, :, 3])
-            grad_cell.mul_(forget[t])
+                grad_hidden = project(grad_hidden, None)
+            gates = grad_gates[:, t * batch : (t + 1) * batch]
+            cell_steps.backward(
+                grad_hidden, grad_cell, factors[t], cell_from_hidden[t], forget[t], gates
+            )
             if t:
-                grad = gates.view(layers, batch, -1)
-                torch.stack(
-                    [r(g, y) for r, g, y in zip(recurrent, grad, grad_y[t - 1])],
-                    out=grad_out[t - 1],
-                )
+                recurrent(gates, grad_y[t - 1], out=grad_out[t - 1])
         grad_x = grad_gates.bmm(w_ih)[:, :n].view(layers, steps, batch, -1).to(ctx.x_dtype)
         grad_t = grad_gates.transpose(1, 2)
         grad_w_ih = grad_t.bmm(inputs).to(ctx.weight_dtype)
@@ -177,4 +183,28 @@ class _LstmLayers(torch.autograd.Function):
             by_row = grad_y.new_zeros(layers, rows, grad_y.shape[3])
             by_row[:, :n] = grad_out.transpose(0, 1).reshape(layers, n, -1)
             grad_w_hr = by_row.transpose(1, 2).bmm(hidden_out).to(ctx.weight_dtype)
-        return grad_x, grad_w_ih, grad_w_hh, grad_bias, grad_w_hr, None
+        return grad_x, grad_w_ih, grad_w_hh, grad_bias, grad_w_hr, None, None, None
+
+
+def batched_product(weights: torch.Tensor, dtype: torch.dtype):
+    """A function (x (D, B, in), add (D, B, out) or None, out=None) ->
+    x[d] @ weights[d].T + add[d] for each d, into `out` (D, B, out) if
+    given, for many products with the weights (D, out, in): on the CPU each
+    layer's weight packed once for oneDNN where it can be (`linear_product`),
+    elsewhere one batched GEMM."""
+    if weights.device.type == "cpu":
+        products = [linear_product(w, dtype) for w in weights]
+
+        def product(x, add, out=None):
+            adds = [None] * len(products) if add is None else add
+            return torch.stack([p(x_d, a) for p, x_d, a in zip(products, x, adds)], out=out)
+
+        return product
+    transposed = weights.transpose(1, 2)
+
+    def product(x, add, out=None):
+        if add is None:
+            return torch.bmm(x, transposed, out=out)
+        return torch.baddbmm(add, x, transposed, out=out)
+
+    return product

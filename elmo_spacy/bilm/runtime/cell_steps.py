@@ -1,0 +1,146 @@
+"""The per-step elementwise work of the training kernel (runtime/recurrence.py):
+in the forward pass the gate activations, the cell update and its clip, the
+output, and what the backward pass will multiply by; in the backward pass the
+cell's gradient carried a step back and the gates' gradients.
+
+Two implementations of one contract:
+
+- `TorchCellSteps`: torch operators, on any device (about fifteen operator
+  calls a step forward, five backward; the CPU's);
+- `TritonCellSteps`: one Triton kernel a step each way, for CUDA GPUs, where
+  every operator call is a kernel launch and the launches, not the
+  arithmetic, set a step's pace at the biLM's sizes. Triton compiles for the
+  GPU; its interpreter (TRITON_INTERPRET=1) runs the same kernels on the CPU,
+  which is how tests/test_cell_steps.py checks them against the torch ones.
+
+Shapes, for D layers run together (the biLM's two directions), B rows and
+H cell units; "dtype" is the products' dtype (bfloat16 or float32), "state"
+float32 where dtype is bfloat16 (`state_dtype`):
+
+- gates (D, B, 4H) dtype, contiguous: the step's preactivations of the
+  input, forget, cell and output gates (torch's order), bias included;
+- previous, cell (D, B, H) state, contiguous: the cell before and after;
+- hidden (D, B, H) dtype, rows contiguous: o tanh(cell), the unprojected output;
+- factors (D, B, 4, H) dtype, contiguous: per unit of the (pre-clip) cell's
+  gradient the gradients of the input, forget and cell gates' preactivations,
+  (g i (1 - i), c' f (1 - f), i (1 - g^2)) times `keep`; per unit of the
+  hidden state's gradient the output gate's, tanh(c) o (1 - o);
+- cell_from_hidden (D, B, H) state: the cell's gradient per unit of the
+  hidden state's, o (1 - tanh(c)^2);
+- forget (D, B, H) state: f times `keep`, which carries the cell's gradient
+  a step back;
+
+where `keep` is 1 where the cell was inside [-cell_clip, cell_clip] and 0
+where the clip cut it (1 everywhere without a clip): torch.clamp's gradient.
+"""
+
+import functools
+
+import torch
+
+
+class TorchCellSteps:
+    """The steps in torch operators, into scratch arrays allocated once per
+    layer call (D, B, H as above)."""
+
+    def __init__(self, layers: int, batch: int, hidden: int, like: torch.Tensor) -> None:
+        self.act = like.new_empty(layers, batch, 4 * hidden)  # i f g o of this step
+        self.tanh_cell = like.new_empty(layers, batch, hidden)
+        self.ones = torch.ones_like(self.tanh_cell)
+
+    def forward(self, gates, previous, cell, hidden, factors, cell_from_hidden, forget, cell_clip):
+        act, tanh_cell, ones = self.act, self.tanh_cell, self.ones
+        i, f, g, o = act.chunk(4, 2)
+        size = g.shape[2]
+        torch.sigmoid(gates, out=act)
+        torch.tanh(gates[..., 2 * size : 3 * size], out=g)
+        torch.mul(f, previous, out=cell).addcmul_(i, g)
+        keep = None
+        if cell_clip:
+            keep = cell.abs() <= cell_clip
+            cell.clamp_(-cell_clip, cell_clip)
+        torch.tanh(cell, out=tanh_cell)
+        torch.mul(o, tanh_cell, out=hidden)
+        torch.addcmul(i, i, i, value=-1, out=factors[..., 0, :]).mul_(g)
+        torch.addcmul(f, f, f, value=-1, out=factors[..., 1, :]).mul_(previous)
+        torch.addcmul(ones, g, g, value=-1, out=factors[..., 2, :]).mul_(i)
+        torch.addcmul(o, o, o, value=-1, out=factors[..., 3, :]).mul_(tanh_cell)
+        torch.addcmul(ones, tanh_cell, tanh_cell, value=-1, out=cell_from_hidden).mul_(o)
+        if keep is None:
+            forget.copy_(f)
+        else:
+            factors[..., :3, :].mul_(keep[:, :, None])
+            torch.mul(f, keep, out=forget)
+
+    @staticmethod
+    def backward(grad_hidden, grad_cell, factors, cell_from_hidden, forget, grad_gates):
+        """grad_hidden (D, B, H) dtype: dL/d(hidden) of this step; grad_cell
+        (D, B, H) state, in and out: the cell's gradient from the steps after
+        (in), carried a step back (out); grad_gates (D, B, 4H) dtype, rows
+        contiguous: the gates' gradients, written."""
+        gates = grad_gates.view(*grad_gates.shape[:2], 4, -1)
+        grad_cell.addcmul_(grad_hidden, cell_from_hidden)
+        torch.mul(factors[:, :, :3], grad_cell[:, :, None], out=gates[:, :, :3])
+        torch.mul(factors[:, :, 3], grad_hidden, out=gates[:, :, 3])
+        grad_cell.mul_(forget)
+
+
+class TritonCellSteps:
+    """The steps as one Triton kernel each way (see the module's docstring)."""
+
+    BLOCK = 128  # cell units a program covers
+
+    def __init__(self, layers: int, batch: int, hidden: int, like: torch.Tensor) -> None:
+        self.layers, self.batch, self.hidden = layers, batch, hidden
+        self.grid = (layers * batch, -(-hidden // self.BLOCK))
+
+    def forward(self, gates, previous, cell, hidden, factors, cell_from_hidden, forget, cell_clip):
+        _check_rows(gates, previous, cell, factors, cell_from_hidden, forget)
+        forward_kernel, _ = triton_kernels()
+        forward_kernel[self.grid](
+            gates, previous, cell, hidden, factors, cell_from_hidden, forget,
+            hidden.stride(0), hidden.stride(1), self.batch, self.hidden, float(cell_clip or 0.0),
+            CLIP=bool(cell_clip), BLOCK=self.BLOCK,
+        )  # fmt: skip
+
+    def backward(self, grad_hidden, grad_cell, factors, cell_from_hidden, forget, grad_gates):
+        _check_rows(grad_hidden, grad_cell, factors, cell_from_hidden, forget)
+        _, backward_kernel = triton_kernels()
+        backward_kernel[self.grid](
+            grad_hidden, grad_cell, factors, cell_from_hidden, forget, grad_gates,
+            grad_gates.stride(0), grad_gates.stride(1), self.batch, self.hidden,
+            BLOCK=self.BLOCK,
+        )  # fmt: skip
+
+
+CellSteps = TorchCellSteps | TritonCellSteps
+
+
+def cell_steps_for(device: torch.device) -> type[CellSteps]:
+    """The implementation for arrays on `device`: Triton's on a CUDA GPU
+    where Triton is installed, torch's elsewhere."""
+    return TritonCellSteps if device.type == "cuda" and triton_available() else TorchCellSteps
+
+
+@functools.cache
+def triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _check_rows(*arrays: torch.Tensor) -> None:
+    for array in arrays:
+        if not array.is_contiguous():
+            raise ValueError(f"the Triton cell steps need contiguous arrays: {tuple(array.shape)}")
+
+
+@functools.cache
+def triton_kernels():
+    """The two Triton kernels (forward, backward), imported on first use:
+    compiled for the GPU, or under TRITON_INTERPRET=1 interpreted."""
+    from . import triton_cell
+
+    return triton_cell.forward_kernel, triton_cell.backward_kernel

@@ -1,0 +1,110 @@
+"""The training kernel's per-step work in Triton (the GPU's) against the same
+steps in torch operators, on the CPU under Triton's interpreter: one step
+each way, then whole layers through the training kernel."""
+
+import pytest
+import torch
+
+import elmo_spacy.bilm.runtime.cell_steps as cell_steps
+from elmo_spacy.bilm.model.dtypes import state_dtype
+from elmo_spacy.bilm.runtime.cell_steps import TorchCellSteps, TritonCellSteps
+
+from .test_recurrence import gradients, one_layer
+
+triton = pytest.importorskip("triton", reason="Triton is not installed (`pip install triton`)")
+# On the CPU under the interpreter (tests/conftest.py), else on the GPU.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu" and not triton.knobs.runtime.interpret:
+    pytest.skip("triton was imported before TRITON_INTERPRET=1 was set", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def on_device():
+    torch.set_default_device(DEVICE)
+    yield
+    torch.set_default_device(None)
+
+
+def step_arrays(layers, batch, hidden, dtype):
+    """A step's inputs, and outputs to write, with `hidden` strided over the
+    layers as the training kernel's is (a slice of rows of a (D, R, H) array)."""
+    state = state_dtype(dtype)
+    gates = (3 * torch.randn(layers, batch, 4 * hidden)).to(dtype)
+    previous = torch.randn(layers, batch, hidden, dtype=state)
+    cell = torch.empty(layers, batch, hidden, dtype=state)
+    hidden_out = strided_rows(torch.empty(layers, batch, hidden, dtype=dtype))
+    factors = torch.empty(layers, batch, 4, hidden, dtype=dtype)
+    cell_from_hidden, forget = (torch.empty(layers, batch, hidden, dtype=state) for _ in range(2))
+    return gates, previous, cell, hidden_out, factors, cell_from_hidden, forget
+
+
+def strided_rows(array: torch.Tensor) -> torch.Tensor:
+    """A copy of array (D, B, K) as rows B..2B of a (D, 3B, K) array (NaN elsewhere)."""
+    layers, batch, width = array.shape
+    rows = torch.full((layers, 3 * batch, width), float("nan"), dtype=array.dtype)
+    rows[:, batch : 2 * batch] = array
+    return rows[:, batch : 2 * batch]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("cell_clip", [0.0, 0.8])
+@pytest.mark.parametrize("hidden", [16, 200])  # 200: one full block of 128 units and a part
+def test_triton_steps_compute_what_the_torch_steps_do(dtype, cell_clip, hidden):
+    torch.manual_seed(0)
+    layers, batch = 2, 3
+    want = step_arrays(layers, batch, hidden, dtype)
+    got = [a.clone() for a in want]
+    got[3] = strided_rows(want[3])
+    TorchCellSteps(layers, batch, hidden, want[1]).forward(*want, cell_clip)
+    TritonCellSteps(layers, batch, hidden, got[1]).forward(*got, cell_clip)
+    if cell_clip:
+        assert 0.1 < (want[2].abs() == cell_clip).float().mean() < 0.9
+    # bfloat16: torch's ops round the activations to bfloat16 (its sigmoid
+    # runs in its input's dtype), the kernel keeps them float32
+    atol = 1e-6 if dtype == torch.float32 else 1e-2
+    tolerance = {"rtol": 0 if dtype == torch.float32 else 1e-2, "atol": atol}
+    # a cell within that of the clip may be cut by one and not the other
+    inside = (want[2].abs() - cell_clip).abs() > 2 * atol
+    for w, g in zip(want[1:], got[1:]):
+        where = inside[:, :, None] if w.dim() == 4 else inside
+        torch.testing.assert_close(g * where, w * where, **tolerance)
+
+    factors, cell_from_hidden, forget = want[4:]
+    grad_hidden = torch.randn(layers, batch, hidden).to(dtype)
+    grad_cell = torch.randn(layers, batch, hidden, dtype=state_dtype(dtype))
+    grad_gates = strided_rows(torch.zeros(layers, batch, 4 * hidden, dtype=dtype))
+    results = []
+    for steps in (TorchCellSteps, TritonCellSteps):
+        into = (grad_cell.clone(), grad_gates.clone())
+        steps(layers, batch, hidden, grad_cell).backward(
+            grad_hidden, into[0], factors, cell_from_hidden, forget, into[1]
+        )
+        results.append(into)
+    for w, g in zip(*results):
+        torch.testing.assert_close(g, w, **tolerance)
+
+
+@pytest.mark.parametrize("clips", [(0.0, 0.0), (0.3, 0.05)])
+def test_a_layer_on_the_triton_steps_is_the_layer_on_torchs(monkeypatch, clips):
+    """The whole training kernel, forward and backward, with its steps on
+    Triton's kernels: the outputs and gradients of the torch steps."""
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(6, 10, proj_size=6, batch_first=True)
+    x = torch.randn(4, 5, 6, requires_grad=True)
+    tensors = [x, *lstm.parameters()]
+    expected = one_layer(x, lstm, torch.float32, *clips)
+    weight = torch.randn_like(expected)
+    expected_grads = gradients(expected, weight, tensors)
+    monkeypatch.setattr(cell_steps, "cell_steps_for", lambda device: TritonCellSteps)
+    import elmo_spacy.bilm.runtime.recurrence as recurrence
+
+    monkeypatch.setattr(recurrence, "cell_steps_for", lambda device: TritonCellSteps)
+    y = one_layer(x, lstm, torch.float32, *clips)
+    torch.testing.assert_close(y, expected, rtol=0, atol=1e-6)
+    for got, want in zip(gradients(y, weight, tensors), expected_grads):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+
+
+def test_the_triton_steps_run_on_cuda_only_where_triton_is():
+    assert cell_steps.cell_steps_for(torch.device("cpu")) is TorchCellSteps
+    assert cell_steps.cell_steps_for(torch.device("cuda")) is TritonCellSteps
