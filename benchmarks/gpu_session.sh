@@ -5,8 +5,8 @@
 #     bash benchmarks/gpu_session.sh [STEP ...]
 #
 # STEP: tests, elmo_shapes, pretrain_throughput, pretrain_throughput_original,
-# precision_perplexity, type_cache, profile_clipped (default: all, in that
-# order). $OUT (else gpu-logs) gets one log per step. Each step has a time
+# profile_original_step, precision_perplexity, type_cache, profile_clipped
+# (default: all, in that order). $OUT (else gpu-logs) gets one log per step. Each step has a time
 # limit, so that one that hangs leaves the others their time.
 #
 # A machine that lacks spaCy and reaches no package index takes wheels from
@@ -22,7 +22,7 @@
 # conformance test), ag_news/train.csv and ag_news/unlabeled.txt (the text).
 set -uo pipefail
 logs=${OUT:-gpu-logs}
-steps=${*:-tests elmo_shapes pretrain_throughput pretrain_throughput_original precision_perplexity type_cache profile_clipped}
+steps=${*:-tests elmo_shapes pretrain_throughput pretrain_throughput_original profile_original_step precision_perplexity type_cache profile_clipped}
 mkdir -p "$logs"
 export PYTHONUNBUFFERED=1
 if [ -d .whl ]; then
@@ -55,10 +55,13 @@ for name in $steps; do
     pretrain_throughput) step pretrain_throughput 90 python3 benchmarks/pretrain_throughput.py \
         configs/bilm.cfg $text/unlabeled.txt --device cuda --no-full-softmax \
         --precisions float32 bfloat16 float16 ;;
-    pretrain_throughput_original) step pretrain_throughput_original 90 \
+    pretrain_throughput_original) step pretrain_throughput_original 150 \
         python3 benchmarks/pretrain_throughput.py configs/bilm.cfg $text/unlabeled.txt \
         --device cuda --no-full-softmax --bilm.lstm_dim 4096 --bilm.projection_dim 512 \
         --training.batch_tokens 32768 --steps 20 ;;
+    profile_original_step) step profile_original_step 150 \
+        python3 benchmarks/pretrain_throughput.py configs/bilm_lm1b.cfg $text/unlabeled.txt \
+        --device cuda --no-full-softmax --precisions bfloat16 --steps 10 --profile 5 ;;
     precision_perplexity) step precision_perplexity 120 python3 \
         benchmarks/precision_perplexity.py configs/bilm.cfg $text/unlabeled.txt --gpu-id 0 \
         --precisions float32 bfloat16 float16 ;;

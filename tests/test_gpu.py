@@ -231,11 +231,17 @@ def test_pretrain_on_cuda(tmp_path, corpus_dir):
 
 
 @on_cuda
-@pytest.mark.parametrize("encoder", ["char_cnn", "word"])
-def test_a_training_step_fed_from_a_prepared_corpus_never_waits_on_the_device(encoder):
+@pytest.mark.parametrize(
+    "encoder, kernel, clip",
+    [("char_cnn", "auto", 0.0), ("word", "auto", 0.0), ("word", "training", 3.0)],
+)
+def test_a_training_step_fed_from_a_prepared_corpus_never_waits_on_the_device(
+    encoder, kernel, clip
+):
     """The batch comes from pinned memory without a wait, and the loss, its
     gradients, the clipping and Adam's update never bring a number back to
-    the host (torch raises at any synchronisation in "error" mode)."""
+    the host (torch raises at any synchronisation in "error" mode): on
+    cuDNN's LSTM, and on the training kernel with its Triton steps, clipped."""
     from elmo_spacy.pretrain import PretrainConfig
     from elmo_spacy.pretrain.batches import BatchBuilder, corpus_vocabulary, epoch_batches
     from elmo_spacy.pretrain.checkpoint import new_optimizer
@@ -244,8 +250,10 @@ def test_a_training_step_fed_from_a_prepared_corpus_never_waits_on_the_device(en
     from .conftest import corpus_of
 
     corpus = corpus_of(tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()))
-    config = BiLMConfig(**{**TINY_BILM.to_dict(), "encoder": encoder, "word_dim": 16})
+    clips = {"cell_clip": clip or None, "proj_clip": clip or None}
+    config = BiLMConfig(**{**TINY_BILM.to_dict(), "encoder": encoder, "word_dim": 16, **clips})
     bilm = BiLM(config, corpus_vocabulary(corpus.types, 500, 1)).to("cuda")
+    bilm.lstm_kernel = kernel
     optimizer = new_optimizer(bilm, PretrainConfig())
     build = BatchBuilder(corpus, bilm)
     plans = epoch_batches(
