@@ -10,6 +10,8 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # A local AG News mirror (train.csv, unlabeled.txt, classes.txt) instead of
 # downloading the assets; the shared folder beside this repo if there is one.
 AG_NEWS_DIR ?= $(firstword $(wildcard ../shared/data/ag_news))
+# More options for `make all`'s workflow, e.g. ARGS="--vars.bilm_hours 0"
+ARGS ?=
 
 .PHONY: all baselines ner tag smoke test test-slow test-benchmarks test-gpu lint clean
 
@@ -24,10 +26,10 @@ $(BIN)/elmo-spacy: setup.cfg pyproject.toml
 all: $(BIN)/elmo-spacy
 ifeq ($(AG_NEWS_DIR),)
 	$(BIN)/python -m spacy project assets .
-	$(BIN)/python -m spacy project run all .
+	$(BIN)/python -m spacy project run all . $(ARGS)
 else
 	@echo "Using the local AG News mirror $(AG_NEWS_DIR)"
-	$(BIN)/python -m spacy project run all . --vars.data_dir $(AG_NEWS_DIR)
+	$(BIN)/python -m spacy project run all . --vars.data_dir $(AG_NEWS_DIR) $(ARGS)
 endif
 
 # Opt-in, after `make all` (they reuse its corpus and add to its table): every

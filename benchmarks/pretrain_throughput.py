@@ -1,7 +1,8 @@
 """Throughput of the biLM training step in each precision, against this machine's matmul rates, measured in the same run.
 
     python benchmarks/pretrain_throughput.py configs/bilm.cfg CORPUS [--steps 30]
-        [--precisions float32 bfloat16] [--no-full-softmax] [--threads 2] [--torch-lstm]
+        [--precisions float32 bfloat16] [--no-full-softmax] [--threads 2]
+        [--kernels training fused loop]
         [--device cpu] [--fresh-pages] [--profile STEPS]
         [--bilm.lstm_dim 2048 ...: overrides of the config, as `elmo-spacy pretrain` takes them]
 
@@ -12,9 +13,11 @@ benchmarks/matmul_rates.py), then for the config as given and for the same
 model with a full softmax (the naive baseline), in each precision: tokens/s,
 training FLOPs per token computed from the sizes (3x the forward FLOPs of the
 matmuls, on real tokens, not padding), and the share of the precision's own
-roofline reached (with --torch-lstm, also on torch's LSTM kernel; on a GPU,
-on cuDNN's, as pretraining runs there unclipped, and on the training kernel,
-its steps Triton's, which clips), and the
+roofline reached, on each LSTM kernel asked for (default: the CPU's
+training kernel; on a GPU cuDNN's, "fused", as pretraining runs there
+unclipped, and the training kernel, its steps Triton's, which clips; "loop":
+the written-out recurrence under autograd, clipped training before the
+training kernel clipped; "fused" ignores the clips), and the
 milliseconds per step of its forward (loss included), backward and optimizer
 phases (with --profile, then torch.profiler's operators over that many
 more steps and three warm-up steps, by their own time); last, each run's
@@ -121,9 +124,11 @@ def main() -> None:
     parser.add_argument("--no-full-softmax", action="store_true", help="Skip the naive baseline")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
-        "--torch-lstm",
-        action="store_true",
-        help="Also time each precision on torch's LSTM (the kernel pretraining ran before)",
+        "--kernels",
+        nargs="*",
+        choices=tuple(LSTM_KERNELS),
+        help="LSTM kernels to time, each in each precision (default: training; "
+        "on a GPU fused and training)",
     )
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (cuda:N)")
     parser.add_argument(
@@ -185,9 +190,9 @@ def main() -> None:
         flops = 3 * forward_flops_per_token(config, len(vocab), tail_shares)
         speed = {}
         for precision in args.precisions:
-            kernels = ("training", "fused") if args.torch_lstm else ("training",)
-            if "cuda" in args.device:  # cuDNN's (pretraining's there), then ours, Triton's steps
-                kernels = ("fused", "training")
+            kernels = args.kernels or (
+                ("fused", "training") if "cuda" in args.device else ("training",)
+            )
             for kernel in kernels:
                 torch.manual_seed(0)
                 bilm = BiLM(config, vocab).to(args.device)
@@ -195,7 +200,7 @@ def main() -> None:
                 build = BatchBuilder(corpus, bilm)
                 batches = [build(pieces).to(args.device) for pieces in plans]
                 bilm.lstm_kernel = kernel
-                key = precision if kernel == kernels[0] else f"{precision}_{KEYS[kernel]}"
+                key = precision if kernel == kernels[0] else f"{precision}_{kernel}"
                 speed[key], phase_ms = train_steps(bilm, batches, args.steps, training)
                 gflops = speed[key] * flops / 1e9
                 print(
@@ -219,7 +224,7 @@ def main() -> None:
                 if args.profile:
                     operators = profiled_steps(bilm, batches, args.profile, training)
                     print(operators.table(sort_by="self_cpu_time_total", row_limit=20), flush=True)
-        for base in ("float32", "float32_torch_lstm", "float32_training_kernel"):
+        for base in ("float32", *(f"float32_{kernel}" for kernel in LSTM_KERNELS)):
             if base in speed:
                 ratios = {
                     f"{k}_over_{base}": round(v / speed[base], 2)
@@ -229,8 +234,11 @@ def main() -> None:
                 print(json.dumps({"model": name, **ratios}))
 
 
-LSTM_KERNELS = {"training": "elmo_spacy (bilm/recurrence.py)", "fused": "torch's nn.LSTM"}
-KEYS = {"fused": "torch_lstm", "training": "training_kernel"}  # a second kernel's runs
+LSTM_KERNELS = {
+    "training": "elmo_spacy (bilm/recurrence.py)",
+    "fused": "torch's nn.LSTM",
+    "loop": "the written-out recurrence (bilm/model/lstm.py)",
+}
 PRECISIONS = ("float32", "bfloat16")  # the default; float16 on request (GPUs without bfloat16)
 PHASES = ("forward", "backward", "optimizer")
 
