@@ -195,3 +195,20 @@ def test_every_project_variable_can_be_set_from_the_command_line():
     for name, value in variables.items():
         parsed = parse_config_overrides([f"--vars.{name}", str(value)])
         assert parsed == {f"vars.{name}": value}, name
+
+
+def test_the_workflow_limits_pretraining_to_its_hours():
+    """`all` passes `bilm_hours` to pretraining as its time budget (the
+    workflow's hour where the CPU multiplies in float32 only), a limit
+    that `--vars.bilm_hours 0` lifts."""
+    import shlex
+
+    import srsly
+
+    project = srsly.read_yaml(ROOT / "project.yml")
+    assert project["vars"]["bilm_hours"] > 0
+    (step,) = [step for step in project["commands"] if step["name"] == "pretrain"]
+    assert "pretrain" in project["workflows"]["all"]
+    (line,) = step["script"]
+    words = shlex.split(line)
+    assert words[words.index("--training.max_hours") + 1] == "${vars.bilm_hours}"
