@@ -59,12 +59,11 @@ def test_triton_steps_compute_what_the_torch_steps_do(dtype, cell_clip, hidden):
     TritonCellSteps(layers, batch, hidden, got[1]).forward(*got, cell_clip)
     if cell_clip:
         assert 0.1 < (want[2].abs() == cell_clip).float().mean() < 0.9
-    # bfloat16: torch's ops round the activations to bfloat16 (its sigmoid
-    # runs in its input's dtype), the kernel keeps them float32
+    # bfloat16: the factors rounded to bfloat16 once here, twice in torch's ops
     atol = 1e-6 if dtype == torch.float32 else 1e-2
     tolerance = {"rtol": 0 if dtype == torch.float32 else 1e-2, "atol": atol}
-    # a cell within that of the clip may be cut by one and not the other
-    inside = (want[2].abs() - cell_clip).abs() > 2 * atol
+    # a cell within rounding of the clip may be cut by one and not the other
+    inside = (want[2].abs() - cell_clip).abs() > 1e-5
     for w, g in zip(want[1:], got[1:]):
         where = inside[:, :, None] if w.dim() == 4 else inside
         torch.testing.assert_close(g * where, w * where, **tolerance)

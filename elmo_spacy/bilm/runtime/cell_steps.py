@@ -38,6 +38,8 @@ import functools
 
 import torch
 
+from ..model.dtypes import widened
+
 
 class TorchCellSteps:
     """The steps in torch operators, into scratch arrays allocated once per
@@ -52,6 +54,7 @@ class TorchCellSteps:
         act, tanh_cell, ones = self.act, self.tanh_cell, self.ones
         i, f, g, o = act.chunk(4, 2)
         size = g.shape[2]
+        gates = widened(gates)  # torch's activations compute in their input's dtype
         torch.sigmoid(gates, out=act)
         torch.tanh(gates[..., 2 * size : 3 * size], out=g)
         torch.mul(f, previous, out=cell).addcmul_(i, g)
