@@ -152,7 +152,9 @@ def main() -> None:
 
     # Config overrides as the pretrain command takes them: --bilm.lstm_dim 2048
     bilm_config, training = load_pretrain_config(args.config, parse_config_overrides(extra))
-    corpus = open_corpus([args.corpus], tempfile.mkdtemp(prefix="pretrain-throughput-"))
+    # a text file is prepared into a folder removed at exit
+    workdir = tempfile.TemporaryDirectory(prefix="pretrain-throughput-")
+    corpus = open_corpus([args.corpus], workdir.name)
     vocab = corpus_vocabulary(corpus.types, bilm_config.max_vocab_size, bilm_config.min_count)
     # the share of tokens in each adaptive-softmax cluster, from the type counts
     word_ids = BatchBuilder(corpus, BiLM(replace(bilm_config, encoder="word"), vocab)).word_ids
