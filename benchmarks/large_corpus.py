@@ -239,12 +239,7 @@ def memory(args) -> None:
             zipf_text(text, n_tokens)
         corpus = args.workdir / f"zipf-{label}"
         started = time.perf_counter()
-        done = subprocess.run(
-            [ELMO_SPACY, "prepare", str(text), str(corpus), "--pretokenized"],
-            capture_output=True,
-            text=True,
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
+        prepare_pretokenized(text, corpus)
         manifest = json.loads((corpus / "manifest.json").read_text())
         emit(
             part="memory: prepare --pretokenized",
@@ -328,6 +323,16 @@ def rare_tail_text(path: Path, n_tokens: int, common: int, rare: int, seed: int 
             file.write(" ".join(doc) + "\n")
 
 
+def prepare_pretokenized(text: Path, corpus: Path) -> None:
+    """`elmo-spacy prepare TEXT CORPUS --pretokenized`, in a process of its own."""
+    done = subprocess.run(
+        [ELMO_SPACY, "prepare", str(text), str(corpus), "--pretokenized"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def vocabulary_size(args) -> None:
     """Pretraining steps of a small char-CNN biLM (configs/bilm_elmo.cfg at
     256 / 64, --cutoffs, min_count 1) with the
@@ -338,12 +343,7 @@ def vocabulary_size(args) -> None:
     if not text.exists():
         rare_tail_text(text, args.tokens, args.common, args.rare)
     if not (corpus / "manifest.json").exists():
-        done = subprocess.run(
-            [ELMO_SPACY, "prepare", str(text), str(corpus), "--pretokenized"],
-            capture_output=True,
-            text=True,
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
+        prepare_pretokenized(text, corpus)
     manifest = json.loads((corpus / "manifest.json").read_text())
     emit(part="vocab: corpus", tokens=manifest["tokens"], types=manifest["types"])
     for cap in args.caps:

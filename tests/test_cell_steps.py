@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import elmo_spacy.bilm.runtime.cell_steps as cell_steps
+import elmo_spacy.bilm.runtime.recurrence as recurrence
 from elmo_spacy.bilm.model.dtypes import state_dtype
 from elmo_spacy.bilm.runtime.cell_steps import TorchCellSteps, TritonCellSteps
 
@@ -94,9 +95,6 @@ def test_a_layer_on_the_triton_steps_is_the_layer_on_torchs(monkeypatch, clips):
     expected = one_layer(x, lstm, torch.float32, *clips)
     weight = torch.randn_like(expected)
     expected_grads = gradients(expected, weight, tensors)
-    monkeypatch.setattr(cell_steps, "cell_steps_for", lambda device: TritonCellSteps)
-    import elmo_spacy.bilm.runtime.recurrence as recurrence
-
     monkeypatch.setattr(recurrence, "cell_steps_for", lambda device: TritonCellSteps)
     y = one_layer(x, lstm, torch.float32, *clips)
     torch.testing.assert_close(y, expected, rtol=0, atol=1e-6)

@@ -94,7 +94,7 @@ class TritonCellSteps:
     BLOCK = 128  # cell units a program covers
 
     def __init__(self, layers: int, batch: int, hidden: int, like: torch.Tensor) -> None:
-        self.layers, self.batch, self.hidden = layers, batch, hidden
+        self.batch, self.hidden = batch, hidden
         self.grid = (layers * batch, -(-hidden // self.BLOCK))
 
     def forward(self, gates, previous, cell, hidden, factors, cell_from_hidden, forget, cell_clip):
