@@ -7,6 +7,8 @@ against the same batches built in memory, and the batch builder alone.
         [--baseline-commit 0f05efe] [--baseline-sizes 2M 20M]
     python benchmarks/large_corpus.py step CORPUS [--shapes default original] [--steps 12]
     python benchmarks/large_corpus.py builder CORPUS [--batches 100]
+    python benchmarks/large_corpus.py vocab [--caps 40000 0] [--cutoffs JSON] [--div-value 4]
+        [--shape small|original] [--gpu-id 0]
 
 `prepare`: TEXT (a doc per line) repeated to about --tokens tokens, prepared
 three ways, each run as a user runs it (`elmo-spacy prepare`, start-up
@@ -33,6 +35,11 @@ at 32,768 tokens takes minutes).
 `builder`: the batch builder alone (token ids to a `TokenBatch` with its LM
 targets), tokens/s, for the word encoder (configs/bilm.cfg) and the original
 shape's char CNN, at 3,000 and 32,768 tokens a batch.
+
+`vocab`: a synthetic corpus with a rare tail (--common Zipf(1.1) words,
+--rare words once each), pretraining's step with the vocabulary capped at
+each of --caps (0: uncapped): a small char-CNN biLM on the CPU, or the
+original shape on a GPU (--shape original).
 
 Every figure is one JSON line. The work files go to --workdir.
 """
@@ -112,6 +119,14 @@ def main() -> None:
     v.add_argument("--steps", type=int, default=30)
     v.add_argument("--cutoffs", default="[2000, 10000, 100000]", help="the softmax's, as JSON")
     v.add_argument("--div-value", type=float, default=4.0, help="the softmax's")
+    v.add_argument(
+        "--shape",
+        choices=("small", "original"),
+        default="small",
+        help="small: configs/bilm_elmo.cfg at 256/64 on the CPU; original: "
+        "configs/bilm_lm1b.cfg on a GPU (--gpu-id)",
+    )
+    v.add_argument("--gpu-id", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     args.workdir.mkdir(parents=True, exist_ok=True)
@@ -346,6 +361,8 @@ def vocabulary_size(args) -> None:
         prepare_pretokenized(text, corpus)
     manifest = json.loads((corpus / "manifest.json").read_text())
     emit(part="vocab: corpus", tokens=manifest["tokens"], types=manifest["types"])
+    if args.shape == "original":
+        return vocabulary_size_on_gpu(args, corpus)
     for cap in args.caps:
         output = args.workdir / f"tail-run-{cap}"
         command = [
@@ -373,6 +390,41 @@ def vocabulary_size(args) -> None:
             adam_state_mb=round(2 * 4 * sum(w.numel() for w in weights.values()) / 2**20),
             **run,
         )
+
+
+def vocabulary_size_on_gpu(args, corpus: Path) -> None:
+    """The original shape (configs/bilm_lm1b.cfg, min_count 1) on GPU
+    `--gpu-id`, in bfloat16 on the training kernel, 32,768 tokens a step, the
+    vocabulary capped and uncapped: pretraining's step
+    (benchmarks/pretrain_throughput.py, a process each), its tokens/s, peak
+    of allocated device memory and Adam's state."""
+    for cap in args.caps:
+        command = [
+            sys.executable, str(ROOT / "benchmarks" / "pretrain_throughput.py"),
+            str(ROOT / "configs" / "bilm_lm1b.cfg"), str(corpus), "--device",
+            f"cuda:{args.gpu_id}", "--no-full-softmax", "--precisions", "bfloat16",
+            "--kernels", "training", "--steps", str(args.steps), "--bilm.min_count", "1",
+            "--bilm.max_vocab_size", str(cap or 10**8), "--bilm.cutoffs", args.cutoffs,
+            "--bilm.div_value", str(args.div_value),
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+        for line in done.stdout.splitlines():
+            if line.startswith('{"model"') and "tokens_per_second" in line:
+                figures = json.loads(line)
+                emit(
+                    part="vocab: pretrain, original shape",
+                    cap=cap or "none",
+                    cutoffs=json.loads(args.cutoffs),
+                    div_value=args.div_value,
+                    **{k: figures[k] for k in RECORDED_ON_GPU},
+                )
+
+
+RECORDED_ON_GPU = (
+    "vocab", "precision", "batch_tokens", "tokens_per_second", "ms_per_step",
+    "optimizer_state_mb", "peak_device_mb",
+)  # fmt: skip
 
 
 def human(n: int) -> str:

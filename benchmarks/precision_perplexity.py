@@ -2,13 +2,15 @@
 
     python benchmarks/precision_perplexity.py configs/bilm.cfg ../shared/data/ag_news/unlabeled.txt
         [--steps 300] [--precisions float32 bfloat16] [--threads 2]
-        [--output-dir /tmp/precision_perplexity] [--gpu-id -1]
+        [--output-dir /tmp/precision_perplexity] [--gpu-id -1] [--kernel auto]
+        [--bilm.lstm_dim 4096 ...: overrides of the config, as `elmo-spacy pretrain` takes them]
 
 Pretrains the config's biLM once per precision (`[training] precision`), from
 the same initial weights on the same batches, for `--steps` steps (as many
 epochs as that takes, dev perplexity measured at each epoch's end and after
 the last step), then measures the dev perplexity of each run's last weights
-in float32 and in bfloat16, so that the effect of training in bfloat16 and
+in float32 and in bfloat16 (on the LSTM kernel `--kernel` names: "auto",
+pretraining's own choice, or one of `BiLM.lstm_kernel`'s), so that the effect of training in bfloat16 and
 the effect of evaluating in it are told apart. The corpus is a prepared
 folder or a text (prepared into OUTPUT_DIR/corpus); the dev sample is the
 config's (dev_fraction, max_dev_tokens, seed), as `elmo-spacy pretrain`
@@ -26,10 +28,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from spacy.cli._util import parse_config_overrides
 
-from elmo_spacy.bilm import load_bilm
+from elmo_spacy.bilm import BiLM, load_bilm
 from elmo_spacy.pretrain import evaluate_perplexity, load_pretrain_config, open_corpus, pretrain
-from elmo_spacy.pretrain.batches import BatchBuilder, dev_sample, ordered_batches
+from elmo_spacy.pretrain.batches import (
+    BatchBuilder,
+    corpus_vocabulary,
+    dev_sample,
+    ordered_batches,
+)
 from elmo_spacy.pretrain.distributed import start_workers
 
 PRECISIONS = ("float32", "bfloat16")
@@ -46,10 +54,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output-dir", type=Path, default=Path("/tmp/precision_perplexity"))
     parser.add_argument("--gpu-id", type=int, default=-1, help="a CUDA GPU to train on (-1: CPU)")
-    args = parser.parse_args()
+    parser.add_argument("--kernel", default="auto", help="the LSTM kernel to train on")
+    args, extra = parser.parse_known_args()
     torch.set_num_threads(args.threads)
 
-    bilm_config, training = load_pretrain_config(args.config)
+    bilm_config, training = load_pretrain_config(args.config, parse_config_overrides(extra))
     corpus = open_corpus([args.corpus], args.output_dir / "corpus")
     settings = replace(
         training, max_steps=args.steps, max_epochs=10_000, patience=0, checkpoint_every=0
@@ -59,6 +68,12 @@ def main() -> None:
     results = {}
     for precision in args.precisions:
         output = args.output_dir / precision
+        torch.manual_seed(settings.seed)  # the same initial weights in each precision
+        vocab = corpus_vocabulary(
+            corpus.types, bilm_config.max_vocab_size, bilm_config.min_count, held_out=sample
+        )  # pretraining's own
+        bilm = BiLM(bilm_config, vocab)
+        bilm.lstm_kernel = args.kernel
         started = time.perf_counter()
         log = pretrain(
             corpus,
@@ -67,11 +82,13 @@ def main() -> None:
             output,
             show_progress=False,
             overwrite=True,
+            init_bilm=bilm,
             workers=start_workers(args.gpu_id),
         )
         wall = time.perf_counter() - started
         line = {
             "precision": log["precision"],
+            "lstm_kernel": args.kernel,
             "steps": log["steps"],
             "epochs": len(log["epochs"]),
             "wall_seconds": round(wall, 1),

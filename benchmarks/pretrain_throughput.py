@@ -30,6 +30,7 @@ import itertools
 import json
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 import numpy
@@ -39,8 +40,16 @@ from spacy.cli._util import parse_config_overrides
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, TokenBatch
 from elmo_spacy.pretrain import PretrainConfig, load_pretrain_config, open_corpus
-from elmo_spacy.pretrain.batches import BatchBuilder, corpus_vocabulary, epoch_batches
+from elmo_spacy.pretrain.batches import (
+    BatchBuilder,
+    Pieces,
+    Prefetcher,
+    corpus_vocabulary,
+    epoch_batches,
+    word_ids_of_types,
+)
 from elmo_spacy.pretrain.checkpoint import new_optimizer
+from elmo_spacy.pretrain.distributed import Workers
 from elmo_spacy.pretrain.memory import keep_freed_memory
 from elmo_spacy.pretrain.train import ShareLoss, training_step
 
@@ -50,62 +59,123 @@ def forward_flops_per_token(config: BiLMConfig, vocab_size: int, tail_shares: li
     and the softmax of both directions. `tail_shares[i]` is the share of targets
     in adaptive-softmax tail cluster i."""
     p, h = config.projection_dim, config.lstm_dim
+    cutoffs = used_cutoffs(config, vocab_size)
     encoder = 2 * config.word_dim * p if config.encoder == "word" else 0.0  # char CNN: not counted
     lstm_layer = 2 * 4 * h * (p + p) + 2 * h * p  # gates from input and projected state, projection
     lstm = 2 * config.n_layers * lstm_layer
     if config.softmax == "full":
         softmax = 2 * p * vocab_size
     else:
-        bounds = [*config.cutoffs, vocab_size]
-        softmax = 2 * p * (bounds[0] + len(config.cutoffs))
+        bounds = [*cutoffs, vocab_size]
+        softmax = 2 * p * (bounds[0] + len(cutoffs))
         for i, share in enumerate(tail_shares):
-            width = p // 4 ** (i + 1)  # div_value = 4
+            width = int(p // config.div_value ** (i + 1))  # as nn.AdaptiveLogSoftmaxWithLoss
             softmax += share * (2 * p * width + 2 * width * (bounds[i + 1] - bounds[i]))
     return encoder + lstm + 2 * softmax
 
 
+def used_cutoffs(config: BiLMConfig, vocab_size: int) -> list[int]:
+    """The cutoffs the softmax keeps: those inside the vocabulary (`SoftmaxHead`)."""
+    return [c for c in config.cutoffs if 0 < c < vocab_size - 1]
+
+
 def train_steps(
-    bilm: BiLM, batches: list[TokenBatch], steps: int, training: PretrainConfig
-) -> tuple[float, dict[str, float]]:
-    """Tokens/s of pretraining's own step (`training_step`: forward,
-    backward, clipping and Adam), after a warm-up of 3 steps, in the biLM's
-    precision; and the mean milliseconds per step of each phase: `forward`
-    (both stacks and the softmax loss), `backward`, `optimizer` (clipping and
-    Adam). The batches are built beforehand."""
+    bilm: BiLM, feed: Callable[[int], Iterable[TokenBatch]], steps: int, training: PretrainConfig
+) -> dict:
+    """Pretraining's own step (`training_step`: forward, backward, clipping
+    and Adam) over `feed(steps + 3)`'s batches, the first 3 a warm-up, in
+    the biLM's precision: tokens/s (`tokens_per_second`), milliseconds per
+    step (`ms_per_step`: on the CPU by phase: `forward`, both stacks and the
+    softmax loss, `backward`, `optimizer`, clipping and Adam; on a GPU the
+    whole step, timed over all steps with no wait in between, as pretraining
+    runs them), the optimizer's state (`optimizer_state_mb`) and on a GPU the
+    peak of allocated memory (`peak_device_mb`)."""
     optimizer = new_optimizer(bilm, training)
     loss = ShareLoss(bilm, world_size=1)
     device = next(bilm.parameters()).device
+    on_gpu = device.type == "cuda"
     scaler = torch.amp.GradScaler(device.type) if bilm.precision == "float16" else None
+    if on_gpu:
+        torch.cuda.reset_peak_memory_stats(device)
     bilm.train()
     tokens = 0
-    phases = dict.fromkeys(PHASES, 0.0)
+    phases = dict.fromkeys(("step",) if on_gpu else PHASES, 0.0)
     marks: list[float] = []
 
     def mark(_phase: str) -> None:
         marks.append(_clock(device))
 
-    for i, batch in enumerate(itertools.islice(itertools.cycle(batches), steps + 3)):
-        marks[:] = [_clock(device)]
+    started = 0.0
+    for i, batch in enumerate(feed(steps + 3)):
+        if i == 3:
+            started = _clock(device)
+        marks[:] = [_clock(device)] if not on_gpu else []
         predictions = batch.targets.n_tokens
         training_step(
-            loss, optimizer, training.grad_clip, batch, predictions, 1.0, mark, scaler=scaler
+            loss,
+            optimizer,
+            training.grad_clip,
+            batch,
+            predictions,
+            1.0,
+            None if on_gpu else mark,
+            scaler=scaler,
         )
         if i >= 3:
             for phase, start, end in zip(PHASES, marks, marks[1:]):
                 phases[phase] += end - start
             tokens += predictions
-    speed = tokens / sum(phases.values())
-    return speed, {k: round(1e3 * v / steps, 1) for k, v in phases.items()}
+    if on_gpu:
+        phases["step"] = _clock(device) - started
+    state = [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
+    return {
+        "tokens_per_second": round(tokens / sum(phases.values())),
+        "ms_per_step": {k: round(1e3 * v / steps, 1) for k, v in phases.items()},
+        "optimizer_state_mb": round(sum(t.numel() * t.element_size() for t in state) / 2**20),
+        **(
+            {"peak_device_mb": round(torch.cuda.max_memory_allocated(device) / 2**20)}
+            if on_gpu
+            else {}
+        ),
+    }
 
 
-def profiled_steps(bilm: BiLM, batches: list[TokenBatch], steps: int, training: PretrainConfig):
-    """torch.profiler's operators (its `key_averages()`) over `steps`
-    training steps and `train_steps`' warm-up."""
+def profiled_steps(
+    bilm: BiLM, feed: Callable[[int], Iterable[TokenBatch]], steps: int, training: PretrainConfig
+):
+    """torch.profiler's operators (its `key_averages()`; on a GPU, the
+    device's kernels too) over `steps` training steps and `train_steps`'
+    warm-up, and the profiled wall time in microseconds."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) as profiled:
-        train_steps(bilm, batches, steps, training)
-    return profiled.key_averages()
+    device = next(bilm.parameters()).device
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as profiled:
+        started = _clock(device)
+        train_steps(bilm, feed, steps, training)
+        wall = _clock(device) - started
+    return profiled.key_averages(), 1e6 * wall
+
+
+def _built_feed(batches: list[TokenBatch]) -> Callable[[int], Iterable[TokenBatch]]:
+    return lambda n: itertools.islice(itertools.cycle(batches), n)
+
+
+def _prepared_feed(
+    plans: list[Pieces], build: BatchBuilder, workers: Workers
+) -> Callable[[int], Iterable[TokenBatch]]:
+    """As pretraining feeds its step: each batch built from the corpus in a
+    thread, ahead of the step (on a GPU in pinned memory, copied as the step
+    takes it)."""
+
+    def feed(n: int) -> Iterator[TokenBatch]:
+        with Prefetcher(itertools.islice(itertools.cycle(plans), n), build, workers) as batches:
+            for batch, _pieces, _weight in batches:
+                yield batch
+
+    return feed
 
 
 def _clock(device: torch.device) -> float:
@@ -129,6 +199,14 @@ def main() -> None:
         choices=tuple(LSTM_KERNELS),
         help="LSTM kernels to time, each in each precision (default: training; "
         "on a GPU fused and training)",
+    )
+    parser.add_argument(
+        "--feeds",
+        nargs="+",
+        default=["built"],
+        choices=tuple(FEEDS),
+        help="Where the step's batches come from: built beforehand (the default), and/or "
+        "built from the prepared corpus as pretraining builds them",
     )
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (cuda:N)")
     parser.add_argument(
@@ -157,9 +235,9 @@ def main() -> None:
     corpus = open_corpus([args.corpus], workdir.name)
     vocab = corpus_vocabulary(corpus.types, bilm_config.max_vocab_size, bilm_config.min_count)
     # the share of tokens in each adaptive-softmax cluster, from the type counts
-    word_ids = BatchBuilder(corpus, BiLM(replace(bilm_config, encoder="word"), vocab)).word_ids
+    word_ids = word_ids_of_types(corpus.types, vocab)
     counts = numpy.bincount(word_ids, weights=corpus.types.counts, minlength=len(vocab))
-    bounds = [*bilm_config.cutoffs, len(vocab)]
+    bounds = [*used_cutoffs(bilm_config, len(vocab)), len(vocab)]
     tail_shares = [counts[lo:hi].sum() / counts.sum() for lo, hi in zip(bounds, bounds[1:])]
     plans = list(
         itertools.islice(
@@ -175,6 +253,11 @@ def main() -> None:
         )
     )
 
+    workers = Workers(device=torch.device(args.device))
+    feeds = {
+        "built": lambda build: _built_feed([build(p).to(args.device) for p in plans]),
+        "prepared": lambda build: _prepared_feed(plans, build, workers),
+    }
     rates = matmul_rates(device=args.device)
     print(
         json.dumps(
@@ -196,36 +279,41 @@ def main() -> None:
                 ("fused", "training") if "cuda" in args.device else ("training",)
             )
             for kernel in kernels:
-                torch.manual_seed(0)
-                bilm = BiLM(config, vocab).to(args.device)
-                bilm.precision = precision
-                build = BatchBuilder(corpus, bilm)
-                batches = [build(pieces).to(args.device) for pieces in plans]
-                bilm.lstm_kernel = kernel
-                key = precision if kernel == kernels[0] else f"{precision}_{kernel}"
-                speed[key], phase_ms = train_steps(bilm, batches, args.steps, training)
-                gflops = speed[key] * flops / 1e9
-                print(
-                    json.dumps(
-                        {
-                            "model": name,
-                            "precision": bilm.precision,
-                            "lstm_kernel": LSTM_KERNELS[kernel],
-                            "vocab": len(vocab),
-                            "tokens_per_second": round(speed[key]),
-                            "train_mflops_per_token": round(flops / 1e6, 2),
-                            "gflops": round(gflops, 1),
-                            "share_of_roofline": round(
-                                gflops * 1e9 / roofline(rates, precision), 3
-                            ),
-                            "ms_per_step": phase_ms,
-                        }
-                    ),
-                    flush=True,
-                )
-                if args.profile:
-                    operators = profiled_steps(bilm, batches, args.profile, training)
-                    print(operators.table(sort_by="self_cpu_time_total", row_limit=20), flush=True)
+                for feed_name in args.feeds:
+                    torch.manual_seed(0)
+                    bilm = BiLM(config, vocab).to(args.device)
+                    bilm.precision = precision
+                    bilm.lstm_kernel = kernel
+                    feed = feeds[feed_name](BatchBuilder(corpus, bilm))
+                    key = "_".join(
+                        [precision]
+                        + ([kernel] if kernel != kernels[0] else [])
+                        + ([feed_name] if feed_name != args.feeds[0] else [])
+                    )
+                    run = train_steps(bilm, feed, args.steps, training)
+                    speed[key] = run["tokens_per_second"]
+                    gflops = speed[key] * flops / 1e9
+                    print(
+                        json.dumps(
+                            {
+                                "model": name,
+                                "precision": bilm.precision,
+                                "lstm_kernel": LSTM_KERNELS[kernel],
+                                "feed": FEEDS[feed_name],
+                                "vocab": len(vocab),
+                                "batch_tokens": training.batch_tokens,
+                                **run,
+                                "train_mflops_per_token": round(flops / 1e6, 2),
+                                "gflops": round(gflops, 1),
+                                "share_of_roofline": round(
+                                    gflops * 1e9 / roofline(rates, precision), 3
+                                ),
+                            }
+                        ),
+                        flush=True,
+                    )
+                    if args.profile:
+                        print_profile(*profiled_steps(bilm, feed, args.profile, training))
         for base in ("float32", *(f"float32_{kernel}" for kernel in LSTM_KERNELS)):
             if base in speed:
                 ratios = {
@@ -236,6 +324,29 @@ def main() -> None:
                 print(json.dumps({"model": name, **ratios}))
 
 
+def print_profile(operators, wall_us: float) -> None:
+    """The operators by their own time, on the device where there is one
+    (with the device's busy share of the wall time), else on the CPU."""
+    on_device = sum(getattr(e, "self_device_time_total", 0) for e in operators)
+    if on_device:
+        print(operators.table(sort_by="self_device_time_total", row_limit=25), flush=True)
+        print(
+            json.dumps(
+                {
+                    "profiled_wall_ms": round(wall_us / 1e3, 1),
+                    "device_busy_ms": round(on_device / 1e3, 1),
+                    "device_busy_share": round(on_device / wall_us, 3),
+                    "kernels_launched": sum(
+                        e.count for e in operators if getattr(e, "self_device_time_total", 0)
+                    ),
+                }
+            ),
+            flush=True,
+        )
+    else:
+        print(operators.table(sort_by="self_cpu_time_total", row_limit=20), flush=True)
+
+
 LSTM_KERNELS = {
     "training": "elmo_spacy (bilm/recurrence.py)",
     "fused": "torch's nn.LSTM",
@@ -243,6 +354,10 @@ LSTM_KERNELS = {
 }
 PRECISIONS = ("float32", "bfloat16")  # the default; float16 on request (GPUs without bfloat16)
 PHASES = ("forward", "backward", "optimizer")
+FEEDS = {
+    "built": "batches built beforehand, on the device",
+    "prepared": "the prepared corpus, batches built in a thread as pretraining builds them",
+}
 
 
 if __name__ == "__main__":
