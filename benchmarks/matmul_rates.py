@@ -104,9 +104,9 @@ def _cuda_rates(size: int, repeats: int, rounds: int, device: str) -> dict[str, 
 def roofline(rates: dict[str, float], precision: str) -> float:
     """The FLOP/s that `precision` is measured against (on the device whose
     rates `rates` are)."""
-    on_cuda = CUDA_ROOFLINE[precision] in rates
-    name = CUDA_ROOFLINE[precision] if on_cuda else ROOFLINE[precision]
-    return rates.get(name, rates[ROOFLINE["float32"]])  # no bfloat16 rate: run in float32
+    names = CUDA_ROOFLINE if CUDA_ROOFLINE["float32"] in rates else ROOFLINE
+    name = names["bfloat16" if precision == "float16" else precision]  # the same tensor cores
+    return rates.get(name) or rates[names["float32"]]  # no bfloat16 rate: it runs in float32
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
     python benchmarks/pretrain_throughput.py configs/bilm.cfg CORPUS [--steps 30]
         [--precisions float32 bfloat16] [--no-full-softmax] [--threads 2]
-        [--kernels training fused loop]
+        [--kernels training fused loop] [--feeds built prepared]
         [--device cpu] [--fresh-pages] [--profile STEPS]
         [--bilm.lstm_dim 2048 ...: overrides of the config, as `elmo-spacy pretrain` takes them]
 
@@ -12,15 +12,19 @@ reference, oneDNN's float32 and bfloat16, the rooflines; on a CUDA GPU
 benchmarks/matmul_rates.py), then for the config as given and for the same
 model with a full softmax (the naive baseline), in each precision: tokens/s,
 training FLOPs per token computed from the sizes (3x the forward FLOPs of the
-matmuls, on real tokens, not padding), and the share of the precision's own
-roofline reached, on each LSTM kernel asked for (default: the CPU's
-training kernel; on a GPU cuDNN's, "fused", as pretraining runs there
-unclipped, and the training kernel, its steps Triton's, which clips; "loop":
-the written-out recurrence under autograd, clipped training before the
-training kernel clipped; "fused" ignores the clips), and the
-milliseconds per step of its forward (loss included), backward and optimizer
-phases (with --profile, then torch.profiler's operators over that many
-more steps and three warm-up steps, by their own time); last, each run's
+matmuls, on real tokens, not padding; the char CNN's not counted), and the
+share of the precision's own roofline reached, on each LSTM kernel asked for
+(default: the CPU's training kernel; on a GPU cuDNN's, "fused", as
+pretraining runs there unclipped, and the training kernel, its steps
+Triton's, as it runs there clipped; "loop": the written-out recurrence under
+autograd; "fused" ignores the clips), from each feed asked for (batches built
+beforehand and kept on the device, or built from the prepared corpus in a
+thread, as pretraining feeds its step); the milliseconds per step (on the
+CPU of its forward (loss included), backward and optimizer phases; on a GPU
+of the whole step, with no wait between steps, as pretraining runs them),
+Adam's state and on a GPU the peak of allocated memory (with --profile,
+then torch.profiler's operators over that many more steps and three warm-up
+steps, by their own time, on the GPU where there is one); last, each run's
 speed over float32's on each kernel. Dev perplexity after the same steps in
 each precision: benchmarks/precision_perplexity.py.
 """
@@ -145,18 +149,15 @@ def profiled_steps(
 ):
     """torch.profiler's operators (its `key_averages()`; on a GPU, the
     device's kernels too) over `steps` training steps and `train_steps`'
-    warm-up, and the profiled wall time in microseconds."""
+    warm-up."""
     from torch.profiler import ProfilerActivity, profile
 
-    device = next(bilm.parameters()).device
     activities = [ProfilerActivity.CPU]
-    if device.type == "cuda":
+    if next(bilm.parameters()).device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
     with profile(activities=activities) as profiled:
-        started = _clock(device)
         train_steps(bilm, feed, steps, training)
-        wall = _clock(device) - started
-    return profiled.key_averages(), 1e6 * wall
+    return profiled.key_averages()
 
 
 def _built_feed(batches: list[TokenBatch]) -> Callable[[int], Iterable[TokenBatch]]:
@@ -313,7 +314,7 @@ def main() -> None:
                         flush=True,
                     )
                     if args.profile:
-                        print_profile(*profiled_steps(bilm, feed, args.profile, training))
+                        print_profile(profiled_steps(bilm, feed, args.profile, training))
         for base in ("float32", *(f"float32_{kernel}" for kernel in LSTM_KERNELS)):
             if base in speed:
                 ratios = {
@@ -324,27 +325,12 @@ def main() -> None:
                 print(json.dumps({"model": name, **ratios}))
 
 
-def print_profile(operators, wall_us: float) -> None:
-    """The operators by their own time, on the device where there is one
-    (with the device's busy share of the wall time), else on the CPU."""
-    on_device = sum(getattr(e, "self_device_time_total", 0) for e in operators)
-    if on_device:
-        print(operators.table(sort_by="self_device_time_total", row_limit=25), flush=True)
-        print(
-            json.dumps(
-                {
-                    "profiled_wall_ms": round(wall_us / 1e3, 1),
-                    "device_busy_ms": round(on_device / 1e3, 1),
-                    "device_busy_share": round(on_device / wall_us, 3),
-                    "kernels_launched": sum(
-                        e.count for e in operators if getattr(e, "self_device_time_total", 0)
-                    ),
-                }
-            ),
-            flush=True,
-        )
-    else:
-        print(operators.table(sort_by="self_cpu_time_total", row_limit=20), flush=True)
+def print_profile(operators) -> None:
+    """The operators by their own time: on the device where there is one
+    (the GPU's kernels), else on the CPU."""
+    on_device = any(getattr(e, "self_device_time_total", 0) for e in operators)
+    key = "self_device_time_total" if on_device else "self_cpu_time_total"
+    print(operators.table(sort_by=key, row_limit=25), flush=True)
 
 
 LSTM_KERNELS = {

@@ -6,6 +6,7 @@ without gradients, the graph kernel, and which kernel runs when."""
 import pytest
 import torch
 
+import elmo_spacy.bilm.runtime.kernels as kernels
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab
 from elmo_spacy.bilm.model.dtypes import ROW_BLOCK, padded_rows
 from elmo_spacy.bilm.model.lstm import LstmStack, lstm_cell, run_lstm_layer
@@ -153,15 +154,16 @@ def test_training_on_the_cpu_runs_the_training_kernel_and_inference_does_not(mon
         (False, False, True, False, False, {"cpu": "training", "cuda": "fused"}),
         (False, False, False, True, False, {"cpu": "loop"}),  # inference, packed weights
         (False, False, False, False, False, {"cpu": "fused", "cuda": "fused"}),
-        (True, False, True, False, False, {"cpu": "training", "cuda": "loop"}),
+        (True, False, True, False, False, {"cpu": "training", "cuda": "training"}),
         (True, False, False, False, False, {"cpu": "loop", "cuda": "loop"}),
         (True, False, False, False, True, {"cuda": "graph"}),
         (False, True, False, False, False, {"cpu": "loop", "cuda": "loop"}),
     ],
 )
 def test_the_kernel_is_chosen_in_one_place_as_its_table_says(
-    clipped, states, grad, packed, graphs, expected
+    clipped, states, grad, packed, graphs, expected, monkeypatch
 ):
+    monkeypatch.setattr(kernels, "triton_available", lambda: True)
     for device, kernel in expected.items():
         with torch.set_grad_enabled(grad):
             chosen = choose_kernel(
@@ -173,6 +175,18 @@ def test_the_kernel_is_chosen_in_one_place_as_its_table_says(
                 graphs=graphs,
             )
         assert chosen == kernel, device
+    if clipped and grad:  # a GPU without Triton trains a clipped biLM on the loop
+        monkeypatch.setattr(kernels, "triton_available", lambda: False)
+        with torch.enable_grad():
+            on_cuda = choose_kernel(
+                "auto",
+                clipped=True,
+                device=torch.device("cuda"),
+                states=False,
+                packed=False,
+                graphs=False,
+            )
+        assert on_cuda == "loop"
     with pytest.raises(ElmoSpacyError, match="cannot carry them"):
         choose_kernel(
             "fused",

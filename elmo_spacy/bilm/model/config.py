@@ -41,10 +41,10 @@ class BiLMConfig:
     cell_clip, proj_clip: clip the LSTM cell, and its projected output, to
         [-clip, clip] at every step (bilm-tf: 3 and 3); null for none. As in
         TensorFlow's LSTMCell, proj_clip applies only where the LSTM projects
-        (lstm_dim != projection_dim). On the CPU clipped biLMs train on the
-        same kernel as unclipped ones; on a GPU cuDNN cannot clip, and they
-        train on the loop kernel unless `BiLM.lstm_kernel = "training"` (see
-        `choose_kernel`).
+        (lstm_dim != projection_dim). Clipped biLMs train on the training
+        kernel, on a GPU with Triton's steps (cuDNN, which trains unclipped
+        ones there, cannot clip; without Triton they train on the loop kernel:
+        see `choose_kernel`).
     skip_connections: add each LSTM layer's input to its output, from the
         second layer on.
     forget_bias: null trains two LSTM biases (torch's LSTM); a number trains one

@@ -7,7 +7,8 @@ Four kernels run the same parameters (`elmo_spacy.bilm.model.lstm.LstmStack`):
   backward written out, the products over all time steps in single GEMMs,
   the clips included), both directions' layers in one call
   (`run_training_stacks`); from zero states, with gradients: the CPU's, and
-  on a CUDA GPU on request (each step's elementwise work one Triton kernel);
+  a CUDA GPU's where the LSTM clips (each step's elementwise work one Triton
+  kernel);
 - "fused": torch's LSTM (`run_fused_layer`): cuDNN on a GPU, and on the CPU
   at inference where oneDNN cannot pack weights;
 - "loop": the written-out recurrence that clips (`run_lstm_layer`), which
@@ -40,6 +41,7 @@ from ..model.lstm import (
     run_stacks,
 )
 from ..model.network import StacksRunner, States
+from .cell_steps import triton_available
 from .graphs import GraphCache
 from .products import onednn_packing, pack, packed_product
 from .recurrence import lstm_layer_for_training
@@ -64,7 +66,7 @@ def choose_kernel(
     | the run | on the CPU | on a CUDA GPU |
     | --- | --- | --- |
     | states in or out | loop | graph at inference, else loop |
-    | with gradients (training), clipped | training | loop |
+    | with gradients (training), clipped | training | training (loop without Triton) |
     | with gradients (training), unclipped | training | fused (cuDNN) |
     | clipped, at inference | loop | graph |
     | unclipped, at inference | loop on packed weights (fused without oneDNN) | fused |
@@ -84,7 +86,9 @@ def choose_kernel(
     if kernel == "auto":
         if states or packed or (clipped and graphs):
             kernel = "graph" if graphs else "loop"
-        elif torch.is_grad_enabled() and device.type == "cpu":  # cuDNN is faster on a GPU
+        elif torch.is_grad_enabled() and (
+            device.type == "cpu" or (clipped and device.type == "cuda" and triton_available())
+        ):  # on a GPU cuDNN is faster where there is nothing to clip
             kernel = "training"
         else:
             kernel = "loop" if clipped else "fused"
