@@ -23,7 +23,12 @@
 #         spacy thinc blis cymem preshed murmurhash srsly catalogue confection \
 #         wasabi weasel spacy-legacy spacy-loggers cloudpathlib smart-open \
 #         pydantic pydantic-core annotated-types typing-inspection
-# (the versions of a working install: `pip freeze`). Where ../shared/data is
+# (the versions of a working install: `pip freeze`), then, for the tarball
+# (spaCy's languages stay: its registry imports them):
+#     mkdir s && for w in .whl/*.whl; do unzip -q $w -d s; done &&
+#         rm -rf s/spacy/tests s/thinc/tests && tar -cJf .gpu/site.tar.xz -C s . &&
+#         rm -rf s .whl
+# and `carry` names .gpu. Where ../shared/data is
 # missing, a .devdata/ folder laid out like it stands in (or the same tarred as
 # .gpu/devdata.tar.xz): allennlp_elmo/ (the conformance test),
 # ag_news/train.csv and ag_news/unlabeled.txt (the text).
