@@ -47,7 +47,7 @@ def strided_rows(array: torch.Tensor) -> torch.Tensor:
     return rows[:, batch : 2 * batch]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("cell_clip", [0.0, 0.8])
 @pytest.mark.parametrize("hidden", [16, 200])  # 200: one full block of 128 units and a part
 def test_triton_steps_compute_what_the_torch_steps_do(dtype, cell_clip, hidden):

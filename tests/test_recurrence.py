@@ -110,14 +110,16 @@ def test_padded_rows_rounds_up_to_whole_blocks():
     assert padded_rows(ROW_BLOCK + 1) == 2 * ROW_BLOCK
 
 
-def test_bfloat16_training_kernel_is_close_to_float32():
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_reduced_precision_training_kernel_is_close_to_float32(dtype):
+    """float16: GPUs without bfloat16 train clipped biLMs on this kernel."""
     torch.manual_seed(0)
     lstm = torch.nn.LSTM(16, 32, proj_size=16, batch_first=True)
     x = torch.randn(5, 9, 16, requires_grad=True)
     tensors = [x, *lstm.parameters()]
     high = one_layer(x, lstm, torch.float32)
-    low = one_layer(x, lstm, torch.bfloat16)
-    assert low.dtype == torch.bfloat16
+    low = one_layer(x, lstm, dtype)
+    assert low.dtype == dtype
     weight = torch.randn_like(high)
     low_grads = gradients(low, weight, tensors)
     assert all(g.dtype == torch.float32 for g in low_grads)  # of the float32 weights
