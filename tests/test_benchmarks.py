@@ -76,8 +76,19 @@ def test_pretrain_throughput_and_precision_perplexity(tmp_path):
     lines = run_benchmark("pretrain_throughput", tiny, TEXT, "--steps", "2", "--no-full-softmax")
     assert any("tokens_per_second" in line for line in lines)
     lines = run_benchmark(
-        "precision_perplexity", tiny, TEXT, "--steps", "2", "--output-dir", tmp_path
-    )
+        "pretrain_throughput", tiny, TEXT, "--steps", "2", "--no-full-softmax",
+        "--precisions", "float32", "--kernels", "training", "loop", "--feeds", "built",
+        "prepared", "--profile", "1", "--bilm.lstm_dim", "40",
+    )  # fmt: skip
+    runs = [line for line in lines if "feed" in line]  # each kernel from each feed
+    assert len(runs) == 4 and len({(run["lstm_kernel"], run["feed"]) for run in runs}) == 4
+    assert all(run["optimizer_state_mb"] > 0 and run["tokens_per_second"] > 0 for run in runs)
+    assert any("float32_loop_prepared_over_float32" in line for line in lines)
+    lines = run_benchmark(
+        "precision_perplexity", tiny, TEXT, "--steps", "2", "--output-dir", tmp_path,
+        "--kernel", "loop", "--bilm.lstm_dim", "40",
+    )  # fmt: skip
+    assert lines[0]["lstm_kernel"] == "loop"
     assert "bfloat16_dev_perplexity_over_float32" in lines[-1]
 
 
