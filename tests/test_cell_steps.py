@@ -2,6 +2,11 @@
 steps in torch operators, on the CPU under Triton's interpreter: one step
 each way, then whole layers through the training kernel."""
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -105,3 +110,21 @@ def test_a_layer_on_the_triton_steps_is_the_layer_on_torchs(monkeypatch, clips):
 def test_the_triton_steps_run_on_cuda_only_where_triton_is():
     assert cell_steps.cell_steps_for(torch.device("cpu")) is TorchCellSteps
     assert cell_steps.cell_steps_for(torch.device("cuda")) is TritonCellSteps
+
+
+def test_the_compiled_kernels_compile_once_for_every_batch_shape():
+    """Compiled (not interpreted, so in a process without TRITON_INTERPRET),
+    the kernels leave the arguments that follow a batch's shape
+    unspecialised: a new row count compiles no new variant mid-run."""
+    code = (
+        "import elmo_spacy.bilm.runtime.triton_cell as t; import json; print(json.dumps("
+        "{k.fn.__name__: sorted(p.name for p in k.params if p.do_not_specialize)"
+        " for k in (t.forward_kernel, t.backward_kernel)}))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {
+        "forward_kernel": ["batch", "hidden_stride_d"],
+        "backward_kernel": ["batch", "gates_stride_d"],
+    }

@@ -8,7 +8,11 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
+# Triton compiles a kernel again for each new kind of integer argument (a
+# multiple of 16 or not, 1 or not); a row count that changes from batch to
+# batch would compile new variants mid-run, so the arguments that follow the
+# batch's shape are left unspecialised: one compile per dtype and clip.
+@triton.jit(do_not_specialize=["hidden_stride_d", "batch"])
 def forward_kernel(
     gates, previous, cell, hidden, factors, cell_from_hidden, forget,
     hidden_stride_d, hidden_stride_b, batch, size, cell_clip,
@@ -45,7 +49,7 @@ def forward_kernel(
     tl.store(forget + at, (f * keep).to(state), mask=real)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["gates_stride_d", "batch"])
 def backward_kernel(
     grad_hidden, grad_cell, factors, cell_from_hidden, forget, grad_gates,
     gates_stride_d, gates_stride_b, batch, size, BLOCK: tl.constexpr,
