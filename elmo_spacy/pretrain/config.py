@@ -46,6 +46,12 @@ class PretrainConfig:
         "float16" on GPUs without bfloat16 (the same, with the loss scaled by
         torch's GradScaler, whose state the checkpoints keep). Checkpoints and
         the saved biLM are float32 either way.
+    shape_buckets: 0 (off), or pad every training batch to one of a few
+        shapes, this many sizes per octave of each of its sizes (docs, steps,
+        distinct words, characters, each softmax cluster's predictions; see
+        `elmo_spacy.bilm.inputs.buckets`). Exact (the same loss and
+        gradients), at the cost of less than 1/shape_buckets more work per
+        size; what capturing the step (CUDA graphs) needs.
     """
 
     seed: int = 0
@@ -65,6 +71,7 @@ class PretrainConfig:
     checkpoint_every: int = 500
     log_every: int = 20
     precision: str = "float32"
+    shape_buckets: int = 0
 
     def __post_init__(self) -> None:
         problems = []
@@ -94,6 +101,7 @@ class PretrainConfig:
             "eval_every": 0,
             "checkpoint_every": 0,
             "log_every": 1,
+            "shape_buckets": 0,
         }
         problems = [
             f"{name} = {getattr(self, name)}: at least {low}"

@@ -20,6 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from ..bilm import BiLM, BiLMConfig, TokenBatch, load_bilm, save_bilm
+from ..bilm.inputs.buckets import ShapeBuckets
 from ..bilm.runtime.precision import resolve_precision
 from ..errors import ElmoSpacyError
 from .batches import (
@@ -95,6 +96,7 @@ class Pretraining:
             max_length=config.max_length,
             batch_tokens=config.batch_tokens,
             exclude=self.data.dev.excluded_from(self.data.corpus),
+            buckets=self.data.build.buckets,
         )
         bar = tqdm(
             total=self.data.epoch_tokens,
@@ -302,7 +304,10 @@ class ShareLoss(nn.Module):
     share, a tensor on the device); `batch_tokens` counts the predictions of
     the whole batch, and `weight` 0 makes a rank that has no docs of this
     batch add nothing. DistributedDataParallel syncs gradients only through a
-    module's forward.
+    module's forward. The two factors reach the device as a tensor, not as
+    numbers in the operators' arguments, so that steps on batches of one
+    shape run the same operators with the same arguments (what a captured
+    step replays).
     """
 
     def __init__(self, bilm: BiLM, world_size: int) -> None:
@@ -314,10 +319,13 @@ class ShareLoss(nn.Module):
         self, batch: TokenBatch, batch_tokens: int, weight: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
         device = next(self.bilm.parameters()).device
-        batch = batch.to(device, non_blocking=device.type == "cuda")  # from pinned memory
+        on_gpu = device.type == "cuda"
+        batch = batch.to(device, non_blocking=on_gpu)  # from pinned memory
+        factors = torch.tensor([weight * self.world_size / (2 * batch_tokens), weight / 2])
+        factors = (factors.pin_memory() if on_gpu else factors).to(device, non_blocking=on_gpu)
         loss = self.bilm.lm_loss(batch)
-        nll = (loss.forward_nll + loss.backward_nll) * weight
-        return nll * self.world_size / (2 * batch_tokens), nll.detach() / 2
+        nll = loss.forward_nll + loss.backward_nll
+        return nll * factors[0], nll.detach() * factors[1]
 
 
 def pretrain(
@@ -410,7 +418,7 @@ def pretrain(
             shutil.rmtree(folder.path, ignore_errors=True)  # and what it prepared
         raise
     bilm, state = start.bilm, start.state
-    data = _training_data(corpus, sample, bilm, config)
+    data = _training_data(corpus, sample, bilm, config, workers.world_size)
     if init_bilm is not None and start.checkpoint is None:
         state.init_dev_perplexity = evaluate_perplexity(
             bilm, (data.build_dev(p) for p in workers.share(data.dev_batches)), workers
@@ -577,18 +585,26 @@ def _start(
 
 
 def _training_data(
-    corpus: Corpus, sample: DevSample, bilm: BiLM, config: PretrainConfig
+    corpus: Corpus, sample: DevSample, bilm: BiLM, config: PretrainConfig, world_size: int
 ) -> TrainingData:
     dev_pieces = sample.pieces(config.max_length)
     return TrainingData(
         corpus=corpus,
         dev=sample,
         dev_batches=ordered_batches(dev_pieces, config.eval_batch_tokens),
-        build=BatchBuilder(corpus, bilm),
+        build=BatchBuilder(corpus, bilm, shape_buckets(config, world_size)),
         build_dev=BatchBuilder(sample.corpus, bilm),
         epoch_tokens=corpus.n_tokens - (dev_pieces.tokens if sample.held_out else 0),
         dev_tokens=dev_pieces.tokens,
     )
+
+
+def shape_buckets(config: PretrainConfig, world_size: int = 1) -> ShapeBuckets | None:
+    """The buckets that each rank's share of a training batch is padded to
+    (`[training] shape_buckets`), or None."""
+    if not config.shape_buckets:
+        return None
+    return ShapeBuckets(config.shape_buckets, config.batch_tokens, world_size)
 
 
 def _loss(bilm: BiLM, config: PretrainConfig, state: RunState, workers: Workers) -> nn.Module:

@@ -159,10 +159,16 @@ class BiLMNetwork(nn.Module):
         backward_hidden = _rows(backward_layers[-1], targets.backward_rows)
         return LMLoss(
             forward_nll=self.softmax(
-                self.dropout(forward_hidden), targets.forward_words, targets.forward_splits
+                self.dropout(forward_hidden),
+                targets.forward_words,
+                targets.forward_splits,
+                targets.forward_weights,
             ),
             backward_nll=self.softmax(
-                self.dropout(backward_hidden), targets.backward_words, targets.backward_splits
+                self.dropout(backward_hidden),
+                targets.backward_words,
+                targets.backward_splits,
+                targets.backward_weights,
             ),
             n_tokens=targets.n_tokens,
         )

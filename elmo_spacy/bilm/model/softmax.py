@@ -41,16 +41,21 @@ class SoftmaxHead(nn.Module):
         return list(self.head.cutoffs[:-1]) if self.adaptive else []
 
     def forward(
-        self, hidden: torch.Tensor, targets: torch.Tensor, splits: list[int]
+        self,
+        hidden: torch.Tensor,
+        targets: torch.Tensor,
+        splits: list[int],
+        weights: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """hidden (N, dim) float, targets (N,) int64, grouped by cluster as
         `LMTargets` groups them (`splits`: 0, then the end of the head's rows
-        and of each tail cluster's) -> scalar summed NLL."""
+        and of each tail cluster's), weights (N,) float32 of each row's NLL
+        or None (all 1) -> scalar summed NLL."""
         if hidden.shape[0] == 0:
             return hidden.sum() * 0.0
         if self.adaptive:
-            return adaptive_nll(self.head, hidden, targets, splits)
-        return summed_nll(self.head(hidden), targets)
+            return adaptive_nll(self.head, hidden, targets, splits, weights)
+        return summed_nll(self.head(hidden), targets, weights)
 
 
 def adaptive_nll(
@@ -58,6 +63,7 @@ def adaptive_nll(
     hidden: torch.Tensor,
     targets: torch.Tensor,
     splits: list[int],
+    weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The summed NLL that `softmax(hidden, targets).loss * N` gives, in
     float32 or reduced precision, with the rows grouped by cluster: rows
@@ -67,8 +73,9 @@ def adaptive_nll(
     (`padded_rows`: each new shape of a bfloat16 product costs a kernel
     build); the tail clusters, narrow products (dim / 4 and less) of a
     different number of rows each batch, run in float32; the log-softmax and
-    the sums are float32 (`summed_nll`). hidden (N, dim), targets (N,) int64
-    -> scalar float32."""
+    the sums are float32 (`summed_nll`). hidden (N, dim), targets (N,) int64,
+    weights (N,) float32 or None -> scalar float32: each row's NLL times its
+    weight, summed."""
     head_targets = targets.clone()
     nll = hidden.new_zeros((), dtype=torch.float32)
     bounds = [softmax.shortlist_size, *softmax.cutoffs[1:]]
@@ -79,81 +86,95 @@ def adaptive_nll(
         head_targets[rows] = softmax.shortlist_size + i
         with without_autocast(hidden.device.type):
             projected = tail[0](hidden[rows].float())  # (rows, dim / 4^(i + 1))
-            nll = nll + cluster_nll(projected, tail[1].weight, targets[rows] - bounds[i])
+            nll = nll + cluster_nll(
+                projected,
+                tail[1].weight,
+                targets[rows] - bounds[i],
+                None if weights is None else weights[rows],
+            )
     n = hidden.shape[0]
     padded = hidden.new_zeros(padded_rows(n), hidden.shape[1])
     padded[:n] = hidden
-    return nll + summed_nll(softmax.head(padded)[:n], head_targets)
+    return nll + summed_nll(softmax.head(padded)[:n], head_targets, weights)
 
 
 CLUSTER_CHUNK = 65_536  # words of a tail cluster whose logits are computed at once
 
 
 def cluster_nll(
-    projected: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor
+    projected: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    row_weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """-sum_n log softmax(projected[n] @ weight.T)[targets[n]]: projected (N,
-    d), weight (V, d) (a tail cluster of V words), targets (N,) int64 ->
-    a scalar. A cluster of at most CLUSTER_CHUNK words is `summed_nll` of its
+    """-sum_n w[n] log softmax(projected[n] @ weight.T)[targets[n]]:
+    projected (N, d), weight (V, d) (a tail cluster of V words), targets
+    (N,) int64, row_weights w (N,) float32 or None (all 1) -> a scalar. A cluster of at most CLUSTER_CHUNK words is `summed_nll` of its
     logits; a larger one (the rare words of a vocabulary of hundreds of
     thousands) runs its words CLUSTER_CHUNK at a time, forward (a running
     log-sum-exp) and backward (the logits computed again), so that memory
     holds N x CLUSTER_CHUNK logits, not N x V: the same sum, exactly
     normalised."""
     if weight.shape[0] <= CLUSTER_CHUNK:
-        return summed_nll(projected @ weight.t(), targets)
-    return _ChunkedClusterNll.apply(projected, weight, targets)
+        return summed_nll(projected @ weight.t(), targets, row_weights)
+    return _ChunkedClusterNll.apply(projected, weight, targets, row_weights)
 
 
 class _ChunkedClusterNll(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, projected, weight, targets):
+    def forward(ctx, projected, weight, targets, row_weights):
         lse = None
         for start in range(0, weight.shape[0], CLUSTER_CHUNK):
             chunk = torch.logsumexp(projected @ weight[start : start + CLUSTER_CHUNK].t(), dim=1)
             lse = chunk if lse is None else torch.logaddexp(lse, chunk)
-        target_logits = (projected * weight[targets]).sum(dim=1)
-        ctx.save_for_backward(projected, weight, targets, lse)
-        return (lse - target_logits).sum()
+        nll = lse - (projected * weight[targets]).sum(dim=1)
+        ctx.save_for_backward(projected, weight, targets, lse, row_weights)
+        return (nll if row_weights is None else nll * row_weights).sum()
 
     @staticmethod
     def backward(ctx, grad):
-        projected, weight, targets, lse = ctx.saved_tensors
+        projected, weight, targets, lse, row_weights = ctx.saved_tensors
+        scale = grad if row_weights is None else grad * row_weights[:, None]  # (N, 1) or ()
         d_projected = torch.zeros_like(projected)
         d_weight = torch.zeros_like(weight)
         for start in range(0, weight.shape[0], CLUSTER_CHUNK):
             part = weight[start : start + CLUSTER_CHUNK]
-            probs = torch.exp(projected @ part.t() - lse[:, None])  # (N, chunk)
+            probs = torch.exp(projected @ part.t() - lse[:, None]) * scale  # (N, chunk)
             d_projected += probs @ part
             d_weight[start : start + len(part)] = probs.t() @ projected
-        d_projected -= weight[targets]
-        d_weight.index_add_(0, targets, -projected)
-        return d_projected * grad, d_weight * grad, None
+        d_projected -= weight[targets] * scale
+        d_weight.index_add_(0, targets, -projected * scale)
+        return d_projected, d_weight, None, None
 
 
-def summed_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """-sum_n log softmax(logits[n])[targets[n]]: logits (N, V), targets
-    (N,) int64 -> a scalar, the log-softmax in float32 at least (bfloat16
-    logits give a float32 sum). Its gradient, softmax - one-hot, comes
-    back in the logits' dtype, computed from the kept log-softmax: no
-    float32 copy of bfloat16 logits and no zero-filled gradient of a gather,
-    as torch's log-softmax and gather make."""
-    return _SummedNll.apply(logits, targets)
+def summed_nll(
+    logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None = None
+) -> torch.Tensor:
+    """-sum_n w[n] log softmax(logits[n])[targets[n]]: logits (N, V),
+    targets (N,) int64, weights w (N,) float32 or None (all 1) -> a scalar,
+    the log-softmax in float32 at least (bfloat16 logits give a float32
+    sum). Its gradient, w (softmax - one-hot), comes back in the logits'
+    dtype, computed from the kept log-softmax: no float32 copy of bfloat16
+    logits and no zero-filled gradient of a gather, as torch's log-softmax
+    and gather make."""
+    return _SummedNll.apply(logits, targets, weights)
 
 
 class _SummedNll(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits, targets):
+    def forward(ctx, logits, targets, weights):
         with without_autocast(logits.device.type):
             wide = torch.promote_types(logits.dtype, torch.float32)
             logprob = torch.log_softmax(logits, dim=1, dtype=wide)
-        ctx.save_for_backward(logprob, targets)
+        ctx.save_for_backward(logprob, targets, weights)
         ctx.logits_dtype = logits.dtype
-        return -logprob.gather(1, targets[:, None]).sum()
+        picked = logprob.gather(1, targets[:, None])[:, 0]
+        return -(picked if weights is None else picked * weights).sum()
 
     @staticmethod
     def backward(ctx, grad):
-        logprob, targets = ctx.saved_tensors
+        logprob, targets, weights = ctx.saved_tensors
         grad_logits = torch.exp(logprob)
         grad_logits[torch.arange(len(targets), device=targets.device), targets] -= 1.0
-        return grad_logits.mul_(grad).to(ctx.logits_dtype), None
+        scale = grad if weights is None else grad * weights[:, None]
+        return grad_logits.mul_(scale).to(ctx.logits_dtype), None, None
