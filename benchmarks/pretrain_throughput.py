@@ -2,7 +2,7 @@
 
     python benchmarks/pretrain_throughput.py configs/bilm.cfg CORPUS [--steps 30]
         [--precisions float32 bfloat16] [--no-full-softmax] [--threads 2]
-        [--kernels training fused loop] [--feeds built prepared]
+        [--kernels training fused loop] [--feeds built prepared] [--shape-buckets 0 4]
         [--device cpu] [--fresh-pages] [--profile STEPS]
         [--bilm.lstm_dim 2048 ...: overrides of the config, as `elmo-spacy pretrain` takes them]
 
@@ -25,7 +25,12 @@ of the whole step, with no wait between steps, as pretraining runs them),
 Adam's state and on a GPU the peak of allocated memory (with --profile,
 then torch.profiler's operators over that many more steps and three warm-up
 steps, by their own time, on the GPU where there is one); last, each run's
-speed over float32's on each kernel. Dev perplexity after the same steps in
+speed over float32's on each kernel. With --shape-buckets, each run once per
+value (0: batches as planned; n: padded to n sizes an octave, `[training]
+shape_buckets`), tokens/s counting real tokens, each on the first batches
+of its own epoch plan; and first, for each value, the whole first epoch's
+batches: how many, in how many step shapes (`step_shape`), and the share of
+LSTM positions and of softmax predictions that are padding. Dev perplexity after the same steps in
 each precision: benchmarks/precision_perplexity.py.
 """
 
@@ -43,6 +48,7 @@ from matmul_rates import float32_without_tf32, matmul_rates, roofline, synchroni
 from spacy.cli._util import parse_config_overrides
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, TokenBatch
+from elmo_spacy.bilm.inputs.buckets import ShapeBuckets, step_shape
 from elmo_spacy.pretrain import PretrainConfig, load_pretrain_config, open_corpus
 from elmo_spacy.pretrain.batches import (
     BatchBuilder,
@@ -179,6 +185,31 @@ def _prepared_feed(
     return feed
 
 
+def epoch_shapes(plans: Iterable[Pieces], build: BatchBuilder) -> dict:
+    """An epoch's batches (`plans`, built by `build`): how many, their
+    distinct step shapes (and of its parts: the LSTM's (B, T + 2), the
+    encoder's types, the softmax's clusters), and the share of padding among
+    the LSTM's positions (B x (T + 2)) and the softmax's predictions."""
+    shapes, n_batches, positions, real_positions, rows, real_rows = set(), 0, 0, 0, 0, 0
+    for pieces in plans:
+        batch = build(pieces)
+        shapes.add(step_shape(batch))
+        n_batches += 1
+        positions += batch.index.numel()
+        real_positions += int((pieces.length + 2).sum())
+        rows += len(batch.targets.forward_rows)
+        real_rows += batch.targets.n_tokens
+    return {
+        "epoch_batches": n_batches,
+        "epoch_step_shapes": len(shapes),
+        "of_which_lstm": len({index for _, index, *_ in shapes}),
+        "of_which_types": len({types for types, *_ in shapes}),
+        "of_which_softmax": len({tuple(splits) for *_, f, b in shapes for splits in (f, b)}),
+        "padding_share_of_positions": round(1 - real_positions / positions, 3),
+        "padding_share_of_predictions": round(1 - real_rows / rows, 3),
+    }
+
+
 def _clock(device: torch.device) -> float:
     synchronize(device)
     return time.perf_counter()
@@ -208,6 +239,13 @@ def main() -> None:
         choices=tuple(FEEDS),
         help="Where the step's batches come from: built beforehand (the default), and/or "
         "built from the prepared corpus as pretraining builds them",
+    )
+    parser.add_argument(
+        "--shape-buckets",
+        nargs="+",
+        type=int,
+        help="Time each run with batches padded to this many sizes an octave "
+        "(0: as planned; default: the config's [training] shape_buckets)",
     )
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (cuda:N)")
     parser.add_argument(
@@ -240,24 +278,31 @@ def main() -> None:
     counts = numpy.bincount(word_ids, weights=corpus.types.counts, minlength=len(vocab))
     bounds = [*used_cutoffs(bilm_config, len(vocab)), len(vocab)]
     tail_shares = [counts[lo:hi].sum() / counts.sum() for lo, hi in zip(bounds, bounds[1:])]
-    plans = list(
-        itertools.islice(
-            epoch_batches(
-                corpus,
-                seed=0,
-                epoch=1,
-                max_length=training.max_length,
-                batch_tokens=training.batch_tokens,
-                exclude=numpy.zeros(0, dtype="int64"),
-            ),
-            args.steps + 3,
+
+    def epoch(buckets: ShapeBuckets | None) -> Iterator[Pieces]:
+        return epoch_batches(
+            corpus,
+            seed=0,
+            epoch=1,
+            max_length=training.max_length,
+            batch_tokens=training.batch_tokens,
+            exclude=numpy.zeros(0, dtype="int64"),
+            buckets=buckets,
         )
-    )
+
+    bucket_values = args.shape_buckets or [training.shape_buckets]
+    buckets = {b: ShapeBuckets(b, training.batch_tokens) if b else None for b in bucket_values}
+    plans = {b: list(itertools.islice(epoch(buckets[b]), args.steps + 3)) for b in bucket_values}
+    if args.shape_buckets:
+        probe = BiLM(bilm_config, vocab)
+        for b in bucket_values:
+            built = BatchBuilder(corpus, probe, buckets[b])
+            print(json.dumps({"shape_buckets": b, **epoch_shapes(epoch(buckets[b]), built)}))
 
     workers = Workers(device=torch.device(args.device))
     feeds = {
-        "built": lambda build: _built_feed([build(p).to(args.device) for p in plans]),
-        "prepared": lambda build: _prepared_feed(plans, build, workers),
+        "built": lambda b, build: _built_feed([build(p).to(args.device) for p in plans[b]]),
+        "prepared": lambda b, build: _prepared_feed(plans[b], build, workers),
     }
     rates = matmul_rates(device=args.device)
     print(
@@ -279,42 +324,43 @@ def main() -> None:
             kernels = args.kernels or (
                 ("fused", "training") if "cuda" in args.device else ("training",)
             )
-            for kernel in kernels:
-                for feed_name in args.feeds:
-                    torch.manual_seed(0)
-                    bilm = BiLM(config, vocab).to(args.device)
-                    bilm.precision = precision
-                    bilm.lstm_kernel = kernel
-                    feed = feeds[feed_name](BatchBuilder(corpus, bilm))
-                    key = "_".join(
-                        [precision]
-                        + ([kernel] if kernel != kernels[0] else [])
-                        + ([feed_name] if feed_name != args.feeds[0] else [])
-                    )
-                    run = train_steps(bilm, feed, args.steps, training)
-                    speed[key] = run["tokens_per_second"]
-                    gflops = speed[key] * flops / 1e9
-                    print(
-                        json.dumps(
-                            {
-                                "model": name,
-                                "precision": bilm.precision,
-                                "lstm_kernel": LSTM_KERNELS[kernel],
-                                "feed": FEEDS[feed_name],
-                                "vocab": len(vocab),
-                                "batch_tokens": training.batch_tokens,
-                                **run,
-                                "train_mflops_per_token": round(flops / 1e6, 2),
-                                "gflops": round(gflops, 1),
-                                "share_of_roofline": round(
-                                    gflops * 1e9 / roofline(rates, precision), 3
-                                ),
-                            }
-                        ),
-                        flush=True,
-                    )
-                    if args.profile:
-                        print_profile(profiled_steps(bilm, feed, args.profile, training))
+            for kernel, feed_name, b in itertools.product(kernels, args.feeds, bucket_values):
+                torch.manual_seed(0)
+                bilm = BiLM(config, vocab).to(args.device)
+                bilm.precision = precision
+                bilm.lstm_kernel = kernel
+                feed = feeds[feed_name](b, BatchBuilder(corpus, bilm, buckets[b]))
+                key = "_".join(
+                    [precision]
+                    + ([kernel] if kernel != kernels[0] else [])
+                    + ([feed_name] if feed_name != args.feeds[0] else [])
+                    + ([f"buckets{b}"] if b != bucket_values[0] else [])
+                )
+                run = train_steps(bilm, feed, args.steps, training)
+                speed[key] = run["tokens_per_second"]
+                gflops = speed[key] * flops / 1e9
+                print(
+                    json.dumps(
+                        {
+                            "model": name,
+                            "precision": bilm.precision,
+                            "lstm_kernel": LSTM_KERNELS[kernel],
+                            "feed": FEEDS[feed_name],
+                            "shape_buckets": b,
+                            "vocab": len(vocab),
+                            "batch_tokens": training.batch_tokens,
+                            **run,
+                            "train_mflops_per_token": round(flops / 1e6, 2),
+                            "gflops": round(gflops, 1),
+                            "share_of_roofline": round(
+                                gflops * 1e9 / roofline(rates, precision), 3
+                            ),
+                        }
+                    ),
+                    flush=True,
+                )
+                if args.profile:
+                    print_profile(profiled_steps(bilm, feed, args.profile, training))
         for base in ("float32", *(f"float32_{kernel}" for kernel in LSTM_KERNELS)):
             if base in speed:
                 ratios = {

@@ -73,8 +73,16 @@ def test_large_corpus_runs_every_part(tmp_path):
 
 def test_pretrain_throughput_and_precision_perplexity(tmp_path):
     tiny = CONFIGS / "bilm_tiny.cfg"
-    lines = run_benchmark("pretrain_throughput", tiny, TEXT, "--steps", "2", "--no-full-softmax")
-    assert any("tokens_per_second" in line for line in lines)
+    lines = run_benchmark(
+        "pretrain_throughput", tiny, TEXT, "--steps", "2", "--no-full-softmax",
+        "--shape-buckets", "0", "4",
+    )  # fmt: skip
+    epochs = [line for line in lines if "epoch_step_shapes" in line]
+    assert [e["shape_buckets"] for e in epochs] == [0, 4]
+    assert (
+        epochs[0]["padding_share_of_predictions"] == 0 < epochs[1]["padding_share_of_predictions"]
+    )
+    assert {line["shape_buckets"] for line in lines if "tokens_per_second" in line} == {0, 4}
     lines = run_benchmark(
         "pretrain_throughput", tiny, TEXT, "--steps", "2", "--no-full-softmax",
         "--precisions", "float32", "--kernels", "training", "loop", "--feeds", "built",

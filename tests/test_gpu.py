@@ -232,16 +232,23 @@ def test_pretrain_on_cuda(tmp_path, corpus_dir):
 
 @on_cuda
 @pytest.mark.parametrize(
-    "encoder, kernel, clip",
-    [("char_cnn", "auto", 0.0), ("word", "auto", 0.0), ("word", "training", 3.0)],
+    "encoder, kernel, clip, shape_buckets",
+    [
+        ("char_cnn", "auto", 0.0, 0),
+        ("word", "auto", 0.0, 0),
+        ("word", "training", 3.0, 0),
+        ("char_cnn", "training", 3.0, 4),
+    ],
 )
 def test_a_training_step_fed_from_a_prepared_corpus_never_waits_on_the_device(
-    encoder, kernel, clip
+    encoder, kernel, clip, shape_buckets
 ):
     """The batch comes from pinned memory without a wait, and the loss, its
     gradients, the clipping and Adam's update never bring a number back to
     the host (torch raises at any synchronisation in "error" mode): on
-    cuDNN's LSTM, and on the training kernel with its Triton steps, clipped."""
+    cuDNN's LSTM, and on the training kernel with its Triton steps, clipped,
+    also on batches padded to a few shapes."""
+    from elmo_spacy.bilm.inputs.buckets import ShapeBuckets
     from elmo_spacy.pretrain import PretrainConfig
     from elmo_spacy.pretrain.batches import BatchBuilder, corpus_vocabulary, epoch_batches
     from elmo_spacy.pretrain.checkpoint import new_optimizer
@@ -255,9 +262,16 @@ def test_a_training_step_fed_from_a_prepared_corpus_never_waits_on_the_device(
     bilm = BiLM(config, corpus_vocabulary(corpus.types, 500, 1)).to("cuda")
     bilm.lstm_kernel = kernel
     optimizer = new_optimizer(bilm, PretrainConfig())
-    build = BatchBuilder(corpus, bilm)
+    buckets = ShapeBuckets(shape_buckets, 400) if shape_buckets else None
+    build = BatchBuilder(corpus, bilm, buckets)
     plans = epoch_batches(
-        corpus, seed=0, epoch=1, max_length=50, batch_tokens=400, exclude=numpy.zeros(0, "int64")
+        corpus,
+        seed=0,
+        epoch=1,
+        max_length=50,
+        batch_tokens=400,
+        exclude=numpy.zeros(0, "int64"),
+        buckets=buckets,
     )
     batches = [build(pieces).pin_memory() for pieces in list(plans)[:4]]
     loss = ShareLoss(bilm, world_size=1)
