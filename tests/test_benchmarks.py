@@ -100,6 +100,16 @@ def test_pretrain_throughput_and_precision_perplexity(tmp_path):
     assert "bfloat16_dev_perplexity_over_float32" in lines[-1]
 
 
+def test_the_captured_step_trains_as_the_eager_step_through_its_buffers():
+    lines = run_benchmark(
+        "captured_step", CONFIGS / "bilm_tiny.cfg", TEXT, "--batches", "4", "--steps", "6"
+    )
+    eager, captured, ratio = lines
+    assert (eager["run"], captured["run"]) == ("eager", "captured")
+    assert captured["nll_sum"] == pytest.approx(eager["nll_sum"], rel=1e-6)
+    assert ratio["max_weight_difference"] < 1e-5
+
+
 def test_matmul_and_step_product_rates():
     run_benchmark("matmul_rates", "--size", "256")  # each prints its figures
     run_benchmark("step_gemm_rates", "--rows", "8", "--shape", "pretraining")

@@ -321,8 +321,18 @@ class ShareLoss(nn.Module):
         device = next(self.bilm.parameters()).device
         on_gpu = device.type == "cuda"
         batch = batch.to(device, non_blocking=on_gpu)  # from pinned memory
+        factors = self.factors(batch_tokens, weight, pinned=on_gpu)
+        return self.scaled(batch, factors.to(device, non_blocking=on_gpu))
+
+    def factors(self, batch_tokens: int, weight: float, pinned: bool = False) -> torch.Tensor:
+        """(2,) float32 on the host (in page-locked memory where `pinned`):
+        what the summed NLL of a share is multiplied by for the scaled loss,
+        and for the NLL reported."""
         factors = torch.tensor([weight * self.world_size / (2 * batch_tokens), weight / 2])
-        factors = (factors.pin_memory() if on_gpu else factors).to(device, non_blocking=on_gpu)
+        return factors.pin_memory() if pinned else factors
+
+    def scaled(self, batch: TokenBatch, factors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward`'s results for a batch and `factors` on the biLM's device."""
         loss = self.bilm.lm_loss(batch)
         nll = loss.forward_nll + loss.backward_nll
         return nll * factors[0], nll.detach() * factors[1]
