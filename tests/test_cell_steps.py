@@ -15,6 +15,7 @@ import elmo_spacy.bilm.runtime.recurrence as recurrence
 from elmo_spacy.bilm.model.dtypes import state_dtype
 from elmo_spacy.bilm.runtime.cell_steps import TorchCellSteps, TritonCellSteps
 
+from .conftest import ROOT
 from .test_recurrence import gradients, one_layer
 
 triton = pytest.importorskip("triton", reason="Triton is not installed (`pip install triton`)")
@@ -107,9 +108,54 @@ def test_a_layer_on_the_triton_steps_is_the_layer_on_torchs(monkeypatch, clips):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_steps_add_the_input_gates_given_apart(dtype):
+    """Given the recurrent product's part of the gates and the step's input
+    gates apart (a slice of the input gates of all steps, rows strided), a
+    step adds them in float32: Triton's as torch's, and in float32 as if
+    given summed."""
+    torch.manual_seed(0)
+    layers, batch, hidden, steps = 2, 3, 200, 4
+    arrays = step_arrays(layers, batch, hidden, dtype)
+    all_inputs = (2 * torch.randn(layers, steps, batch, 4 * hidden)).to(dtype)
+    inputs = all_inputs[:, 2]  # as the training kernel passes them: (D, B, 4H), strided over D
+    results = []
+    for steps_class in (TorchCellSteps, TritonCellSteps):
+        out = [a.clone() for a in arrays]
+        out[3] = strided_rows(arrays[3])
+        steps_class(layers, batch, hidden, out[1]).forward(*out, 0.5, inputs)
+        results.append(out)
+    tolerance = (
+        {"rtol": 0, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-2}
+    )
+    for want, got in zip(*results):
+        torch.testing.assert_close(got, want, **tolerance)
+    if dtype == torch.float32:
+        summed = [a.clone() for a in arrays]
+        summed[0] = arrays[0] + inputs
+        TorchCellSteps(layers, batch, hidden, summed[1]).forward(*summed, 0.5)
+        for want, got in zip(summed[1:], results[0][1:]):
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    assert TritonCellSteps.adds_inputs and not TorchCellSteps.adds_inputs
+
+
 def test_the_triton_steps_run_on_cuda_only_where_triton_is():
     assert cell_steps.cell_steps_for(torch.device("cpu")) is TorchCellSteps
     assert cell_steps.cell_steps_for(torch.device("cuda")) is TritonCellSteps
+
+
+def test_the_kernels_compile_for_nvidia_gpus_without_one(tmp_path):
+    """Triton's compiler and ptxas, as a GPU run would call them, turn every
+    variant of both kernels into a cubin for an A100 and an H100: what the
+    interpreter cannot check (types, the compiler's own limits)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(tmp_path), TRITON_DEFAULT_FP_FUSION="1")
+    command = [sys.executable, "-m", "tests.triton_compile"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    compiled = json.loads(done.stdout)
+    assert len(compiled) == 2 * 3 * (4 + 1)  # 2 GPUs, 3 dtypes: 4 forward variants, 1 backward
+    assert ["forward", 90, "bf16", True, True] in compiled
 
 
 def test_the_compiled_kernels_compile_once_for_every_batch_shape():
@@ -125,6 +171,6 @@ def test_the_compiled_kernels_compile_once_for_every_batch_shape():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout) == {
-        "forward_kernel": ["batch", "hidden_stride_d"],
+        "forward_kernel": ["batch", "hidden_stride_d", "inputs_stride_d"],
         "backward_kernel": ["batch", "gates_stride_d"],
     }

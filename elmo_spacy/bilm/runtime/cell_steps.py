@@ -18,7 +18,11 @@ H cell units; "dtype" is the products' dtype (bfloat16 or float32), "state"
 float32 where dtype is bfloat16 (`state_dtype`):
 
 - gates (D, B, 4H) dtype, contiguous: the step's preactivations of the
-  input, forget, cell and output gates (torch's order), bias included;
+  input, forget, cell and output gates (torch's order), bias included; or,
+  where `inputs` (D, B, 4H) dtype, rows contiguous, are given, the
+  recurrent product's part of them, the input gates (bias included) in
+  `inputs`: the step adds them (`adds_inputs`: Triton's does, saving the
+  recurrent product a copy of them into its output);
 - previous, cell (D, B, H) state, contiguous: the cell before and after;
 - hidden (D, B, H) dtype, rows contiguous: o tanh(cell), the unprojected output;
 - factors (D, B, 4, H) dtype, contiguous: per unit of the (pre-clip) cell's
@@ -45,16 +49,23 @@ class TorchCellSteps:
     """The steps in torch operators, into scratch arrays allocated once per
     layer call (D, B, H as above)."""
 
+    adds_inputs = False  # the products add the input gates better (oneDNN fuses the sum)
+
     def __init__(self, layers: int, batch: int, hidden: int, like: torch.Tensor) -> None:
         self.act = like.new_empty(layers, batch, 4 * hidden)  # i f g o of this step
         self.tanh_cell = like.new_empty(layers, batch, hidden)
         self.ones = torch.ones_like(self.tanh_cell)
 
-    def forward(self, gates, previous, cell, hidden, factors, cell_from_hidden, forget, cell_clip):
+    def forward(
+        self, gates, previous, cell, hidden, factors, cell_from_hidden, forget, cell_clip,
+        inputs=None,
+    ):  # fmt: skip
         act, tanh_cell, ones = self.act, self.tanh_cell, self.ones
         i, f, g, o = act.chunk(4, 2)
         size = g.shape[2]
         gates = widened(gates)  # torch's activations compute in their input's dtype
+        if inputs is not None:
+            gates = gates + widened(inputs)
         torch.sigmoid(gates, out=act)
         torch.tanh(gates[..., 2 * size : 3 * size], out=g)
         torch.mul(f, previous, out=cell).addcmul_(i, g)
@@ -92,18 +103,28 @@ class TritonCellSteps:
     """The steps as one Triton kernel each way (see the module's docstring)."""
 
     BLOCK = 128  # cell units a program covers
+    adds_inputs = True  # one read of them here, not a copy into the product's output
 
     def __init__(self, layers: int, batch: int, hidden: int, like: torch.Tensor) -> None:
         self.batch, self.hidden = batch, hidden
         self.grid = (layers * batch, -(-hidden // self.BLOCK))
 
-    def forward(self, gates, previous, cell, hidden, factors, cell_from_hidden, forget, cell_clip):
+    def forward(
+        self, gates, previous, cell, hidden, factors, cell_from_hidden, forget, cell_clip,
+        inputs=None,
+    ):  # fmt: skip
         _check_rows(gates, previous, cell, factors, cell_from_hidden, forget)
+        if inputs is not None and inputs.stride(2) != 1:
+            raise ValueError(
+                f"the Triton cell steps need rows of inputs contiguous: {inputs.stride()}"
+            )
+        strides = (0, 0) if inputs is None else inputs.stride()[:2]
         forward_kernel, _ = triton_kernels()
         forward_kernel[self.grid](
-            gates, previous, cell, hidden, factors, cell_from_hidden, forget,
-            hidden.stride(0), hidden.stride(1), self.batch, self.hidden, float(cell_clip or 0.0),
-            CLIP=bool(cell_clip), BLOCK=self.BLOCK,
+            gates, gates if inputs is None else inputs, previous, cell, hidden, factors,
+            cell_from_hidden, forget, *strides, hidden.stride(0), hidden.stride(1), self.batch,
+            self.hidden, float(cell_clip or 0.0),
+            ADD_INPUTS=inputs is not None, CLIP=bool(cell_clip), BLOCK=self.BLOCK,
         )  # fmt: skip
 
     def backward(self, grad_hidden, grad_cell, factors, cell_from_hidden, forget, grad_gates):

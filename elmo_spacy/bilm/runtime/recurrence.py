@@ -9,8 +9,9 @@ bfloat16 autocast it casts the weights again at every step; it cannot clip
 (cuDNN neither). Here:
 
 - forward: the input gates of all steps in one GEMM (T * B rows); per step
-  one GEMM for the recurrent gates, the cell update (`cell_steps`), and one
-  GEMM for the projection;
+  one GEMM for the recurrent gates (which adds the step's input gates, or,
+  with Triton's steps, leaves them to the step's kernel), the cell update
+  (`cell_steps`), and one GEMM for the projection;
 - backward: per step one GEMM back through the projection, the cell's
   gradient, and one GEMM back through the recurrent weights; then the
   gradients of the inputs, of all four weights and of the bias in one GEMM
@@ -117,17 +118,20 @@ class _LstmLayers(torch.autograd.Function):
         # where the projected output was inside the clip (its gradient's mask)
         kept = x.new_empty(steps, layers, batch, out_dim, dtype=torch.bool) if proj_clip else None
         cell_steps = cell_steps_for(x.device)(layers, batch, hidden, x.new_empty(0, dtype=state))
+        adds = cell_steps.adds_inputs  # else the recurrent product adds the input gates
         cell, previous = (x.new_zeros(layers, batch, hidden, dtype=state) for _ in range(2))
+        gates = x.new_empty(layers, batch, 4 * hidden, dtype=dtype)  # each step's, in turn
         for t in range(steps):
-            gates = recurrent(outputs[t], gates_x[:, t])
+            recurrent(outputs[t], None if adds else gates_x[:, t], out=gates)
             cell, previous = previous, cell
             if project is None:
                 h = outputs[t + 1]
             else:
                 h = hidden_out[:, t * batch : (t + 1) * batch]
             cell_steps.forward(
-                gates, previous, cell, h, factors[t], cell_from_hidden[t], forget[t], cell_clip
-            )
+                gates, previous, cell, h, factors[t], cell_from_hidden[t], forget[t], cell_clip,
+                gates_x[:, t] if adds else None,
+            )  # fmt: skip
             if project is not None:
                 y = project(h, None, out=outputs[t + 1])
                 if proj_clip:

@@ -12,22 +12,36 @@ import triton.language as tl
 # multiple of 16 or not, 1 or not); a row count that changes from batch to
 # batch would compile new variants mid-run, so the arguments that follow the
 # batch's shape are left unspecialised: one compile per dtype and clip.
-@triton.jit(do_not_specialize=["hidden_stride_d", "batch"])
+@triton.jit
+def _preactivation(gates, inputs, gate_at, input_at, real, ADD_INPUTS: tl.constexpr):
+    """A gate's preactivations in float32: the recurrent product's, plus
+    the step's input gates where they come apart."""
+    value = tl.load(gates + gate_at, mask=real).to(tl.float32)
+    if ADD_INPUTS:
+        value += tl.load(inputs + input_at, mask=real).to(tl.float32)
+    return value
+
+
+@triton.jit(do_not_specialize=["hidden_stride_d", "inputs_stride_d", "batch"])
 def forward_kernel(
-    gates, previous, cell, hidden, factors, cell_from_hidden, forget,
-    hidden_stride_d, hidden_stride_b, batch, size, cell_clip,
-    CLIP: tl.constexpr, BLOCK: tl.constexpr,
+    gates, inputs, previous, cell, hidden, factors, cell_from_hidden, forget,
+    inputs_stride_d, inputs_stride_b, hidden_stride_d, hidden_stride_b, batch, size, cell_clip,
+    ADD_INPUTS: tl.constexpr, CLIP: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0)
     units = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     real = units < size
     at = row * size + units  # in the (D, B, H) arrays
     gate_at = row * 4 * size + units
-    i = tl.sigmoid(tl.load(gates + gate_at, mask=real).to(tl.float32))
-    f = tl.sigmoid(tl.load(gates + gate_at + size, mask=real).to(tl.float32))
+    input_at = (row // batch) * inputs_stride_d + (row % batch) * inputs_stride_b + units
+    i = tl.sigmoid(_preactivation(gates, inputs, gate_at, input_at, real, ADD_INPUTS))
+    f = tl.sigmoid(_preactivation(gates, inputs, gate_at + size, input_at + size, real, ADD_INPUTS))
     # tanh as 2 sigmoid(2x) - 1, in float32 (no libdevice in the interpreter)
-    g = 2.0 * tl.sigmoid(2.0 * tl.load(gates + gate_at + 2 * size, mask=real).to(tl.float32)) - 1.0
-    o = tl.sigmoid(tl.load(gates + gate_at + 3 * size, mask=real).to(tl.float32))
+    g = _preactivation(gates, inputs, gate_at + 2 * size, input_at + 2 * size, real, ADD_INPUTS)
+    g = 2.0 * tl.sigmoid(2.0 * g) - 1.0
+    o = tl.sigmoid(
+        _preactivation(gates, inputs, gate_at + 3 * size, input_at + 3 * size, real, ADD_INPUTS)
+    )
     before = tl.load(previous + at, mask=real).to(tl.float32)
     new = f * before + i * g
     keep = 1.0
