@@ -144,33 +144,33 @@ def test_the_triton_steps_run_on_cuda_only_where_triton_is():
     assert cell_steps.cell_steps_for(torch.device("cuda")) is TritonCellSteps
 
 
-def test_the_kernels_compile_for_nvidia_gpus_without_one(tmp_path):
-    """Triton's compiler and ptxas, as a GPU run would call them, turn every
-    variant of both kernels into a cubin for an A100 and an H100: what the
-    interpreter cannot check (types, the compiler's own limits)."""
+@pytest.fixture(scope="module")
+def compiled_kernels(tmp_path_factory) -> dict:
+    """tests/triton_compile.py's report, run in a process without
+    TRITON_INTERPRET, so that Triton compiles rather than interprets."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(TRITON_CACHE_DIR=str(tmp_path), TRITON_DEFAULT_FP_FUSION="1")
+    env.update(
+        TRITON_CACHE_DIR=str(tmp_path_factory.mktemp("triton")), TRITON_DEFAULT_FP_FUSION="1"
+    )
     command = [sys.executable, "-m", "tests.triton_compile"]
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
-    compiled = json.loads(done.stdout)
-    assert len(compiled) == 2 * 3 * (4 + 1)  # 2 GPUs, 3 dtypes: 4 forward variants, 1 backward
+    return json.loads(done.stdout)
+
+
+def test_the_kernels_compile_for_nvidia_gpus_without_one(compiled_kernels):
+    """Triton's compiler and ptxas, as a GPU run would call them, turn every
+    variant of both kernels into a cubin for an H100: what the interpreter
+    cannot check (types, the compiler's own limits)."""
+    compiled = compiled_kernels["compiled"]
+    assert len(compiled) == 3 * (4 + 1)  # 3 dtypes: 4 forward variants, 1 backward
     assert ["forward", 90, "bf16", True, True] in compiled
 
 
-def test_the_compiled_kernels_compile_once_for_every_batch_shape():
-    """Compiled (not interpreted, so in a process without TRITON_INTERPRET),
-    the kernels leave the arguments that follow a batch's shape
+def test_the_compiled_kernels_compile_once_for_every_batch_shape(compiled_kernels):
+    """Compiled, the kernels leave the arguments that follow a batch's shape
     unspecialised: a new row count compiles no new variant mid-run."""
-    code = (
-        "import elmo_spacy.bilm.runtime.triton_cell as t; import json; print(json.dumps("
-        "{k.fn.__name__: sorted(p.name for p in k.params if p.do_not_specialize)"
-        " for k in (t.forward_kernel, t.backward_kernel)}))"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout) == {
+    assert compiled_kernels["unspecialised"] == {
         "forward_kernel": ["batch", "hidden_stride_d", "inputs_stride_d"],
         "backward_kernel": ["batch", "gates_stride_d"],
     }

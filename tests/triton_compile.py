@@ -1,9 +1,9 @@
 """Compiles the training kernel's Triton step kernels for NVIDIA GPUs without
 one: Triton's own compiler and ptxas, from the kernels' source to a cubin,
 each variant (dtype, input gates given apart or not, clip or not) for
-sm_80 (A100) and sm_90 (H100). Run as a script in a process without
-TRITON_INTERPRET (tests/test_cell_steps.py does); prints the compiled
-variants as JSON."""
+sm_90 (H100). Run as a script in a process without
+TRITON_INTERPRET (tests/test_cell_steps.py does); prints as JSON the
+compiled variants and each kernel's arguments left unspecialised."""
 
 import json
 
@@ -36,7 +36,7 @@ def signature(kernel, dtype: str) -> dict[str, str]:
 
 def main() -> None:
     compiled = []
-    for arch in (80, 90):
+    for arch in (90,):
         target = GPUTarget("cuda", arch, 32)
         for dtype in ("fp32", "bf16", "fp16"):
             for add_inputs in (True, False):
@@ -56,7 +56,11 @@ def main() -> None:
             )
             assert triton.compile(source, target=target).asm["cubin"]
             compiled.append(["backward", arch, dtype])
-    print(json.dumps(compiled))
+    unspecialised = {
+        kernel.fn.__name__: sorted(p.name for p in kernel.params if p.do_not_specialize)
+        for kernel in (kernels.forward_kernel, kernels.backward_kernel)
+    }
+    print(json.dumps({"compiled": compiled, "unspecialised": unspecialised}))
 
 
 if __name__ == "__main__":

@@ -84,7 +84,9 @@ class ShapeBuckets:
     ) -> TokenBatch:
         """`batch` (without targets) padded to its bucket's shape, with its
         targets for a softmax whose tail clusters start at `cluster_starts`.
-        Its loss and gradients are the unpadded batch's."""
+        Its loss and gradients are the unpadded batch's. Its `types` stay
+        the batch's: the padding rows have no string (none is read in
+        training)."""
         n_docs, framed = batch.index.shape
         width = self.size(framed - 2)
         rows = max(self.rows(width), n_docs)
