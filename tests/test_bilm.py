@@ -263,11 +263,13 @@ def test_char_cnn_encodings_are_kept_across_batches_until_the_weights_change():
 
 def test_a_large_tail_cluster_runs_in_chunks_with_the_same_loss_and_gradients(monkeypatch):
     """A tail cluster wider than CLUSTER_CHUNK words (the rare words of a
-    vocabulary of hundreds of thousands) is normalised a chunk at a time:
+    vocabulary of hundreds of thousands) with more than WHOLE_CLUSTER_LOGITS
+    logits is normalised a chunk at a time:
     the loss and every gradient of torch's adaptive softmax."""
     import elmo_spacy.bilm.model.softmax as softmax_module
 
     monkeypatch.setattr(softmax_module, "CLUSTER_CHUNK", 64)  # the last cluster: 200 words
+    monkeypatch.setattr(softmax_module, "WHOLE_CLUSTER_LOGITS", 0)
     torch.manual_seed(0)
     softmax = torch.nn.AdaptiveLogSoftmaxWithLoss(16, 300, [20, 100], div_value=4.0)
     hidden, targets = torch.randn(64, 16), torch.randint(0, 300, (64,))
@@ -294,6 +296,30 @@ def test_a_large_tail_cluster_runs_in_chunks_with_the_same_loss_and_gradients(mo
     torch.testing.assert_close(d_hidden, d_expected, rtol=1e-5, atol=1e-6)
     for name in grads:
         torch.testing.assert_close(grads[name], grads_expected[name], rtol=1e-5, atol=1e-6)
+
+
+def test_a_wide_cluster_is_chunked_only_where_its_logits_would_not_fit(monkeypatch):
+    import elmo_spacy.bilm.model.softmax as softmax_module
+
+    monkeypatch.setattr(softmax_module, "CLUSTER_CHUNK", 64)
+    monkeypatch.setattr(softmax_module, "WHOLE_CLUSTER_LOGITS", 10 * 200)  # 10 rows of 200 words
+    chunked = []
+    apply = softmax_module._ChunkedClusterNll.apply
+    monkeypatch.setattr(
+        softmax_module._ChunkedClusterNll,
+        "apply",
+        lambda *a: chunked.append(len(a[0])) or apply(*a),
+    )
+    torch.manual_seed(0)
+    weight = torch.randn(200, 8)
+    for rows in (10, 11):
+        projected, targets = torch.randn(rows, 8), torch.randint(0, 200, (rows,))
+        got = softmax_module.cluster_nll(projected, weight, targets)
+        expected = torch.nn.functional.cross_entropy(
+            projected @ weight.t(), targets, reduction="sum"
+        )
+        assert float(got) == pytest.approx(float(expected), rel=1e-6)
+    assert chunked == [11]
 
 
 def test_cutoffs_that_would_leave_a_cluster_no_width_are_refused():

@@ -99,6 +99,7 @@ def adaptive_nll(
 
 
 CLUSTER_CHUNK = 65_536  # words of a tail cluster whose logits are computed at once
+WHOLE_CLUSTER_LOGITS = 1 << 24  # logits (rows x words) of a tail cluster kept whole (64 MB)
 
 
 def cluster_nll(
@@ -109,13 +110,18 @@ def cluster_nll(
 ) -> torch.Tensor:
     """-sum_n w[n] log softmax(projected[n] @ weight.T)[targets[n]]:
     projected (N, d), weight (V, d) (a tail cluster of V words), targets
-    (N,) int64, row_weights w (N,) float32 or None (all 1) -> a scalar. A cluster of at most CLUSTER_CHUNK words is `summed_nll` of its
-    logits; a larger one (the rare words of a vocabulary of hundreds of
-    thousands) runs its words CLUSTER_CHUNK at a time, forward (a running
-    log-sum-exp) and backward (the logits computed again), so that memory
-    holds N x CLUSTER_CHUNK logits, not N x V: the same sum, exactly
-    normalised."""
-    if weight.shape[0] <= CLUSTER_CHUNK:
+    (N,) int64, row_weights w (N,) float32 or None (all 1) -> a scalar.
+
+    A cluster of at most CLUSTER_CHUNK words, or of at most
+    WHOLE_CLUSTER_LOGITS logits (N x V: the few predictions of a batch
+    that fall in a cluster of rare words), is `summed_nll` of its logits,
+    kept for the backward pass. A larger one (the rare words of a
+    vocabulary of hundreds of thousands, with many predictions) runs its
+    words CLUSTER_CHUNK at a time, forward (a running log-sum-exp) and
+    backward (the logits computed again), so that memory holds N x
+    CLUSTER_CHUNK logits, not N x V: the same sum, exactly normalised."""
+    rows, words = projected.shape[0], weight.shape[0]
+    if words <= CLUSTER_CHUNK or rows * words <= WHOLE_CLUSTER_LOGITS:
         return summed_nll(projected @ weight.t(), targets, row_weights)
     return _ChunkedClusterNll.apply(projected, weight, targets, row_weights)
 
