@@ -3,6 +3,7 @@ ladder of sizes, the padding exact, an epoch's few shapes, and a step that
 depends on a batch's shape alone (what a captured step needs)."""
 
 import collections
+import itertools
 import random
 
 import numpy
@@ -120,6 +121,29 @@ def test_an_epochs_batches_fit_their_budget_and_come_in_fewer_shapes():
     assert sum(b.targets.n_tokens for b, _ in padded) == sum(p.predictions for _, p in plain)
     shapes = collections.Counter(step_shape(b) for b, _ in padded)
     assert len(shapes) < len({step_shape(b) for b, _ in plain}) / 2
+
+
+def test_each_ranks_share_of_a_batch_fits_the_rows_of_its_share():
+    """Under torchrun rank r trains docs r, r + 2, ... of each batch: with
+    `shares` = 2 each share pads to half the rows of a batch of its width,
+    and its docs always fit them."""
+    corpus = corpus_of(DOCS * 4)
+    bilm = BiLM(TINY_BILM, corpus_vocabulary(corpus.types, 300, 1))
+    buckets = ShapeBuckets(per_octave=4, batch_tokens=300, shares=2)
+    build = BatchBuilder(corpus, bilm, buckets)
+    plans = epoch_batches(
+        corpus, seed=0, epoch=1, max_length=30, batch_tokens=300,
+        exclude=numpy.zeros(0, "int64"), buckets=buckets,
+    )  # fmt: skip
+    shares = 0
+    for pieces in itertools.islice(plans, 12):
+        for rank in (0, 1):
+            share = pieces.take(slice(rank, None, 2))
+            if len(share):
+                rows, framed = build(share).index.shape
+                assert rows == -(-(300 // (framed - 2)) // 2) >= len(share)
+                shares += 1
+    assert shares > 12
 
 
 class OpTrace(TorchDispatchMode):
