@@ -49,7 +49,7 @@ class TorchCellSteps:
     """The steps in torch operators, into scratch arrays allocated once per
     layer call (D, B, H as above)."""
 
-    adds_inputs = False  # the products add the input gates better (oneDNN fuses the sum)
+    adds_inputs = False  # the recurrent product adds the input gates
 
     def __init__(self, layers: int, batch: int, hidden: int, like: torch.Tensor) -> None:
         self.act = like.new_empty(layers, batch, 4 * hidden)  # i f g o of this step
