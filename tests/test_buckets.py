@@ -96,18 +96,17 @@ def test_padding_is_exact_through_the_chunked_softmax_of_a_large_cluster(monkeyp
     test_a_padded_batch_gives_the_loss_and_gradients_of_the_batch({})
 
 
+def plans(corpus, buckets):
+    """The first epoch's batches of pieces of at most 30 tokens, 300 a batch."""
+    exclude = numpy.zeros(0, "int64")
+    return epoch_batches(
+        corpus, seed=0, epoch=1, max_length=30, batch_tokens=300, exclude=exclude, buckets=buckets
+    )
+
+
 def epoch_shapes(corpus, bilm, buckets):
     build = BatchBuilder(corpus, bilm, buckets)
-    plans = epoch_batches(
-        corpus,
-        seed=0,
-        epoch=1,
-        max_length=30,
-        batch_tokens=300,
-        exclude=numpy.zeros(0, "int64"),
-        buckets=buckets,
-    )
-    return [(build(pieces), pieces) for pieces in plans]
+    return [(build(pieces), pieces) for pieces in plans(corpus, buckets)]
 
 
 def test_an_epochs_batches_fit_their_budget_and_come_in_fewer_shapes():
@@ -131,12 +130,8 @@ def test_each_ranks_share_of_a_batch_fits_the_rows_of_its_share():
     bilm = BiLM(TINY_BILM, corpus_vocabulary(corpus.types, 300, 1))
     buckets = ShapeBuckets(per_octave=4, batch_tokens=300, shares=2)
     build = BatchBuilder(corpus, bilm, buckets)
-    plans = epoch_batches(
-        corpus, seed=0, epoch=1, max_length=30, batch_tokens=300,
-        exclude=numpy.zeros(0, "int64"), buckets=buckets,
-    )  # fmt: skip
     shares = 0
-    for pieces in itertools.islice(plans, 12):
+    for pieces in itertools.islice(plans(corpus, buckets), 12):
         for rank in (0, 1):
             share = pieces.take(slice(rank, None, 2))
             if len(share):
