@@ -2,6 +2,7 @@
 
 import json
 import os
+import warnings
 
 import numpy
 import pytest
@@ -102,6 +103,32 @@ def test_resume_refuses_another_bilm_config(tmp_path):
             show_progress=False,
             resume=True,
         )
+
+
+def test_resume_with_another_epoch_plan_says_what_it_changes(tmp_path, monkeypatch):
+    """A run stopped in the middle of an epoch and resumed with other batches
+    (here shape_buckets) says so; resumed again with the same settings, not."""
+    steps = []
+    real_step = train_module.training_step
+
+    def killed_at_the_second_step(*args, **kwargs):
+        steps.append(1)
+        if len(steps) == 2:
+            raise RuntimeError("killed")
+        return real_step(*args, **kwargs)
+
+    first = PretrainConfig(max_epochs=1, batch_tokens=300, checkpoint_every=1, patience=0)
+    with monkeypatch.context() as patched:
+        patched.setattr(train_module, "training_step", killed_at_the_second_step)
+        with pytest.raises(RuntimeError, match="killed"):
+            pretrain(corpus_of(DOCS), BILM, first, tmp_path, show_progress=False)
+    changed = PretrainConfig(**{**first.to_dict(), "shape_buckets": 4})
+    with pytest.warns(UserWarning, match="shape_buckets 0 -> 4.*epoch 1 .*from its batch 1,"):
+        pretrain(corpus_of(DOCS), BILM, changed, tmp_path, show_progress=False, resume=True)
+    again = PretrainConfig(**{**changed.to_dict(), "max_epochs": 2})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # the same plan, from an epoch's start
+        pretrain(corpus_of(DOCS), BILM, again, tmp_path, show_progress=False, resume=True)
 
 
 @pytest.mark.slow  # over 30 s: make test-slow

@@ -57,6 +57,7 @@ class RunState:
     evaluations: list[dict[str, Any]] = field(default_factory=list)
     init_dev_perplexity: dict[str, float] | None = None  # of a biLM trained further
     loss_scale: dict[str, Any] | None = None  # the GradScaler's state, training in float16
+    plan: dict[str, Any] = field(default_factory=dict)  # `epoch_plan` of the run's config
 
     def next_epoch(self) -> None:
         self.epoch += 1

@@ -560,6 +560,7 @@ def _start(
     if checkpoint is not None:
         bilm, optimizer, state = load_checkpoint(checkpoint, bilm_config, config, workers.device)
         _check_same_corpus(checkpoint, state, fingerprint, corpus, dev)
+        _warn_of_another_plan(checkpoint, state, config)
         if show_progress and workers.is_main:
             tqdm.write(f"Resuming from {checkpoint} (step {state.step}, epoch {state.epoch})")
         start = Start(bilm, optimizer, state, checkpoint)
@@ -583,7 +584,7 @@ def _start(
         if init_vectors is not None:
             words = bilm.init_word_vectors(_vectors(init_vectors))
         bilm.to(workers.device)
-        state = RunState(corpus=fingerprint)
+        state = RunState(corpus=fingerprint, plan=epoch_plan(config))
         start = Start(bilm, new_optimizer(bilm, config), state, words_from_vectors=words)
     with warnings.catch_warnings():
         if not workers.is_main:  # rank 0 says it for all: one fall-back warning, not one a rank
@@ -694,6 +695,43 @@ def _check_same_corpus(
         f"fingerprint {fingerprint[:12]}, the checkpoint's {state.corpus[:12]}): a resumed "
         "run goes on over the same docs in the same order. Resume with the corpus it was "
         "started on, or start a new run (--overwrite, or another output folder)."
+    )
+
+
+PLAN_SETTINGS = ("seed", "dev_fraction", "max_dev_tokens", "max_length", "batch_tokens")
+
+
+def epoch_plan(config: PretrainConfig) -> dict[str, Any]:
+    """The [training] settings that decide the dev sample and each epoch's
+    batches, which a resumed run must share to go on where it stopped."""
+    return {name: getattr(config, name) for name in (*PLAN_SETTINGS, "shape_buckets")}
+
+
+def _warn_of_another_plan(checkpoint: Path, state: RunState, config: PretrainConfig) -> None:
+    """Warn where a resumed run plans its epochs otherwise than the run it
+    resumes, in the middle of an epoch or with another dev sample
+    (checkpoints of earlier versions record no plan), and record the new
+    plan."""
+    plan = epoch_plan(config)
+    changed = {k: (v, plan[k]) for k, v in state.plan.items() if plan.get(k) != v}
+    state.plan = plan
+    dev = changed.keys() & {"seed", "dev_fraction", "max_dev_tokens"}
+    if not dev and not (changed and state.batch):  # a new plan from an epoch's start is fine
+        return
+    consequences = []
+    if state.batch:
+        consequences.append(
+            f"the rest of epoch {state.epoch} follows the new plan from its batch "
+            f"{state.batch}, so some of its docs are trained on twice or not at all"
+        )
+    if dev:
+        consequences.append("the dev sample is drawn anew, perhaps from docs trained on")
+    what = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
+    warnings.warn(
+        f"{checkpoint} was trained with other [training] settings that plan the epochs "
+        f"({what}): {'; '.join(consequences)}. Resume with the same settings to go on "
+        "exactly where the run stopped.",
+        stacklevel=4,
     )
 
 
