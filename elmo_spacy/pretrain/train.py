@@ -560,7 +560,7 @@ def _start(
     if checkpoint is not None:
         bilm, optimizer, state = load_checkpoint(checkpoint, bilm_config, config, workers.device)
         _check_same_corpus(checkpoint, state, fingerprint, corpus, dev)
-        _warn_of_another_plan(checkpoint, state, config)
+        _warn_of_another_plan(checkpoint, state, config, say=workers.is_main)
         if show_progress and workers.is_main:
             tqdm.write(f"Resuming from {checkpoint} (step {state.step}, epoch {state.epoch})")
         start = Start(bilm, optimizer, state, checkpoint)
@@ -707,16 +707,18 @@ def epoch_plan(config: PretrainConfig) -> dict[str, Any]:
     return {name: getattr(config, name) for name in (*PLAN_SETTINGS, "shape_buckets")}
 
 
-def _warn_of_another_plan(checkpoint: Path, state: RunState, config: PretrainConfig) -> None:
+def _warn_of_another_plan(
+    checkpoint: Path, state: RunState, config: PretrainConfig, say: bool = True
+) -> None:
     """Warn where a resumed run plans its epochs otherwise than the run it
     resumes, in the middle of an epoch or with another dev sample
-    (checkpoints of earlier versions record no plan), and record the new
-    plan."""
+    (checkpoints of earlier versions record no plan; `say`: rank 0 says it
+    for all), and record the new plan."""
     plan = epoch_plan(config)
     changed = {k: (v, plan[k]) for k, v in state.plan.items() if plan.get(k) != v}
     state.plan = plan
     dev = changed.keys() & {"seed", "dev_fraction", "max_dev_tokens"}
-    if not dev and not (changed and state.batch):  # a new plan from an epoch's start is fine
+    if not say or not (dev or changed and state.batch):  # a new plan from an epoch's start: fine
         return
     consequences = []
     if state.batch:
