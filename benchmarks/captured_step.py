@@ -38,15 +38,15 @@ import tempfile
 import time
 from dataclasses import fields, replace
 
-import numpy
 import torch
 from matmul_rates import float32_without_tf32, synchronize
+from pretrain_throughput import first_epoch
 from spacy.cli._util import parse_config_overrides
 
 from elmo_spacy.bilm import BiLM, TokenBatch
 from elmo_spacy.bilm.inputs.buckets import ShapeBuckets, step_shape
 from elmo_spacy.pretrain import load_pretrain_config, open_corpus
-from elmo_spacy.pretrain.batches import BatchBuilder, corpus_vocabulary, epoch_batches
+from elmo_spacy.pretrain.batches import BatchBuilder, corpus_vocabulary
 from elmo_spacy.pretrain.memory import keep_freed_memory
 from elmo_spacy.pretrain.train import ShareLoss, training_step
 
@@ -200,15 +200,7 @@ def main() -> None:
     corpus = open_corpus([args.corpus], workdir.name)
     vocab = corpus_vocabulary(corpus.types, bilm_config.max_vocab_size, bilm_config.min_count)
     buckets = ShapeBuckets(args.shape_buckets, training.batch_tokens)
-    plans = epoch_batches(
-        corpus,
-        seed=0,
-        epoch=1,
-        max_length=training.max_length,
-        batch_tokens=training.batch_tokens,
-        exclude=numpy.zeros(0, dtype="int64"),
-        buckets=buckets,
-    )
+    plans = first_epoch(corpus, training, buckets)
     build = BatchBuilder(corpus, BiLM(bilm_config, vocab), buckets)
     batches = [build(pieces) for pieces in itertools.islice(plans, args.batches)]
     if device.type == "cuda":

@@ -185,6 +185,22 @@ def _prepared_feed(
     return feed
 
 
+def first_epoch(
+    corpus, training: PretrainConfig, buckets: ShapeBuckets | None = None
+) -> Iterator[Pieces]:
+    """The first epoch's batches of the whole corpus (seed 0), planned as
+    pretraining plans them with `training`'s settings and `buckets`."""
+    return epoch_batches(
+        corpus,
+        seed=0,
+        epoch=1,
+        max_length=training.max_length,
+        batch_tokens=training.batch_tokens,
+        exclude=numpy.zeros(0, dtype="int64"),
+        buckets=buckets,
+    )
+
+
 def epoch_shapes(plans: Iterable[Pieces], build: BatchBuilder) -> dict:
     """An epoch's batches (`plans`, built by `build`): how many, their
     distinct step shapes (and of its parts: the LSTM's (B, T + 2), the
@@ -279,25 +295,24 @@ def main() -> None:
     bounds = [*used_cutoffs(bilm_config, len(vocab)), len(vocab)]
     tail_shares = [counts[lo:hi].sum() / counts.sum() for lo, hi in zip(bounds, bounds[1:])]
 
-    def epoch(buckets: ShapeBuckets | None) -> Iterator[Pieces]:
-        return epoch_batches(
-            corpus,
-            seed=0,
-            epoch=1,
-            max_length=training.max_length,
-            batch_tokens=training.batch_tokens,
-            exclude=numpy.zeros(0, dtype="int64"),
-            buckets=buckets,
-        )
-
     bucket_values = args.shape_buckets or [training.shape_buckets]
     buckets = {b: ShapeBuckets(b, training.batch_tokens) if b else None for b in bucket_values}
-    plans = {b: list(itertools.islice(epoch(buckets[b]), args.steps + 3)) for b in bucket_values}
+    plans = {
+        b: list(itertools.islice(first_epoch(corpus, training, buckets[b]), args.steps + 3))
+        for b in bucket_values
+    }
     if args.shape_buckets:
         probe = BiLM(bilm_config, vocab)
         for b in bucket_values:
             built = BatchBuilder(corpus, probe, buckets[b])
-            print(json.dumps({"shape_buckets": b, **epoch_shapes(epoch(buckets[b]), built)}))
+            print(
+                json.dumps(
+                    {
+                        "shape_buckets": b,
+                        **epoch_shapes(first_epoch(corpus, training, buckets[b]), built),
+                    }
+                )
+            )
 
     workers = Workers(device=torch.device(args.device))
     feeds = {

@@ -28,33 +28,29 @@ from .batch import BOS_TYPE, EOS_TYPE, LMTargets, TokenBatch, lm_targets
 from .chars import CharIds
 
 
-def ladder_size(n: int, per_octave: int) -> int:
-    """The smallest size >= n with at most `per_octave` sizes between two
-    powers of two (a power of two itself): 2^j + i 2^j / per_octave for
-    2^j < n <= 2^(j + 1), and n itself up to per_octave. So a size wastes
-    less than 1 / per_octave of itself, and sizes up to N take about
-    per_octave log2(N) values."""
-    if n <= per_octave:
-        return n
-    step = max(1, (1 << ((n - 1).bit_length() - 1)) // per_octave)
-    return -(-n // step) * step
-
-
 def ladder_sizes(lengths: numpy.ndarray, per_octave: int) -> numpy.ndarray:
-    """`ladder_size` of each of `lengths` (int64 array)."""
+    """The smallest size >= n, for each n of `lengths` (int64), with at most
+    `per_octave` sizes between two powers of two (a power of two itself):
+    2^j + i 2^j / per_octave for 2^j < n <= 2^(j + 1), and n itself up to
+    per_octave. So a size wastes less than 1 / per_octave of itself, and
+    sizes up to N take about per_octave log2(N) values."""
     lengths = numpy.asarray(lengths, dtype="int64")
-    octave = numpy.ones_like(lengths)
-    big = lengths > 1
-    octave[big] = numpy.left_shift(1, numpy.floor(numpy.log2(lengths[big] - 1)).astype("int64"))
+    _, exponent = numpy.frexp(numpy.maximum(lengths - 1, 1))  # n - 1 < 2^exponent, exactly
+    octave = numpy.left_shift(1, exponent.astype("int64") - 1)  # 2^j
     step = numpy.maximum(1, octave // per_octave)
     return numpy.where(lengths <= per_octave, lengths, -(-lengths // step) * step)
+
+
+def ladder_size(n: int, per_octave: int) -> int:
+    """`ladder_sizes` of one size."""
+    return int(ladder_sizes(numpy.array([n]), per_octave)[0])
 
 
 @dataclass(frozen=True)
 class ShapeBuckets:
     """Pads pretraining batches to a few shapes (see the module docstring).
 
-    per_octave: sizes per octave of each dimension (`ladder_size`): 4 wastes
+    per_octave: sizes per octave of each dimension (`ladder_sizes`): 4 wastes
         at most a quarter, 8 an eighth.
     batch_tokens: padded tokens a batch holds: the rows of a batch whose
         docs are T tokens long at most are batch_tokens // T.
