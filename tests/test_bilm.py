@@ -261,15 +261,16 @@ def test_char_cnn_encodings_are_kept_across_batches_until_the_weights_change():
     assert len(cached_types()) == 5
 
 
-def test_a_large_tail_cluster_runs_in_chunks_with_the_same_loss_and_gradients(monkeypatch):
-    """A tail cluster wider than CLUSTER_CHUNK words (the rare words of a
-    vocabulary of hundreds of thousands) with more than WHOLE_CLUSTER_LOGITS
-    logits is normalised a chunk at a time:
+@pytest.mark.parametrize("whole_cluster_logits", [0, 1 << 24], ids=["in chunks", "whole"])
+def test_the_tail_clusters_give_torchs_loss_and_gradients(monkeypatch, whole_cluster_logits):
+    """A tail cluster, its logits kept whole or (wider than CLUSTER_CHUNK
+    words, the rare words of a vocabulary of hundreds of thousands, with
+    more than WHOLE_CLUSTER_LOGITS logits) normalised a chunk at a time:
     the loss and every gradient of torch's adaptive softmax."""
     import elmo_spacy.bilm.model.softmax as softmax_module
 
     monkeypatch.setattr(softmax_module, "CLUSTER_CHUNK", 64)  # the last cluster: 200 words
-    monkeypatch.setattr(softmax_module, "WHOLE_CLUSTER_LOGITS", 0)
+    monkeypatch.setattr(softmax_module, "WHOLE_CLUSTER_LOGITS", whole_cluster_logits)
     torch.manual_seed(0)
     softmax = torch.nn.AdaptiveLogSoftmaxWithLoss(16, 300, [20, 100], div_value=4.0)
     hidden, targets = torch.randn(64, 16), torch.randint(0, 300, (64,))
@@ -303,12 +304,10 @@ def test_a_wide_cluster_is_chunked_only_where_its_logits_would_not_fit(monkeypat
 
     monkeypatch.setattr(softmax_module, "CLUSTER_CHUNK", 64)
     monkeypatch.setattr(softmax_module, "WHOLE_CLUSTER_LOGITS", 10 * 200)  # 10 rows of 200 words
-    chunked = []
-    apply = softmax_module._ChunkedClusterNll.apply
+    chunks = []
+    apply = softmax_module._ClusterNll.apply
     monkeypatch.setattr(
-        softmax_module._ChunkedClusterNll,
-        "apply",
-        lambda *a: chunked.append(len(a[0])) or apply(*a),
+        softmax_module._ClusterNll, "apply", lambda *a: chunks.append(a[-1]) or apply(*a)
     )
     torch.manual_seed(0)
     weight = torch.randn(200, 8)
@@ -319,7 +318,7 @@ def test_a_wide_cluster_is_chunked_only_where_its_logits_would_not_fit(monkeypat
             projected @ weight.t(), targets, reduction="sum"
         )
         assert float(got) == pytest.approx(float(expected), rel=1e-6)
-    assert chunked == [11]
+    assert chunks == [200, 64]  # 10 rows whole, 11 in chunks
 
 
 def test_cutoffs_that_would_leave_a_cluster_no_width_are_refused():

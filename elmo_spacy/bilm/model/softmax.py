@@ -114,43 +114,60 @@ def cluster_nll(
 
     A cluster of at most CLUSTER_CHUNK words, or of at most
     WHOLE_CLUSTER_LOGITS logits (N x V: the few predictions of a batch
-    that fall in a cluster of rare words), is `summed_nll` of its logits,
-    kept for the backward pass. A larger one (the rare words of a
-    vocabulary of hundreds of thousands, with many predictions) runs its
-    words CLUSTER_CHUNK at a time, forward (a running log-sum-exp) and
-    backward (the logits computed again), so that memory holds N x
-    CLUSTER_CHUNK logits, not N x V: the same sum, exactly normalised."""
+    that fall in a cluster of rare words), keeps its log-softmax for the
+    backward pass. A larger one (the rare words of a vocabulary of
+    hundreds of thousands, with many predictions) runs its words
+    CLUSTER_CHUNK at a time, forward (a running log-sum-exp) and backward
+    (the logits computed again), so that memory holds N x CLUSTER_CHUNK
+    logits, not N x V: the same sum, exactly normalised."""
     rows, words = projected.shape[0], weight.shape[0]
-    if words <= CLUSTER_CHUNK or rows * words <= WHOLE_CLUSTER_LOGITS:
-        return summed_nll(projected @ weight.t(), targets, row_weights)
-    return _ChunkedClusterNll.apply(projected, weight, targets, row_weights)
+    whole = words <= CLUSTER_CHUNK or rows * words <= WHOLE_CLUSTER_LOGITS
+    return _ClusterNll.apply(projected, weight, targets, row_weights, words if whole else CLUSTER_CHUNK)
 
 
-class _ChunkedClusterNll(torch.autograd.Function):
+class _ClusterNll(torch.autograd.Function):
+    """The NLL of a tail cluster with its product to the logits inside, so
+    that the (N, V) matrix is made once and touched as few times as the
+    sum needs: forward the product and one log-softmax (or a running
+    log-sum-exp per chunk), backward the softmax in place over it and its
+    two products; the weights w and the incoming gradient scale the narrow
+    (N, d) and (V, d) factors, never the (N, V) matrix, and the one-hot
+    term is a gather and an index_add of (N, d) rows."""
+
     @staticmethod
-    def forward(ctx, projected, weight, targets, row_weights):
-        lse = None
-        for start in range(0, weight.shape[0], CLUSTER_CHUNK):
-            chunk = torch.logsumexp(projected @ weight[start : start + CLUSTER_CHUNK].t(), dim=1)
-            lse = chunk if lse is None else torch.logaddexp(lse, chunk)
-        nll = lse - (projected * weight[targets]).sum(dim=1)
-        ctx.save_for_backward(projected, weight, targets, lse, row_weights)
+    def forward(ctx, projected, weight, targets, row_weights, chunk):
+        if chunk >= weight.shape[0]:
+            logprob = torch.log_softmax(projected @ weight.t(), dim=1)  # (N, V)
+            nll = -logprob.gather(1, targets[:, None])[:, 0]
+            lse = None
+        else:
+            logprob = None
+            for start in range(0, weight.shape[0], chunk):
+                part = torch.logsumexp(projected @ weight[start : start + chunk].t(), dim=1)
+                lse = part if start == 0 else torch.logaddexp(lse, part)
+            nll = lse - (projected * weight[targets]).sum(dim=1)
+        ctx.save_for_backward(projected, weight, targets, row_weights, logprob, lse)
+        ctx.chunk = chunk
         return (nll if row_weights is None else nll * row_weights).sum()
 
     @staticmethod
     def backward(ctx, grad):
-        projected, weight, targets, lse, row_weights = ctx.saved_tensors
-        scale = grad if row_weights is None else grad * row_weights[:, None]  # (N, 1) or ()
+        projected, weight, targets, row_weights, logprob, lse = ctx.saved_tensors
+        scale = grad if row_weights is None else grad * row_weights[:, None]  # () or (N, 1)
+        scaled = projected * scale  # (N, d)
         d_projected = torch.zeros_like(projected)
-        d_weight = torch.zeros_like(weight)
-        for start in range(0, weight.shape[0], CLUSTER_CHUNK):
-            part = weight[start : start + CLUSTER_CHUNK]
-            probs = torch.exp(projected @ part.t() - lse[:, None]) * scale  # (N, chunk)
-            d_projected += probs @ part
-            d_weight[start : start + len(part)] = probs.t() @ projected
-        d_projected -= weight[targets] * scale
-        d_weight.index_add_(0, targets, -projected * scale)
-        return d_projected, d_weight, None, None
+        d_weight = torch.empty_like(weight)
+        for start in range(0, weight.shape[0], ctx.chunk):
+            part = weight[start : start + ctx.chunk]
+            if logprob is not None:
+                probs = logprob.exp_()  # (N, V), in place: kept for this alone
+            else:
+                probs = torch.mm(projected, part.t()).sub_(lse[:, None]).exp_()  # (N, chunk)
+            d_projected.addmm_(probs, part)
+            torch.mm(probs.t(), scaled, out=d_weight[start : start + len(part)])
+        d_projected.mul_(scale).sub_(weight[targets] * scale)
+        d_weight.index_add_(0, targets, scaled, alpha=-1.0)
+        return d_projected, d_weight, None, None, None
 
 
 def summed_nll(
