@@ -122,22 +122,24 @@ def cluster_nll(
     logits, not N x V: the same sum, exactly normalised."""
     rows, words = projected.shape[0], weight.shape[0]
     whole = words <= CLUSTER_CHUNK or rows * words <= WHOLE_CLUSTER_LOGITS
-    return _ClusterNll.apply(projected, weight, targets, row_weights, words if whole else CLUSTER_CHUNK)
+    chunk = words if whole else CLUSTER_CHUNK
+    return _ClusterNll.apply(projected, weight, targets, row_weights, chunk)
 
 
 class _ClusterNll(torch.autograd.Function):
     """The NLL of a tail cluster with its product to the logits inside, so
-    that the (N, V) matrix is made once and touched as few times as the
-    sum needs: forward the product and one log-softmax (or a running
-    log-sum-exp per chunk), backward the softmax in place over it and its
-    two products; the weights w and the incoming gradient scale the narrow
-    (N, d) and (V, d) factors, never the (N, V) matrix, and the one-hot
-    term is a gather and an index_add of (N, d) rows."""
+    that the (N, V) matrix is made once and touched as few times as the sum
+    needs: forward the product and the log-softmax in place over it (or a
+    running log-sum-exp per chunk), backward the softmax in place over that
+    and its two products. The weights w and the incoming gradient scale the
+    narrow (N, d) and (V, d) factors, never the (N, V) matrix, and the
+    one-hot term is a gather and an index_add of (N, d) rows."""
 
     @staticmethod
     def forward(ctx, projected, weight, targets, row_weights, chunk):
         if chunk >= weight.shape[0]:
-            logprob = torch.log_softmax(projected @ weight.t(), dim=1)  # (N, V)
+            logprob = projected @ weight.t()  # (N, V) logits, then in place their
+            torch.log_softmax(logprob, dim=1, out=logprob)  # log-softmax (row by row)
             nll = -logprob.gather(1, targets[:, None])[:, 0]
             lse = None
         else:
