@@ -48,7 +48,7 @@ class Embedder:
         overlapping pieces (see `elmo_spacy.bilm.runner.windows`).
     device: where the biLM runs ("cpu", "cuda", "cuda:1", a torch.device).
     precision: "float32" (conformant), "bfloat16" (faster where the hardware
-        multiplies in it) or "float16" (GPUs without bfloat16); see
+        multiplies in it faster than in float32) or "float16" (GPUs without bfloat16); see
         `elmo_spacy.bilm.runtime.precision`. None (the default): float32 for a
         path, a `BiLM`'s own setting for a `BiLM`. The arrays handed back are
         float32 either way.

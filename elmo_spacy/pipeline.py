@@ -178,8 +178,9 @@ class Elmo(TrainablePipe):
         spaces; null: a few sentences of news English shipped with the
         plugin (`elmo_spacy.bilm.runner.DEFAULT_WARMUP`).
     precision: what the biLM computes in: "float32" (the default, conformant),
-        "bfloat16" (faster where the CPU or GPU multiplies in it, e.g.
-        AVX512-BF16, AMX, Ampere and later; each layer moves by under 1% of
+        "bfloat16" (faster where the CPU or GPU multiplies in it faster than
+        in float32, e.g. AMX, AMD's AVX512-BF16, Ampere and later; each
+        layer moves by under 1% of
         its largest value) or "float16" (GPUs without bfloat16, e.g. T4 and
         V100; fine-tuning scales the loss). Either runs as float32, with a
         warning, where it would not pay; `doc._.elmo` is float32 (or `dtype`)

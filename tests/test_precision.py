@@ -333,6 +333,42 @@ def test_bfloat16_instructions_are_found_on_each_kind_of_cpu(
     assert precision_module.cpu_multiplies_bfloat16() is multiplies
 
 
+@pytest.mark.parametrize(
+    "float32, bfloat16, pays", [(300.0, 170.0, False), (220.0, 440.0, True)], ids=["XEON-D", "EPYC"]
+)
+def test_bfloat16_instructions_pay_only_where_they_multiply_faster(
+    monkeypatch, float32, bfloat16, pays
+):
+    """Intel CPUs with AVX512-BF16 and no AMX multiply bfloat16 at about
+    half their float32 rate (XEON-D in docs/results.md; AMD's with the same
+    instructions at twice): where the measured product says so, bfloat16
+    falls back to float32, saying why."""
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: True)
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    monkeypatch.setattr(precision_module, "cpu_multiplies_bfloat16", lambda: True)
+    monkeypatch.setattr(precision_module, "cpu_product_rates", lambda: (float32, bfloat16))
+    precision_module._cpu_bfloat16_unsupported.cache_clear()
+    try:
+        reason = precision_module._cpu_bfloat16_unsupported()
+    finally:
+        precision_module._cpu_bfloat16_unsupported.cache_clear()
+    if pays:
+        assert reason is None
+    else:
+        assert reason == (
+            "this CPU multiplies bfloat16 at 170 GFLOP/s, slower than float32 at 300 "
+            "(measured on a product of a biLM's size)"
+        )
+
+
+def test_the_product_rates_are_measured_without_touching_torchs_generator():
+    state = torch.get_rng_state()
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # as a check inside a bfloat16 run
+        float32, bfloat16 = precision_module.cpu_product_rates(rows=8, width=16, rounds=1)
+    assert float32 > 0 and bfloat16 > 0
+    assert torch.equal(torch.get_rng_state(), state)
+
+
 def test_a_precision_that_does_not_exist_is_refused_with_the_choices(bilm_dir, tmp_path):
     choices = "use one of 'float32', 'bfloat16', 'float16'"
     with pytest.raises(ValueError, match=f"precision = 'int8'.*{choices}"):

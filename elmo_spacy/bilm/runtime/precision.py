@@ -26,15 +26,18 @@
   overflowed. On the CPU, float16 runs as float32, with a warning.
 
 bfloat16 pays only where the hardware multiplies in it (x86 CPUs with
-AVX512-BF16 or AMX-BF16, GPUs from Ampere on); elsewhere it is emulated and
-slower than float32, so the biLM runs float32 instead, with a warning that
-names float16 on a GPU that has it.
+AVX512-BF16 or AMX-BF16, GPUs from Ampere on) faster than in float32;
+elsewhere it is emulated and slower than float32, or (some CPUs with the
+instructions) slower anyway, as measured once a process
+(`cpu_product_rates`), so the biLM runs float32 instead, with a warning
+that says why and names float16 on a GPU that has it.
 """
 
 import contextlib
 import functools
 import platform
 import sys
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import fields, is_dataclass, replace
@@ -101,7 +104,38 @@ def _cpu_bfloat16_unsupported() -> str | None:
         return (
             "this CPU has no bfloat16 instructions: bfloat16 would be emulated, slower than float32"
         )
+    float32, bfloat16 = cpu_product_rates()
+    if bfloat16 < float32:
+        return (
+            f"this CPU multiplies bfloat16 at {bfloat16:.0f} GFLOP/s, slower than float32 "
+            f"at {float32:.0f} (measured on a product of a biLM's size)"
+        )
     return None
+
+
+def cpu_product_rates(rows: int = 256, width: int = 512, rounds: int = 3) -> tuple[float, float]:
+    """GFLOP/s of this CPU's product of a biLM's size ((rows, width) by
+    (width, 4 width), an LSTM's gates) in float32 and in bfloat16, on
+    torch's threads: the best of `rounds` rounds each, taken in turn so that
+    other work on the cores slows both alike (about 0.1 s in all). Having
+    bfloat16 instructions is not enough: some CPUs that have them (Intel's
+    without AMX) multiply bfloat16 at half their float32 rate."""
+    generator = torch.Generator().manual_seed(0)  # not torch's global one (dropout masks)
+    x = torch.randn(rows, width, generator=generator)
+    weight = torch.randn(4 * width, width, generator=generator)
+    flops = 2.0 * rows * width * 4 * width
+    best = {torch.float32: 0.0, torch.bfloat16: 0.0}
+    with torch.autocast("cpu", enabled=False), torch.inference_mode():
+        operands = {dtype: (x.to(dtype), weight.to(dtype)) for dtype in best}
+        for a, b in operands.values():
+            torch.nn.functional.linear(a, b)  # the kernels' first-call setup
+        for _ in range(rounds):
+            for dtype, (a, b) in operands.items():
+                started = time.perf_counter()
+                for _ in range(4):
+                    torch.nn.functional.linear(a, b)
+                best[dtype] = max(best[dtype], 4 * flops / (time.perf_counter() - started))
+    return best[torch.float32] / 1e9, best[torch.bfloat16] / 1e9
 
 
 def cpu_multiplies_bfloat16() -> bool:
