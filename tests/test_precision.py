@@ -343,15 +343,16 @@ def test_bfloat16_instructions_pay_only_where_they_multiply_faster(
     half their float32 rate (XEON-D in docs/results.md; AMD's with the same
     instructions at twice): where the measured product says so, bfloat16
     falls back to float32, saying why."""
-    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: True)
-    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
-    monkeypatch.setattr(precision_module, "cpu_multiplies_bfloat16", lambda: True)
+    monkeypatch.undo()  # the autouse fixture's bfloat16 everywhere
+    monkeypatch.setattr(precision_module, "_cpu_bfloat16_unsupported", lambda: None)
     monkeypatch.setattr(precision_module, "cpu_product_rates", lambda: (float32, bfloat16))
-    precision_module._cpu_bfloat16_unsupported.cache_clear()
+    precision_module._cpu_bfloat16_slower.cache_clear()
     try:
-        reason = precision_module._cpu_bfloat16_unsupported()
+        reason = precision_module.bfloat16_unsupported("cpu")
+        monkeypatch.setattr(precision_module, "TIME_CPU_BFLOAT16", False)  # the benchmarks'
+        assert precision_module.bfloat16_unsupported("cpu") is None
     finally:
-        precision_module._cpu_bfloat16_unsupported.cache_clear()
+        precision_module._cpu_bfloat16_slower.cache_clear()
     if pays:
         assert reason is None
     else:
