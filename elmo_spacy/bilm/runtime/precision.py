@@ -130,8 +130,9 @@ def cpu_product_rates(rows: int = 256, width: int = 512, rounds: int = 3) -> tup
     (width, 4 width), an LSTM's gates) in float32 and in bfloat16, on
     torch's threads: the best of `rounds` rounds each, taken in turn so that
     other work on the cores slows both alike (about 0.1 s in all). Having
-    bfloat16 instructions is not enough: some CPUs that have them (Intel's
-    without AMX) multiply bfloat16 at half their float32 rate."""
+    bfloat16 instructions is not enough: an Intel Xeon with AVX512-BF16 and
+    no AMX (XEON-D in docs/results.md) multiplies bfloat16 at about half
+    its float32 rate."""
     generator = torch.Generator().manual_seed(0)  # not torch's global one (dropout masks)
     x = torch.randn(rows, width, generator=generator)
     weight = torch.randn(4 * width, width, generator=generator)
