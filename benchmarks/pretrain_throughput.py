@@ -307,14 +307,8 @@ def main() -> None:
         probe = BiLM(bilm_config, vocab)
         for b in bucket_values:
             built = BatchBuilder(corpus, probe, buckets[b])
-            print(
-                json.dumps(
-                    {
-                        "shape_buckets": b,
-                        **epoch_shapes(first_epoch(corpus, training, buckets[b]), built),
-                    }
-                )
-            )
+            shapes = epoch_shapes(first_epoch(corpus, training, buckets[b]), built)
+            print(json.dumps({"shape_buckets": b, **shapes}))
 
     workers = Workers(device=torch.device(args.device))
     feeds = {

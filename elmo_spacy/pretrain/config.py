@@ -41,10 +41,11 @@ class PretrainConfig:
     log_every: steps between the progress bar's loss figures, and the points
         where the time budget is checked: each costs a wait on the device.
     precision: "float32", "bfloat16" to compute in bfloat16 under autocast
-        where the hardware multiplies in it faster than in float32 (float32 master weights, loss and
-        log-softmax in float32; see `elmo_spacy.bilm.runtime.precision`), or
-        "float16" on GPUs without bfloat16 (the same, with the loss scaled by
-        torch's GradScaler, whose state the checkpoints keep). Checkpoints and
+        where the hardware multiplies in it faster than in float32 (float32
+        master weights, loss and log-softmax in float32; see
+        `elmo_spacy.bilm.runtime.precision`), or "float16" on GPUs without
+        bfloat16 (the same, with the loss scaled by torch's GradScaler, whose
+        state the checkpoints keep). Checkpoints and
         the saved biLM are float32 either way.
     shape_buckets: 0 (off), or pad every training batch to one of a few
         shapes, this many sizes per octave of each of its sizes (docs, steps,

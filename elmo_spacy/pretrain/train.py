@@ -698,13 +698,14 @@ def _check_same_corpus(
     )
 
 
-PLAN_SETTINGS = ("seed", "dev_fraction", "max_dev_tokens", "max_length", "batch_tokens")
+DEV_SETTINGS = ("seed", "dev_fraction", "max_dev_tokens")  # those that draw the dev sample
+PLAN_SETTINGS = (*DEV_SETTINGS, "max_length", "batch_tokens", "shape_buckets")
 
 
 def epoch_plan(config: PretrainConfig) -> dict[str, Any]:
     """The [training] settings that decide the dev sample and each epoch's
     batches, which a resumed run must share to go on where it stopped."""
-    return {name: getattr(config, name) for name in (*PLAN_SETTINGS, "shape_buckets")}
+    return {name: getattr(config, name) for name in PLAN_SETTINGS}
 
 
 def _warn_of_another_plan(
@@ -717,7 +718,7 @@ def _warn_of_another_plan(
     plan = epoch_plan(config)
     changed = {k: (v, plan[k]) for k, v in state.plan.items() if plan.get(k) != v}
     state.plan = plan
-    dev = changed.keys() & {"seed", "dev_fraction", "max_dev_tokens"}
+    dev = changed.keys() & set(DEV_SETTINGS)
     if not say or not (dev or changed and state.batch):  # a new plan from an epoch's start: fine
         return
     consequences = []
