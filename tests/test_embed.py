@@ -342,3 +342,14 @@ def test_bfloat16_through_the_api_and_the_command_line(
     assert result.exit_code == 0, result.output
     with h5py.File(tmp_path / "out.hdf5") as file:
         numpy.testing.assert_array_equal(file["1"][...], vectors[1])
+
+
+def test_a_fall_back_under_the_command_line_is_one_line_not_typers(
+    tiny_bilm_dir, corpus, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(precision_module, "bfloat16_unsupported", lambda device="cpu": "no")
+    result = embed(tiny_bilm_dir, corpus, tmp_path / "out.hdf5", "--precision", "bfloat16")
+    assert result.exit_code == 0, result.output
+    warning = "RuntimeWarning: Embedder: precision = 'bfloat16' runs as 'float32': no."
+    assert result.stderr.splitlines()[0] == warning  # then the progress bar
+    assert "typer" not in result.stderr

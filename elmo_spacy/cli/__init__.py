@@ -1,7 +1,11 @@
 """The `elmo-spacy` command line: thin typer commands that call the library."""
 
+import contextlib
 import inspect
+import warnings
+from pathlib import Path
 
+import click
 import typer
 from typer.core import TyperCommand, TyperGroup
 
@@ -49,6 +53,7 @@ def _show_version(show: bool) -> None:
 
 @app.callback()
 def main(
+    ctx: typer.Context,
     version: bool = typer.Option(
         False,
         "--version",
@@ -58,6 +63,28 @@ def main(
     ),
 ) -> None:
     """ELMo for spaCy: prepare a corpus and pretrain a biLM; convert bilm-tf and ELMoForManyLangs models, export bilm-tf; embed a corpus."""
+    ctx.with_resource(warnings_as_lines())
+
+
+@contextlib.contextmanager
+def warnings_as_lines():
+    """While a command runs, show the warnings the library aims at its
+    caller's line (a precision that falls back, ...) as one yellow line
+    ("RuntimeWarning: [training] precision = ..."): under the command line
+    that line is typer's, not the user's, whose line is the command itself.
+    Other warnings show as Python shows them."""
+    machinery = tuple(str(Path(module.__file__).parent) for module in (typer, click))
+    show = warnings.showwarning
+
+    def show_warning(message, category, filename, lineno, file=None, line=None):
+        if str(filename).startswith(machinery):
+            typer.secho(f"{category.__name__}: {message}", fg="yellow", err=True)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show_warning
+        yield
 
 
 class errors_to_exit:
