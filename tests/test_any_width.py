@@ -7,6 +7,7 @@ import spacy
 from spacy.cli.train import train
 from spacy.tokens import Doc, DocBin
 
+import scripts.components  # noqa: F401  (the study's TextCatBiLSTM.v1, which its configs use)
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, save_bilm
 from elmo_spacy.bilm.formats.bilm_tf import read_bilm_tf
 from elmo_spacy.bilm.inputs.vocab import SPECIALS
@@ -58,33 +59,32 @@ def any_bilm(request, tmp_path_factory) -> tuple[Path, int]:
 
 @pytest.fixture(scope="module")
 def token_corpus(tmp_path_factory) -> Path:
-    """train.spacy (= dev.spacy) of a few sentences with entities, tags and UPOS."""
+    """train.spacy (= dev.spacy) of a few sentences with entities, tags, UPOS
+    and one of two topics."""
     nlp = spacy.blank("en")
     docs = [
         Doc(nlp.vocab, words=WORDS, tags=TAGS, pos=POS, ents=ENTS, sent_starts=[True] + [False] * 8)
         for _ in range(4)
     ]
+    for i, doc in enumerate(docs):
+        doc.cats = {"World": float(i % 2 == 0), "Business": float(i % 2 == 1)}
     path = tmp_path_factory.mktemp("tokens") / "train.spacy"
     DocBin(docs=docs, store_user_data=True).to_disk(path)
     return path
 
 
 @pytest.mark.parametrize("name", LISTENING_CONFIGS)
-def test_the_config_trains_with_a_bilm_of_any_width(
-    name, any_bilm, token_corpus, corpus_dir, tmp_path
-):
+def test_the_config_trains_with_a_bilm_of_any_width(name, any_bilm, token_corpus, tmp_path):
     bilm_path, width = any_bilm
     overrides = {
         "paths.bilm": str(bilm_path),
+        "paths.train": str(token_corpus),
+        "paths.dev": str(token_corpus),
         "training.max_steps": 2,
         "training.eval_frequency": 1,
     }
     if name.startswith("textcat"):
-        train_path, dev_path = corpus_dir / "train.spacy", corpus_dir / "dev.spacy"
         overrides["components.textcat.factory"] = "textcat"  # spaCy's, not the study's
-    else:
-        train_path = dev_path = token_corpus
-    overrides |= {"paths.train": str(train_path), "paths.dev": str(dev_path)}
     train(CONFIGS / f"{name}.cfg", tmp_path / "out", overrides=overrides)
 
     nlp = spacy.load(tmp_path / "out" / "model-last")
