@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 REFERENCE = Path(__file__).parent / "reference.md"
-COMMANDS = [
+COMMANDS = [  # in the order a user meets them; every other command follows
     "prepare",
     "pretrain",
     "init-config",
@@ -25,6 +25,7 @@ COMMANDS = [
     "convert-elmo",
     "convert-efml",
     "export-elmo",
+    "export",
 ]
 
 
@@ -62,7 +63,8 @@ def commands() -> str:
     from elmo_spacy.cli import app
 
     out = ["## Commands\n"]
-    for command in COMMANDS:
+    registered = [command.name for command in app.registered_commands if not command.hidden]
+    for command in COMMANDS + [name for name in registered if name not in COMMANDS]:
         result = CliRunner().invoke(
             app, [command, "--help"], env={"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
         )

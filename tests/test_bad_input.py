@@ -25,6 +25,10 @@ def test_no_biLM_path_is_refused_and_untrained_must_be_asked_for(corpus_dir):
         ("--training.max_epochs", "two", "max_epochs = 'two': a number"),
         ("--training.max_epochs", "0", "max_epochs = 0: at least 1"),
         ("--bilm.lstm_dim", "-3", "lstm_dim = -3: at least 1"),
+        ("--bilm.lstm_dim", "big", "lstm_dim = 'big': a whole number"),
+        ("--bilm.projection_dim", "1.5", "projection_dim = 1.5: a whole number"),
+        ("--bilm.filters", "3", "filters = 3: a list of [width, count] pairs"),
+        ("--bilm.skip_connections", "yes", "skip_connections = 'yes': true or false"),
     ],
 )
 def test_a_bad_pretraining_value_stops_before_work(tmp_path, corpus_dir, setting, value, message):
@@ -74,3 +78,25 @@ def test_a_pretraining_config_syntax_error_names_the_file_and_line(tmp_path, edi
         load_pretrain_config(tmp_path / "bad.cfg")
     assert str(refused.value).startswith(f"{tmp_path / message}")
     assert "<string>" not in str(refused.value)
+
+
+def test_exporting_onnx_without_onnx_installed_says_which_extra_to_install(tmp_path, monkeypatch):
+    import importlib.util
+
+    from elmo_spacy.bilm import BiLM, WordVocab
+    from elmo_spacy.bilm.formats.exported import export_bilm
+
+    from .conftest import TINY_BILM
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "onnxscript" else find_spec(name, *a),
+    )
+    bilm = BiLM(
+        TINY_BILM, WordVocab.build([["a", "b"]], max_size=10, min_count=1), with_softmax=False
+    )
+    with pytest.raises(ValueError, match=r"needs onnxscript.*pip install 'elmo_spacy\[export\]'"):
+        export_bilm(bilm, tmp_path, formats=["onnx"])
+    assert not list(tmp_path.iterdir())

@@ -20,7 +20,7 @@ from elmo_spacy.pretrain import Corpus, prepare_corpus
 from elmo_spacy.pretrain.batches import corpus_vocabulary
 from elmo_spacy.pretrain.corpus import MANIFEST, CorpusDamaged
 
-from .conftest import DATA, ELMO_SPACY, cli, tokenize
+from .conftest import CONFIGS, DATA, ELMO_SPACY, cli, tokenize
 
 TEXTS = [t for t in (DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines() if t.strip()]
 
@@ -215,6 +215,23 @@ def test_missing_inputs_and_foreign_folders_are_refused(tmp_path, text):
     result = cli("prepare", text, tmp_path / "mine")
     assert result.returncode == 1 and "notes.txt" in result.stderr
     assert (tmp_path / "mine" / "notes.txt").read_text(encoding="utf-8") == "keep"
+    result = cli("prepare", text, tmp_path / "corpus", "--lang", "qq")
+    assert result.returncode == 1 and "--lang qq: spaCy has no such language" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "corpus").exists()
+    assert cli("prepare", text, tmp_path / "corpus").returncode == 0
+    result = cli(
+        "pretrain",
+        CONFIGS / "bilm_tiny.cfg",
+        tmp_path / "corpus",
+        tmp_path / "nope",
+        tmp_path / "out",
+    )
+    assert (
+        result.returncode == 1 and f"{tmp_path / 'nope'}: no such file or folder" in result.stderr
+    )
+    result = cli("pretrain", CONFIGS / "bilm_tiny.cfg", text, tmp_path / "out", "--lang", "qq")
+    assert result.returncode == 1 and "--lang qq: spaCy has no such language" in result.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_finished_preparation_is_kept_and_other_inputs_need_overwrite(tmp_path, text):

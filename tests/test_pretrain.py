@@ -58,6 +58,30 @@ def test_resume_after_a_crash_ends_with_the_uninterrupted_weights(tmp_path, monk
     )
 
 
+def test_a_finished_run_goes_on_when_resumed_with_more_epochs_and_says_when_it_cannot(
+    tmp_path, capsys
+):
+    """A run that finished its epochs, resumed with the same ones, trains
+    nothing and says so; resumed with more, it trains them and ends with the
+    weights of a run that planned them from the start."""
+    one_epoch = PretrainConfig(**{**SETTINGS.to_dict(), "max_epochs": 1})
+    two_epochs = PretrainConfig(**{**SETTINGS.to_dict(), "max_epochs": 2})
+    first = pretrain(corpus_of(DOCS), BILM, one_epoch, tmp_path / "b", show_progress=False)
+    capsys.readouterr()
+    again = pretrain(corpus_of(DOCS), BILM, one_epoch, tmp_path / "b", resume=True)
+    assert again["steps"] == first["steps"] and len(again["epochs"]) == 1
+    assert "(max_epochs = 1, 1 epochs done): nothing to train" in capsys.readouterr().out
+    uninterrupted = pretrain(corpus_of(DOCS), BILM, two_epochs, tmp_path / "a", show_progress=False)
+    assert len(uninterrupted["epochs"]) == 2
+    resumed = pretrain(corpus_of(DOCS), BILM, two_epochs, tmp_path / "b", resume=True)
+    assert "now allows more, so it goes on" in capsys.readouterr().out
+    assert resumed["steps"] == uninterrupted["steps"]
+    a = load_bilm(tmp_path / "a" / "model-last").state_dict()
+    b = load_bilm(tmp_path / "b" / "model-last").state_dict()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6, msg=key)
+
+
 def test_pretraining_and_its_resumption_step_with_the_fused_adam(tmp_path, monkeypatch):
     fused = []
     real_save = train_module.save_checkpoint

@@ -62,7 +62,7 @@ def main(
         help="Show the versions of elmo-spacy, spaCy and PyTorch, and exit.",
     ),
 ) -> None:
-    """ELMo for spaCy: prepare a corpus and pretrain a biLM; convert bilm-tf and ELMoForManyLangs models, export bilm-tf; embed a corpus."""
+    """ELMo for spaCy: prepare a corpus and pretrain a biLM; convert bilm-tf and ELMoForManyLangs models, export bilm-tf; embed a corpus; export a biLM for serving (ONNX, torch.export)."""
     ctx.with_resource(warnings_as_lines())
 
 

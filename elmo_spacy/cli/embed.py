@@ -39,7 +39,9 @@ def embed_command(
         "zero", help="LSTM state every sentence starts from: zero, or primed by a warm-up text"
     ),
     precision: str = typer.Option(
-        "float32", help="float32 (conformant), or bfloat16 (faster on CPUs with bfloat16 units)"
+        "float32",
+        help="float32 (conformant), bfloat16 (faster on CPUs with bfloat16 units and on GPUs) "
+        "or float16 (GPUs without bfloat16)",
     ),
     warmup_file: Path = typer.Option(
         None,

@@ -60,7 +60,7 @@ def pretrain_command(
         exists=True,
         file_okay=False,
         help="Train this biLM further (a model-best/ of `elmo-spacy pretrain`) on CORPUS, "
-        "keeping its vocabulary and [bilm] settings (the config's are not used): adapts it to "
+        "keeping its vocabulary and \\[bilm] settings (the config's are not used): adapts it to "
         "a task's or domain's text",
     ),
     gpu_id: int = typer.Option(
@@ -217,7 +217,9 @@ def init_config_command(
         ..., metavar="OUTPUT_FILE", help="Where to write the config (- for standard output)"
     ),
     preset: str = typer.Option(
-        "default", help="default (word biLM for two CPU cores), elmo (bilm-tf's char CNN) or tiny"
+        "default",
+        help="default (word biLM for two CPU cores), elmo (bilm-tf's char CNN), lm1b (ELMo's "
+        "recipe: the original shape and vocabulary) or tiny",
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing file"),
 ) -> None:

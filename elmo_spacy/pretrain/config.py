@@ -26,11 +26,15 @@ class PretrainConfig:
     max_length: docs longer than this many tokens are cut into pieces.
     batch_tokens: padded tokens per optimizer step, all ranks together (under
         torchrun each rank builds and trains on its share of every batch).
-    learning_rate, grad_clip: Adam's step size and the gradient-norm clip.
-    max_epochs: passes over the training docs. Budgets that stop earlier (0:
-        none): max_steps optimizer steps, max_tokens tokens of text trained
-        on, max_hours of training (all runs of a resumed run together; the
-        ranks agree on the step to stop at).
+    learning_rate: Adam's step size.
+    grad_clip: the largest norm of all gradients together; larger ones are
+        scaled down to it.
+    max_epochs: passes over the training docs. The budgets below stop
+        earlier; each counts all runs of a resumed run together, and the
+        ranks agree on the step to stop at.
+    max_steps: optimizer steps to stop after (0: no limit).
+    max_tokens: tokens of text trained on to stop after (0: no limit).
+    max_hours: hours of training to stop after (0: no limit).
     patience: stop after this many evaluations without a better dev
         perplexity (0 = never stop early).
     eval_every: steps between measurements of dev perplexity, each writing

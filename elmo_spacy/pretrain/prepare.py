@@ -65,6 +65,8 @@ def prepare_corpus(
     Returns `output_dir`.
     """
     tokenization = Tokenization("whitespace") if pretokenized else Tokenization("spacy", lang)
+    if not pretokenized:
+        _check_language(lang)
     files = find_text_files(inputs)
     k, n = part
     if not (n >= 1 and 0 <= k < n):
@@ -113,6 +115,11 @@ def open_corpus(
                     "out --lang and --pretokenized, which are for text files, or prepare it again"
                 )
         return corpus
+    missing = [
+        str(p) for p, is_folder in zip(paths, prepared) if not is_folder and not Path(p).exists()
+    ]
+    if any(prepared) and missing:
+        raise ElmoSpacyError(f"{', '.join(missing)}: no such file or folder")
     if any(prepared):
         raise ElmoSpacyError(
             f"{', '.join(map(str, paths))}: give prepared folders or text files, not both "
@@ -252,6 +259,19 @@ class _tokenizers:
 
 
 _TOKENIZER: Any = None  # this process's tokenizer: set by _start_worker
+
+
+def _check_language(lang: str) -> None:
+    """Refuse, before any work, a language spaCy has no tokenizer for."""
+    import spacy
+
+    try:
+        spacy.util.get_lang_class(lang)
+    except ImportError as err:
+        raise ElmoSpacyError(
+            f"--lang {lang}: spaCy has no such language; give one of its codes "
+            "(en, de, zh, ..., xx for any language: https://spacy.io/usage/models#languages)"
+        ) from err
 
 
 def _start_worker(tokenization: Tokenization) -> None:

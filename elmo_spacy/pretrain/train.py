@@ -563,6 +563,16 @@ def _start(
         _warn_of_another_plan(checkpoint, state, config, say=workers.is_main)
         if show_progress and workers.is_main:
             tqdm.write(f"Resuming from {checkpoint} (step {state.step}, epoch {state.epoch})")
+        if state.finished:  # it goes on where `config` now allows more
+            reached = _limits_reached(state, config)
+            state.finished = bool(reached)
+            if show_progress and workers.is_main:
+                tqdm.write(
+                    f"The run had finished ({'; '.join(reached)}): nothing to train. To train "
+                    "further, raise that limit (--training.<name>)."
+                    if reached
+                    else "The run had finished; [training] now allows more, so it goes on."
+                )
         start = Start(bilm, optimizer, state, checkpoint)
     else:
         torch.manual_seed(config.seed)
@@ -706,6 +716,34 @@ def epoch_plan(config: PretrainConfig) -> dict[str, Any]:
     """The [training] settings that decide the dev sample and each epoch's
     batches, which a resumed run must share to go on where it stopped."""
     return {name: getattr(config, name) for name in PLAN_SETTINGS}
+
+
+def _limits_reached(state: RunState, config: PretrainConfig) -> list[str]:
+    """The limits of `config` that a run at `state` has reached, as
+    "name = value (where the run is)": what ends it."""
+    done_epochs = state.epoch - 1  # an epoch a budget cut short counts: the next starts afresh
+    limits = [
+        ("max_epochs", config.max_epochs, done_epochs, f"{done_epochs} epochs done"),
+        ("max_steps", config.max_steps, state.step, f"{state.step} steps done"),
+        ("max_tokens", config.max_tokens, state.tokens, f"{state.tokens} tokens done"),
+        (
+            "max_hours",
+            config.max_hours,
+            state.train_seconds / 3600,
+            f"{state.train_seconds / 3600:.2f} hours done",
+        ),
+        (
+            "patience",
+            config.patience,
+            state.bad_evaluations,
+            f"{state.bad_evaluations} evaluations without a better dev perplexity",
+        ),
+    ]
+    return [
+        f"{name} = {limit}, {where}"
+        for name, limit, value, where in limits
+        if limit and value >= limit
+    ]
 
 
 def _warn_of_another_plan(

@@ -32,6 +32,7 @@ state = "primed", from the primed state, held in the program as constants.
 
 import contextlib
 import copy
+import importlib.util
 import json
 import logging
 import warnings
@@ -266,6 +267,12 @@ def export_bilm(
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise ElmoSpacyError(f"Export formats {unknown}: use {', '.join(FORMATS)}")
+    missing = [name for name in ("onnx", "onnxscript") if importlib.util.find_spec(name) is None]
+    if "onnx" in formats and missing:
+        raise ElmoSpacyError(
+            f"The onnx format needs {' and '.join(missing)}, which are not installed: "
+            "pip install 'elmo_spacy[export]', or export the torch-export format alone (--format torch-export)"
+        )
     bilm = copy.deepcopy(bilm).to(device="cpu", dtype=dtype).eval()
     module = ServingBiLM(bilm, initial_states, with_states).to(dtype).eval()
     sample = serving_inputs(bilm, [["A", "sentence", "."], ["Two", "."]], with_states)

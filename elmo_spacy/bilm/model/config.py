@@ -87,15 +87,9 @@ class BiLMConfig:
     min_count: int = 2
 
     def __post_init__(self) -> None:
-        self.filters = [(int(w), int(n)) for w, n in self.filters]
-        self.cutoffs = [int(c) for c in self.cutoffs]
-        problems = []
-        for name in ("cell_clip", "proj_clip", "forget_bias"):
-            value = getattr(self, name)
-            try:
-                setattr(self, name, None if value is None else float(value))
-            except (TypeError, ValueError):
-                problems.append(f"{name} = {value!r}: a number, or null")
+        problems = self._check_types()
+        if problems:
+            raise ElmoSpacyError("Invalid biLM config: " + "; ".join(problems))
         if self.encoder not in ENCODERS:
             problems.append(f"encoder = {self.encoder!r}; use one of {ENCODERS}")
         if self.softmax not in SOFTMAXES:
@@ -138,6 +132,51 @@ class BiLMConfig:
         if problems:
             raise ElmoSpacyError("Invalid biLM config: " + "; ".join(problems))
 
+    def _check_types(self) -> list[str]:
+        """Give each setting its type (whole numbers as int, numbers as
+        float), or say which are not of it: the range checks compare them."""
+        problems = []
+        for spec in fields(self):
+            name, value = spec.name, getattr(self, spec.name)
+            if spec.type is int:
+                if _whole(value) is None:
+                    problems.append(f"{name} = {value!r}: a whole number")
+                else:
+                    setattr(self, name, _whole(value))
+            elif spec.type in (float, float | None):
+                optional = spec.type is not float
+                if value is None and optional:
+                    continue
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    problems.append(f"{name} = {value!r}: a number" + (", or null" * optional))
+                else:
+                    setattr(self, name, float(value))
+            elif spec.type is bool and not isinstance(value, bool):
+                problems.append(f"{name} = {value!r}: true or false")
+            elif spec.type is str and not isinstance(value, str):
+                problems.append(f"{name} = {value!r}: a string")
+        pairs = self.filters if isinstance(self.filters, (list, tuple)) else [None]
+        filters = [
+            (_whole(pair[0]), _whole(pair[1]))
+            if isinstance(pair, (list, tuple)) and len(pair) == 2
+            else (None, None)
+            for pair in pairs
+        ]
+        if any(None in pair for pair in filters):
+            problems.append(
+                f"filters = {self.filters!r}: a list of [width, count] pairs of whole numbers"
+            )
+        else:
+            self.filters = filters
+        cutoffs = (
+            [_whole(c) for c in self.cutoffs] if isinstance(self.cutoffs, (list, tuple)) else [None]
+        )
+        if None in cutoffs:
+            problems.append(f"cutoffs = {self.cutoffs!r}: a list of whole numbers")
+        else:
+            self.cutoffs = cutoffs
+        return problems
+
     @property
     def width(self) -> int:
         """Width of every output layer: [forward; backward]."""
@@ -154,6 +193,15 @@ class BiLMConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "BiLMConfig":
         return from_known_fields(cls, values, "biLM config")
+
+
+def _whole(value: Any) -> int | None:
+    """`value` as an int if it is a whole number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return None
+    return int(value)
 
 
 def from_known_fields(cls, values: dict[str, Any], what: str):
