@@ -181,9 +181,15 @@ def test_the_vocabulary_of_the_type_counts_is_word_vocab_builds(tmp_path, text):
         (
             "bad.jsonl",
             b'{"text": "fine"}\n{"txt": "no"}\n',
-            'bad.jsonl:2: expected a JSON object with a "text"',
+            "bad.jsonl:2: expected a JSON object with a \"text\" field, found keys ['txt']",
         ),
-        ("num.jsonl", b'{"text": 3}\n', 'num.jsonl:1: "text" is a int, not a string'),
+        (
+            "list.jsonl",
+            b'["text"]\n',
+            'list.jsonl:1: expected a JSON object with a "text" field, found list',
+        ),
+        ("cut.jsonl", b'{"text": "a}\n', "cut.jsonl:1: not JSON (Invalid control character"),
+        ("num.jsonl", b'{"text": 3}\n', 'num.jsonl:1: "text" is of type int, not a string'),
         (
             "cut.txt.gz",
             gzip.compress(b"some text\n" * 100)[:-30],
@@ -202,6 +208,7 @@ def test_bad_input_is_named_by_file_and_line_and_leaves_nothing(tmp_path, name, 
     result = cli("prepare", tmp_path / "good.txt", tmp_path / name, tmp_path / "corpus")
     assert result.returncode == 1
     assert message in " ".join(result.stderr.split())
+    assert result.stderr.splitlines()[-1].startswith(str(tmp_path / name))  # not after the bar
     assert not (tmp_path / "corpus").exists()
 
 

@@ -191,39 +191,39 @@ def _prepare(files: list[Path], writer: "CorpusWriter", tokenize, show_progress:
             pending.append((shard, tokenize(texts)))
             drain(keep=2 * tokenize.workers)
 
-    shard, shard_chars, ours = 0, 0, writer.wants(0)
-    task: list[str] = []
-    task_chars = 0
-    sources = []
-    for path in files:
-        source = TextFile(path)
-        n_docs = 0
-        for _, text in source.docs():
-            n_docs += 1
-            shard_chars += len(text)
-            if ours:
-                task.append(text)
-                task_chars += len(text)
-                if task_chars >= TASK_CHARS:
-                    submit(shard, task)
-                    task, task_chars = [], 0
-            if shard_chars >= writer.shard_size:
+    with bar:  # closed before an error is shown, which then starts a line of its own
+        shard, shard_chars, ours = 0, 0, writer.wants(0)
+        task: list[str] = []
+        task_chars = 0
+        sources = []
+        for path in files:
+            source = TextFile(path)
+            n_docs = 0
+            for _, text in source.docs():
+                n_docs += 1
+                shard_chars += len(text)
                 if ours:
-                    submit(shard, task)
-                    task, task_chars = [], 0
-                    pending.append((shard, None))
-                shard, shard_chars = shard + 1, 0
-                ours = writer.wants(shard)
-        if n_docs == 0:
-            raise ElmoSpacyError(
-                f"{path}: no text: the file is empty or holds only blank lines. Leave it out."
-            )
-        sources.append({**_source_stamp(path), "sha256": source.sha256, "docs": n_docs})
-    if ours and shard_chars:
-        submit(shard, task)
-        pending.append((shard, None))
-    drain(keep=0)
-    bar.close()
+                    task.append(text)
+                    task_chars += len(text)
+                    if task_chars >= TASK_CHARS:
+                        submit(shard, task)
+                        task, task_chars = [], 0
+                if shard_chars >= writer.shard_size:
+                    if ours:
+                        submit(shard, task)
+                        task, task_chars = [], 0
+                        pending.append((shard, None))
+                    shard, shard_chars = shard + 1, 0
+                    ours = writer.wants(shard)
+            if n_docs == 0:
+                raise ElmoSpacyError(
+                    f"{path}: no text: the file is empty or holds only blank lines. Leave it out."
+                )
+            sources.append({**_source_stamp(path), "sha256": source.sha256, "docs": n_docs})
+        if ours and shard_chars:
+            submit(shard, task)
+            pending.append((shard, None))
+        drain(keep=0)
     writer.finish(sources, shards_in_plan=shard + (shard_chars > 0))
 
 

@@ -103,16 +103,20 @@ class TextFile:
     def _text(self, line: str, number: int) -> str:
         if not self.jsonl:
             return line.rstrip("\n")
+        where = f"{self.path}:{number}"
         try:
-            text = json.loads(line)["text"]
-        except (ValueError, KeyError, TypeError) as err:
+            record = json.loads(line)
+        except ValueError as err:
+            raise ElmoSpacyError(f"{where}: not JSON ({err})") from err
+        if not isinstance(record, dict) or "text" not in record:
+            found = f"keys {sorted(record)}" if isinstance(record, dict) else type(record).__name__
             raise ElmoSpacyError(
-                f'{self.path}:{number}: expected a JSON object with a "text" field ({err})'
-            ) from err
-        if not isinstance(text, str):
-            raise ElmoSpacyError(
-                f'{self.path}:{number}: "text" is a {type(text).__name__}, not a string'
+                f'{where}: expected a JSON object with a "text" field, found {found}'
             )
+        text = record["text"]
+        if not isinstance(text, str):
+            found = "null" if text is None else f"of type {type(text).__name__}"
+            raise ElmoSpacyError(f'{where}: "text" is {found}, not a string')
         return text
 
     def _where_not_utf8(self, err: UnicodeDecodeError) -> str:
