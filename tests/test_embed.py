@@ -210,10 +210,10 @@ def test_embed_with_sentence_keys(tiny_bilm_dir, embedder, tmp_path):
 def test_sentence_keys_refuse_repeats_and_empty_lines(tiny_bilm_dir, corpus, tmp_path):
     result = embed(tiny_bilm_dir, corpus, tmp_path / "out.hdf5", "--use-sentence-keys")
     assert result.exit_code == 1
-    assert "Line 2 ('') cannot be an HDF5 key" in result.output
+    assert "Line 3 ('') cannot be an HDF5 key" in result.output
     corpus.write_text("Oil rose .\nOil fell .\nOil rose .\n", encoding="utf-8")
     result = embed(tiny_bilm_dir, corpus, tmp_path / "out.hdf5", "--use-sentence-keys")
-    assert result.exit_code == 1 and "Lines 0 and 2 hold the same sentence" in result.output
+    assert result.exit_code == 1 and "Lines 1 and 3 hold the same sentence" in result.output
     assert list(tmp_path.iterdir()) == [corpus]
 
 

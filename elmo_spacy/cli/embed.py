@@ -21,7 +21,10 @@ FORMATS = ("hdf5", "spacy")
 @app.command("embed")
 def embed_command(
     bilm_path: Path = typer.Argument(
-        ..., exists=True, help="A biLM: pretrain/convert-elmo output, or a bilm-tf folder"
+        ...,
+        exists=True,
+        help="A biLM: pretrain or convert-elmo output, a bilm-tf or NLPL folder (or NLPL .zip), "
+        "an ELMoForManyLangs folder",
     ),
     input_file: Path = typer.Argument(
         ..., exists=True, dir_okay=False, help="UTF-8 text, one sentence per line"
@@ -251,12 +254,12 @@ def _check_sentence_keys(lines: list[str], indices: list[int]) -> None:
         sentence = lines[i]
         if not sentence or sentence == "." or "/" in sentence:
             raise ElmoSpacyError(
-                f"Line {i} ({sentence!r:.60}) cannot be an HDF5 key (empty, '.' or with a '/'): "
+                f"Line {i + 1} ({sentence!r:.60}) cannot be an HDF5 key (empty, '.' or with a '/'): "
                 "drop --use-sentence-keys to key the datasets by line index"
             )
         if sentence in seen:
             raise ElmoSpacyError(
-                f"Lines {seen[sentence]} and {i} hold the same sentence, so --use-sentence-keys "
+                f"Lines {seen[sentence] + 1} and {i + 1} hold the same sentence, so --use-sentence-keys "
                 "would give two datasets one key: drop the flag to key them by line index"
             )
         seen[sentence] = i

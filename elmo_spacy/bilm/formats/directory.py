@@ -203,7 +203,8 @@ def _build(
         and not (unexpected or wrong_shape)
     ):
         raise BiLMLoadError(
-            f"{where} holds a biLM without its softmax head (as saved by the elmo pipe): "
+            f"{where} holds a biLM without its softmax head (the elmo pipe saves none, and "
+            "published models come without one): "
             "load it with with_softmax=False, or use the pretraining output to go on pretraining."
         )
     if missing or unexpected or wrong_shape:
