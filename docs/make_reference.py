@@ -172,9 +172,12 @@ def architectures() -> str:
         doc = inspect.getdoc(function) or ""
         out.append(f"### `{name}`\n\n`{params}`\n\n{doc}\n")
     from elmo_spacy.loggers import release_training_caches
+    from elmo_spacy.tokenizer import SurrogateSafeTokenizer, create_tokenizer
 
     doc = inspect.getdoc(release_training_caches) or ""
     out.append(f"### `elmo_spacy.ReleaseTrainingCaches.v1` (a logger)\n\n{doc}\n")
+    doc = f"{inspect.getdoc(create_tokenizer)} {inspect.getdoc(SurrogateSafeTokenizer)}"
+    out.append(f"### `elmo_spacy.Tokenizer.v1` (a tokenizer)\n\n{doc}\n")
     return "\n".join(out)
 
 
