@@ -720,7 +720,7 @@ def epoch_plan(config: PretrainConfig) -> dict[str, Any]:
 
 def _limits_reached(state: RunState, config: PretrainConfig) -> list[str]:
     """The limits of `config` that a run at `state` has reached, as
-    "name = value (where the run is)": what ends it."""
+    "name = limit, where the run is": what ends it."""
     done_epochs = state.epoch - 1  # an epoch a budget cut short counts: the next starts afresh
     limits = [
         ("max_epochs", config.max_epochs, done_epochs, f"{done_epochs} epochs done"),
