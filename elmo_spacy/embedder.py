@@ -176,10 +176,7 @@ def tokenizer_for(tokenization: Tokenization | None) -> Callable[[Iterable[str]]
     tokenisation is unknown)."""
     if tokenization is None or tokenization.tokenizer == "whitespace":
         return lambda texts: [text.split() for text in texts]
-    import spacy
+    from .tokenizer import blank
 
-    try:
-        tokenizer = spacy.blank(tokenization.lang).tokenizer
-    except ImportError as err:
-        raise ElmoSpacyError(f"{tokenization}: spaCy has no such language ({err})") from err
+    tokenizer = blank(tokenization.lang, str(tokenization)).tokenizer
     return lambda texts: [[t.text for t in doc] for doc in tokenizer.pipe(texts)]

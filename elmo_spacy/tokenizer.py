@@ -9,6 +9,8 @@ from spacy.language import create_tokenizer as create_default_tokenizer
 from spacy.tokenizer import Tokenizer
 from spacy.tokens import Doc
 
+from .errors import ElmoSpacyError
+
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -39,3 +41,17 @@ def create_tokenizer() -> Callable[[Language], Tokenizer]:
         )
 
     return make_tokenizer
+
+
+def blank(lang: str, named_by: str) -> Language:
+    """`spacy.blank(lang)`; a language spaCy does not have is refused, naming
+    where it came from (`named_by`: "--lang xy", a biLM's tokenization)."""
+    import spacy
+
+    try:
+        return spacy.blank(lang)
+    except ImportError as err:
+        raise ElmoSpacyError(
+            f"{named_by}: spaCy has no such language; give one of its codes (en, de, zh, "
+            "..., xx for any language: https://spacy.io/usage/models#languages)"
+        ) from err

@@ -300,16 +300,9 @@ def _docs(tokenize: bool, lang: str, lines: list[str]) -> list:
     its space-separated tokens."""
     from spacy.tokens import Doc
 
-    nlp = _blank(lang)
+    from ..tokenizer import blank
+
+    nlp = blank(lang, f"--lang {lang}")
     if tokenize:
         return list(nlp.tokenizer.pipe(lines))
     return [Doc(nlp.vocab, words=line.split()) for line in lines]
-
-
-def _blank(lang: str):
-    import spacy
-
-    try:
-        return spacy.blank(lang)
-    except ImportError as err:
-        raise ElmoSpacyError(f"--lang {lang}: spaCy has no such language ({err})") from err

@@ -25,6 +25,7 @@ import numpy
 from tqdm import tqdm
 
 from ..errors import ElmoSpacyError
+from ..tokenizer import blank
 from .corpus import (
     TOKEN_DTYPE,
     Corpus,
@@ -66,7 +67,7 @@ def prepare_corpus(
     """
     tokenization = Tokenization("whitespace") if pretokenized else Tokenization("spacy", lang)
     if not pretokenized:
-        _check_language(lang)
+        blank(lang, f"--lang {lang}")  # refused before any work
     files = find_text_files(inputs)
     k, n = part
     if not (n >= 1 and 0 <= k < n):
@@ -115,12 +116,14 @@ def open_corpus(
                     "out --lang and --pretokenized, which are for text files, or prepare it again"
                 )
         return corpus
-    missing = [
-        str(p) for p, is_folder in zip(paths, prepared) if not is_folder and not Path(p).exists()
-    ]
-    if any(prepared) and missing:
-        raise ElmoSpacyError(f"{', '.join(missing)}: no such file or folder")
     if any(prepared):
+        missing = [
+            str(p)
+            for p, is_folder in zip(paths, prepared)
+            if not is_folder and not Path(p).exists()
+        ]
+        if missing:
+            raise ElmoSpacyError(f"{', '.join(missing)}: no such file or folder")
         raise ElmoSpacyError(
             f"{', '.join(map(str, paths))}: give prepared folders or text files, not both "
             "(prepare the text with `elmo-spacy prepare` first)"
@@ -261,27 +264,12 @@ class _tokenizers:
 _TOKENIZER: Any = None  # this process's tokenizer: set by _start_worker
 
 
-def _check_language(lang: str) -> None:
-    """Refuse, before any work, a language spaCy has no tokenizer for."""
-    import spacy
-
-    try:
-        spacy.util.get_lang_class(lang)
-    except ImportError as err:
-        raise ElmoSpacyError(
-            f"--lang {lang}: spaCy has no such language; give one of its codes "
-            "(en, de, zh, ..., xx for any language: https://spacy.io/usage/models#languages)"
-        ) from err
-
-
 def _start_worker(tokenization: Tokenization) -> None:
     global _TOKENIZER
     if tokenization.tokenizer == "whitespace":
         _TOKENIZER = str.split
     else:
-        import spacy
-
-        _TOKENIZER = spacy.blank(tokenization.lang).tokenizer
+        _TOKENIZER = blank(tokenization.lang, str(tokenization)).tokenizer
 
 
 def tokenize_texts(texts: list[str]) -> tuple[list[str], numpy.ndarray, numpy.ndarray]:
