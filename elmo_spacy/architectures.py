@@ -1,10 +1,10 @@
-"""Registered architectures: `elmo_spacy.<Name>.v1`. Registry functions only."""
+"""Registered architectures (`elmo_spacy.<Name>.v1`) and the biLM's fine-tuning block. Registry functions only."""
 
 from typing import Any
 
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Model, concatenate
+from thinc.api import Model, Optimizer, concatenate
 from thinc.types import Floats2d, Floats3d
 
 from .bilm.runner import RunSettings
@@ -18,6 +18,7 @@ from .layers import (
     set_run_settings,
 )
 from .layers.bilm_model import get_runner
+from .layers.fine_tuning import FineTuning
 
 
 @registry.architectures("elmo_spacy.ElmoBiLM.v1")
@@ -27,20 +28,28 @@ def ElmoBiLM_v1(
     window: int = 1024,
     window_overlap: int = 64,
     grad_scaler_config: dict[str, Any] | None = None,
+    fine_tuning: FineTuning | None = None,
 ) -> Model[list[Doc], list[Floats3d]]:
     """The `elmo` pipe's model. `bilm` holds `BiLMConfig` fields, used only when
     the pipe is initialised without a pretrained biLM directory. Docs run in
     length-sorted chunks of at most `max_batch_tokens` padded tokens; docs
     longer than `window` tokens in overlapping windows (see
     `elmo_spacy.bilm.runner.RunSettings`). `grad_scaler_config`: thinc's
-    `PyTorchGradScaler` arguments for fine-tuning in float16."""
+    `PyTorchGradScaler` arguments for fine-tuning in float16.
+
+    fine_tuning: where a listener fine-tunes the biLM (grad_factor != 0),
+    how its weights change: an `elmo_spacy.FineTuning.v1` block (its own
+    optimizer and rate schedule, rates by layer, layers unfrozen by step).
+    None: the pipeline's [training.optimizer] steps them at the head's rate.
+    A pipe that a replaced listener becomes (`elmo_spacy.ElmoTok2Vec.v1`)
+    takes this block with the rest of the model's."""
     settings = RunSettings(
         max_batch_tokens=max_batch_tokens,
         window=window,
         window_overlap=window_overlap,
         origin="elmo_spacy.ElmoBiLM.v1: ",
     )
-    return build_bilm_model(bilm or {}, settings, grad_scaler_config)
+    return build_bilm_model(bilm or {}, settings, grad_scaler_config, fine_tuning)
 
 
 @registry.architectures("elmo_spacy.ElmoListener.v1")
@@ -51,8 +60,13 @@ def ElmoListener_v1(
     width: int | None = None,
 ) -> Model[list[Doc], list[Floats2d]]:
     """A tok2vec for any downstream pipe: the `elmo` pipe's layers, mixed by `mix`
-    into one vector per token. grad_factor scales the gradient sent to the biLM
-    (0 keeps the biLM frozen).
+    into one vector per token. grad_factor scales the gradient sent to the biLM:
+    0 keeps the biLM frozen; otherwise it weighs this listener's gradient
+    against other listeners' of the same biLM. It does not slow the biLM
+    down: Adam divides each step by the gradient's running scale, so a
+    constant factor mostly cancels. The biLM's own learning rates, by layer,
+    and which layers train when, are the `elmo` model's `fine_tuning`
+    (`elmo_spacy.FineTuning.v1`).
 
     width: if set, a learned linear projection (with bias) of the mix to this
     many dimensions: the output is then (n, width) whatever the biLM's width,
@@ -83,7 +97,8 @@ def ElmoTok2Vec_v1(
     `replace_listeners` replaces it (its biLM then travels with the pipe's
     model); in a config of its own, for one pipe that needs no shared `elmo`
     pipe, `bilm_path` is the pretrained biLM that `initialize` reads.
-    grad_factor scales the gradient sent to the biLM (0 keeps it frozen)."""
+    grad_factor scales the gradient sent to the biLM (0 keeps it frozen; see
+    `elmo_spacy.ElmoListener.v1`); the biLM's rates are its `fine_tuning`."""
     base = get_runner(bilm).settings
     set_run_settings(
         bilm,
@@ -110,6 +125,22 @@ def ConcatenateTok2Vec_v1(
     (`spacy.MultiHashEmbed.v2`), as the ELMo paper adds ELMo to a task model's
     own token representation."""
     return concatenate(first, second)
+
+
+@registry.misc("elmo_spacy.FineTuning.v1")
+def FineTuning_v1(
+    optimizer: Optimizer,
+    layer_rate_divisor: float = 2.6,
+    trainable_layers: Any = None,
+) -> FineTuning:
+    """How a fine-tuned biLM's weights change (`elmo_spacy.ElmoBiLM.v1`'s
+    `fine_tuning`): `optimizer`, the biLM's own (its learn_rate, e.g. an
+    `elmo_spacy.slanted_triangular.v1` schedule, is the top layer's rate);
+    each layer's rate the one above it / `layer_rate_divisor`; and
+    `trainable_layers`, how many layers from the top train at each step (a
+    number or a schedule, e.g. `elmo_spacy.gradual_unfreezing.v1`; null:
+    all). See `elmo_spacy.layers.fine_tuning.FineTuning`."""
+    return FineTuning(optimizer, layer_rate_divisor, trainable_layers)
 
 
 ScalarMix_v1 = registry.architectures("elmo_spacy.ScalarMix.v1")(build_scalar_mix)

@@ -24,7 +24,7 @@ from .cache import FrozenOutputCache
 from .errors import ElmoSpacyError
 from .extensions import annotate, install_extensions, store_layers
 from .layers import ElmoListener, get_bilm, get_runner, set_bilm, set_run_settings
-from .layers.bilm_model import ElmoOutput, no_backprop
+from .layers.bilm_model import ElmoOutput, no_backprop, trains_now
 from .layers.dims import N_OUTPUT_LAYERS
 
 DEFAULT_ELMO_MODEL = """
@@ -163,7 +163,8 @@ class Elmo(TrainablePipe):
     dtype: "float32", or "float16" to store `doc._.elmo` in half the memory
         (listeners in the pipeline read the float32 layers first).
     cache_mb: while training with a frozen biLM (no listener with
-        grad_factor != 0), the layers of each training doc are computed once
+        grad_factor != 0, or the model's `fine_tuning` keeping every layer
+        frozen), the layers of each training doc are computed once
         and kept in a float16 cache of at most this many MB (0: no cache, no
         rounding). Prediction outside training never uses the cache; the cache
         is emptied when the biLM changes and when training ends (with the
@@ -318,7 +319,8 @@ class Elmo(TrainablePipe):
         """Run the biLM on a batch and broadcast its outputs to the listeners.
         If some listener has grad_factor != 0, their gradients flow back into
         the biLM and it is updated once the last of them has backpropagated;
-        otherwise the biLM only predicts and its weights never change."""
+        otherwise, and while the model's `fine_tuning` keeps every layer
+        frozen, the biLM only predicts and its weights do not change."""
         if losses is None:
             losses = {}
         validate_examples(examples, "Elmo.update")
@@ -326,10 +328,12 @@ class Elmo(TrainablePipe):
         losses.setdefault(self.name, 0.0)
         batch_id = ElmoListener.get_batch_id(docs)
         learners = [listener for listener in self.listeners if listener.wants_gradient]
-        if not learners:
+        if not learners or not trains_now(self.model):
             outputs = self.frozen_cache.get_or_compute(docs, self.predict, self.model.ops)
             for listener in self.listeners:
                 listener.receive(batch_id, outputs, no_backprop)
+            if learners and sgd is not None:
+                self.finish_update(sgd)  # a step of the fine-tuning's schedules
             return losses
         self.frozen_cache.clear()  # the biLM is about to change
         set_dropout_rate(self.model, drop)

@@ -28,6 +28,7 @@ from ..bilm.formats.directory import bilm_from_bytes, bilm_to_bytes, load_bilm
 from ..bilm.runner import Runner, RunSettings
 from ..errors import ElmoSpacyError
 from .dims import N_OUTPUT_LAYERS
+from .fine_tuning import FineTuning
 
 ElmoOutput = list[Floats3d]
 TOK2VEC_ARCHITECTURE = "elmo_spacy.ElmoTok2Vec.v1"
@@ -38,6 +39,7 @@ def build_bilm_model(
     bilm_config: dict[str, Any],
     settings: RunSettings,
     grad_scaler_config: dict[str, Any] | None = None,
+    fine_tuning: FineTuning | None = None,
 ) -> Model[list[Doc], ElmoOutput]:
     """A thinc model that runs a biLM over docs with `settings` (its runner,
     held by its shim).
@@ -51,9 +53,12 @@ def build_bilm_model(
 
     grad_scaler_config: the arguments of thinc's `PyTorchGradScaler`, used
         when the biLM trains in float16 (spacy-transformers' name).
+    fine_tuning: how a fine-tuned biLM's weights change (its own optimizer,
+        rates by layer, layers unfrozen by step; see `FineTuning`); None:
+        the pipeline's optimizer steps them, at the head's rate.
     """
     BiLMConfig.from_dict(bilm_config)  # fail at config time, not at init
-    shim = BiLMShim(Runner(None, settings), grad_scaler_config or {})
+    shim = BiLMShim(Runner(None, settings), grad_scaler_config or {}, fine_tuning)
     return Model(
         "elmo_bilm",
         forward,
@@ -85,12 +90,20 @@ class BiLMShim(PyTorchShim):
     - the gradient scaler (thinc's, spacy-transformers' `grad_scaler_config`)
       is on while the biLM computes in float16: the gradient coming back is
       scaled, the biLM's unscaled, and a step whose gradients overflowed is
-      skipped.
+      skipped;
+    - with `fine_tuning`, the biLM's own optimizer steps it, not the one
+      `finish_update` is given, and only its trainable layers get gradients.
     """
 
-    def __init__(self, runner: Runner, grad_scaler_config: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        grad_scaler_config: dict[str, Any],
+        fine_tuning: FineTuning | None = None,
+    ) -> None:
         self.runner = runner
         self.grad_scaler_config = dict(grad_scaler_config)
+        self.fine_tuning = fine_tuning
         super().__init__(
             runner.bilm,
             serialize_model=_bilm_bytes,
@@ -128,12 +141,25 @@ class BiLMShim(PyTorchShim):
         bilm = self.runner.bilm
         if bilm is not None:
             bilm = bilm_from_bytes(bilm_to_bytes(bilm), with_softmax=False).to(_device(bilm))
-        return BiLMShim(Runner(bilm, self.runner.settings), self.grad_scaler_config)
+        fine_tuning = None if self.fine_tuning is None else self.fine_tuning.copy()
+        return BiLMShim(Runner(bilm, self.runner.settings), self.grad_scaler_config, fine_tuning)
+
+    def trains_now(self) -> bool:
+        """Whether a training step now may change the biLM: False while its
+        fine-tuning keeps every layer frozen."""
+        bilm = self.runner.bilm
+        return self.fine_tuning is None or bool(self.fine_tuning.trainable(bilm))
 
     def finish_update(self, optimizer: Optimizer) -> None:
         parameters = list(self._model.parameters())
         stepped = any(p.grad is not None for p in parameters)
-        super().finish_update(optimizer)
+        if self.fine_tuning is None:
+            super().finish_update(optimizer)
+        else:
+            if stepped and not self._grad_scaler.found_inf:
+                self.fine_tuning.update(self.id, self._model)
+            self.fine_tuning.next_step()
+            self._grad_scaler.update()
         if stepped:
             for parameter in parameters:
                 parameter.grad = None
@@ -158,6 +184,12 @@ def _bilm_from_bytes(_old: BiLM | None, data: bytes, device: torch.device) -> Bi
 def get_runner(model: Model) -> Runner:
     """The runner of a biLM model (`build_bilm_model`)."""
     return model.shims[0].runner
+
+
+def trains_now(model: Model) -> bool:
+    """Whether a training step of a biLM model (`build_bilm_model`) may now
+    change its biLM (see `BiLMShim.trains_now`)."""
+    return model.shims[0].trains_now()
 
 
 def get_bilm(model: Model) -> BiLM | None:
@@ -212,6 +244,9 @@ def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[ElmoOutput, 
     if not plan.pieces:
         return outputs, no_backprop
     bilm = runner.bilm
+    fine_tuning = model.shims[0].fine_tuning
+    if fine_tuning is not None:
+        fine_tuning.prepare(bilm)
     inputs = ArgsKwargs(
         args=(bilm.batch(plan.window_tokens(tokens)),),
         kwargs={"initial_states": runner.initial_states()},
@@ -219,6 +254,8 @@ def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[ElmoOutput, 
     layers, torch_backprop = model.shims[0](inputs, is_train)
     kept = runner.select(layers)  # (n_layers, pieces, T, width)
     plan.gather(torch2xp(kept.detach().float()), outputs)
+    if not kept.requires_grad:  # the layers kept are all below the trainable ones
+        return outputs, no_backprop
 
     def backprop(d_outputs: ElmoOutput) -> list[Doc]:
         d_kept = torch.zeros_like(kept)
@@ -260,7 +297,7 @@ def own_bilm(
 def _own_forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[ElmoOutput, Callable]:
     bilm_model = model.layers[0]
     grad_factor = model.attrs["grad_factor"]
-    if not is_train or grad_factor == 0:
+    if not is_train or grad_factor == 0 or not trains_now(bilm_model):
         return bilm_model.predict(docs), no_backprop
     outputs, backprop_bilm = bilm_model.begin_update(docs)
 

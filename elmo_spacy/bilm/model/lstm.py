@@ -79,6 +79,12 @@ class LstmStack(nn.Module):
     def clipped(self) -> bool:
         return bool(self.cell_clip or self.proj_clip)
 
+    def trained_parameters(self, i: int) -> list[tuple[str, nn.Parameter]]:
+        """Layer i's parameters that training changes, by their names in the
+        layer: all of them but a fixed forget bias (`bias_hh_l0`)."""
+        fixed = {"bias_hh_l0"} if self.forget_bias is not None else set()
+        return [(n, p) for n, p in self.layers[i].named_parameters() if n not in fixed]
+
     def forward(
         self,
         x: torch.Tensor,

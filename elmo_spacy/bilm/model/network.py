@@ -2,7 +2,7 @@
 stacks, a shared softmax; its layers and its language-model loss over a
 `TokenBatch`, in plain torch."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import torch
@@ -84,6 +84,30 @@ class BiLMNetwork(nn.Module):
             if with_softmax
             else None
         )
+
+    def layer_parameters(self) -> list[list[tuple[str, nn.Parameter]]]:
+        """The parameters behind each output layer, bottom up, by their names
+        in the network (L + 1 lists): [0] the token encoder's, [i] LSTM layer
+        i's in both directions. In none: the softmax's, and what the network
+        never trains (`LstmStack.trained_parameters`)."""
+        groups = [list(self.encoder.named_parameters(prefix="encoder"))]
+        for i in range(self.config.n_layers):
+            groups.append(
+                [
+                    (f"{stack}.layers.{i}.{name}", parameter)
+                    for stack in ("forward_lstm", "backward_lstm")
+                    for name, parameter in getattr(self, stack).trained_parameters(i)
+                ]
+            )
+        return groups
+
+    def set_trainable(self, layers: Collection[int]) -> None:
+        """Gradients for the parameters of `layers` only (indices into
+        `layer_parameters`, 0..L): the others' `requires_grad` goes off, so
+        that backpropagation stops below the lowest trainable layer."""
+        for i, group in enumerate(self.layer_parameters()):
+            for _, parameter in group:
+                parameter.requires_grad_(i in layers)
 
     def forward(self, batch: TokenBatch, initial_states: States | None = None) -> torch.Tensor:
         """(L + 1, B, T, 2P) layers of the batch: layer 0 is the token
