@@ -15,7 +15,7 @@ One file, importing only elmo_spacy, spaCy, thinc and torch, so that a
 packaged pipeline carries all of it (`--code scripts/components.py`).
 """
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 from spacy.language import Language
@@ -121,14 +121,17 @@ def build_textcat_bilstm(
     linear_model: Model[list[Doc], Floats2d] | None = None,
     linear_model_dropout: float = 0.0,
     nO: int | None = None,
+    pooling: Sequence[str] = ("mean", "max"),
 ) -> Model[list[Doc], Floats2d]:
     """A text classifier over exclusive classes.
 
     tok2vec: one (n, width) array per doc, e.g. an `elmo_spacy.ElmoListener.v1`.
-    hidden_width: LSTM units per direction; `depth` stacked bidirectional layers.
-    Each doc is pooled to [mean; max] of the BiLSTM outputs (zeros for an
-    empty doc), then a ReLU layer of `mlp_width` with dropout, and a linear
-    layer to one score per class.
+    hidden_width: LSTM units per direction; `depth` stacked bidirectional
+    layers (0: none, the tok2vec's vectors are pooled directly, as ULMFiT's
+    classifier pools its fine-tuned LM's states).
+    Each doc is pooled by `pooling` (`concat_pool`: ["mean", "max"] by
+    default; ULMFiT's is ["last", "max", "mean"]), then a ReLU layer of
+    `mlp_width` with dropout, and a linear layer to one score per class.
     linear_model: optional lexical model whose class scores are added before
     the softmax, e.g. `spacy.TextCatBOW.v3` with `no_output_layer = true`
     (bag-of-n-grams logits). In training, each doc's linear scores are left out
@@ -138,10 +141,11 @@ def build_textcat_bilstm(
     Output: (n_docs, nO) class probabilities.
     """
     output_layer = Linear(nO=nO, init_W=zero_init)
+    encoder = [TorchBiLSTM(nO=2 * hidden_width, depth=depth, dropout=dropout)] if depth else []
     scores = chain(
         tok2vec,
-        TorchBiLSTM(nO=2 * hidden_width, depth=depth, dropout=dropout),
-        mean_max_pool(),
+        *encoder,
+        concat_pool(pooling),
         Relu(nO=mlp_width, dropout=dropout),
         output_layer,
     )
@@ -223,33 +227,67 @@ def _skip_empty_forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[
     return Y, backprop
 
 
-def mean_max_pool() -> Model[list[Floats2d], Floats2d]:
-    """One (n, width) array per doc -> (n_docs, 2 * width) rows [mean; max].
+POOLS = ("last", "max", "mean")
+
+
+def concat_pool(pools: Sequence[str]) -> Model[list[Floats2d], Floats2d]:
+    """One (n, width) array per doc -> (n_docs, len(pools) * width) rows, the
+    pools side by side in the order given (ULMFiT's concat pooling is
+    ["last", "max", "mean"]):
+
+    - "mean", "max": over the doc's tokens, feature by feature;
+    - "last": the state that has read the whole doc, for a bidirectional
+      sequence [forward; backward] (a BiLSTM's, or the biLM's layers mixed
+      without a projection): the forward half at the last token, the
+      backward half at the first.
+
     An empty doc pools to zeros."""
-    return Model("mean_max_pool", _pool_forward)
+    unknown = [p for p in pools if p not in POOLS]
+    if not pools or unknown:
+        raise ElmoSpacyError(f"pooling = {list(pools)}: use some of {list(POOLS)}, in any order")
+    return Model("concat_pool", _pool_forward, attrs={"pools": list(pools)})
 
 
 def _pool_forward(model: Model, X: list[Floats2d], is_train: bool) -> tuple[Floats2d, Callable]:
     ops = model.ops
+    pools = model.attrs["pools"]
     width = X[0].shape[1] if X else 0
-    Y = ops.alloc2f(len(X), 2 * width)
+    half = width // 2
+    if "last" in pools and width % 2:
+        raise ElmoSpacyError(
+            f'pooling "last" reads [forward; backward] halves: the width {width} is odd'
+        )
+    Y = ops.alloc2f(len(X), len(pools) * width)
     argmax = []
     for i, x in enumerate(X):
-        if len(x):
-            Y[i, :width] = x.mean(axis=0)
-            best = x.argmax(axis=0)
-            Y[i, width:] = x[best, ops.xp.arange(width)]
-            argmax.append(best)
-        else:
-            argmax.append(None)
+        best = x.argmax(axis=0) if len(x) else None
+        argmax.append(best)
+        if not len(x):
+            continue
+        for k, pool in enumerate(pools):
+            out = Y[i, k * width : (k + 1) * width]
+            if pool == "mean":
+                out[:] = x.mean(axis=0)
+            elif pool == "max":
+                out[:] = x[best, ops.xp.arange(width)]
+            else:
+                out[:half] = x[-1, :half]
+                out[half:] = x[0, half:]
 
     def backprop(dY: Floats2d) -> list[Floats2d]:
         dX = []
         for i, x in enumerate(X):
             dx = ops.alloc2f(*x.shape)
             if len(x):
-                dx += dY[i, :width] / len(x)
-                dx[argmax[i], ops.xp.arange(width)] += dY[i, width:]
+                for k, pool in enumerate(pools):
+                    d = dY[i, k * width : (k + 1) * width]
+                    if pool == "mean":
+                        dx += d / len(x)
+                    elif pool == "max":
+                        dx[argmax[i], ops.xp.arange(width)] += d
+                    else:
+                        dx[-1, :half] += d[:half]
+                        dx[0, half:] += d[half:]
             dX.append(dx)
         return dX
 

@@ -3,12 +3,14 @@ their backward passes against central differences (as tests/test_gradients.py
 checks the plugin's layers), and the BiLSTM against torch's own."""
 
 import numpy
+import pytest
 import torch
 from spacy.tokens import Doc
 from spacy.vocab import Vocab
 from thinc.api import Model
 
-from scripts.components import TorchBiLSTM, build_textcat_bilstm
+from elmo_spacy.errors import ElmoSpacyError
+from scripts.components import TorchBiLSTM, build_textcat_bilstm, concat_pool
 
 from . import test_gradients
 from .test_gradients import check_gradients, same_numbers_for_each_test  # noqa: F401  (autouse)
@@ -33,7 +35,8 @@ def _fixed_vectors(X: list) -> Model:
 
 
 def test_textcat_bilstm():
-    """The head as built: BiLSTM, [mean; max] pooling, ReLU, output layer, softmax."""
+    """The head as built: BiLSTM, [mean; max] pooling (the default), ReLU,
+    output layer, softmax."""
     words = [["a", "b", "c", "d"], [], ["e", "f", "g"]]
     docs = [Doc(Vocab(), words=w) for w in words]
     X = [test_gradients.RNG.normal(size=(len(w), 4)).astype("float32") for w in words]
@@ -51,6 +54,33 @@ def test_textcat_bilstm():
     Y = model.predict(docs)
     assert Y.min() > 0.05  # the softmax is not saturated
     check_gradients(model, docs, X, eps=3e-3, rtol=2e-2, atol=1e-4)
+
+
+def test_ulmfits_concat_pooling_and_its_gradient():
+    """["last", "max", "mean"]: the forward half at the last token and the
+    backward half at the first, then max and mean; an empty doc pools to
+    zeros. Then the head without a BiLSTM, pooling its tok2vec's vectors so."""
+    X = [test_gradients.RNG.normal(size=(n, 4)).astype("float32") for n in (3, 0, 1)]
+    pool = concat_pool(["last", "max", "mean"])
+    Y = pool.predict(X)
+    x = X[0]
+    numpy.testing.assert_array_equal(Y[0, :2], x[-1, :2])
+    numpy.testing.assert_array_equal(Y[0, 2:4], x[0, 2:])
+    numpy.testing.assert_array_equal(Y[0, 4:8], x.max(axis=0))
+    numpy.testing.assert_allclose(Y[0, 8:], x.mean(axis=0), rtol=1e-6)
+    assert not Y[1].any()
+    check_gradients(pool, X, X, eps=1e-3, rtol=1e-2, atol=1e-4)
+
+    words = [["a", "b", "c"], [], ["e"]]
+    docs = [Doc(Vocab(), words=w) for w in words]
+    head = build_textcat_bilstm(
+        _fixed_vectors(X), depth=0, mlp_width=5, dropout=0.0, nO=3, pooling=["last", "max", "mean"]
+    )
+    head.initialize(X=docs, Y=numpy.zeros((3, 3), dtype="f"))
+    assert not any(node.name == "torch_bilstm" for node in head.walk())
+    assert [n for n in head.walk() if n.name == "relu"][0].get_dim("nI") == 12
+    with pytest.raises(ElmoSpacyError, match="pooling"):
+        concat_pool(["first"])
 
 
 def test_torch_bilstm_computes_torchs_bidirectional_lstm_on_packed_sequences():
