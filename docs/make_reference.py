@@ -163,14 +163,13 @@ def architectures() -> str:
     out = ["## Architectures\n"]
     names = sorted(n for n in spacy.registry.architectures.get_all() if n.startswith("elmo_spacy."))
     for name in names:
-        function = spacy.registry.architectures.get(name)
-        signature = inspect.signature(function)
-        params = ", ".join(
-            p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}"
-            for p in signature.parameters.values()
-        )
-        doc = inspect.getdoc(function) or ""
-        out.append(f"### `{name}`\n\n`{params}`\n\n{doc}\n")
+        out.append(_registered(name, spacy.registry.architectures.get(name)))
+    for kind, registry, name in (
+        ("a config block", spacy.registry.misc, "elmo_spacy.FineTuning.v1"),
+        ("a schedule", spacy.registry.schedules, "elmo_spacy.slanted_triangular.v1"),
+        ("a schedule", spacy.registry.schedules, "elmo_spacy.gradual_unfreezing.v1"),
+    ):
+        out.append(_registered(name, registry.get(name), f" ({kind})"))
     from elmo_spacy.loggers import release_training_caches
     from elmo_spacy.tokenizer import SurrogateSafeTokenizer, create_tokenizer
 
@@ -179,6 +178,15 @@ def architectures() -> str:
     doc = f"{inspect.getdoc(create_tokenizer)} {inspect.getdoc(SurrogateSafeTokenizer)}"
     out.append(f"### `elmo_spacy.Tokenizer.v1` (a tokenizer)\n\n{doc}\n")
     return "\n".join(out)
+
+
+def _registered(name: str, function, kind: str = "") -> str:
+    """A registered function's heading, arguments and docstring."""
+    params = ", ".join(
+        p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}"
+        for p in inspect.signature(function).parameters.values()
+    )
+    return f"### `{name}`{kind}\n\n`{params}`\n\n{inspect.getdoc(function) or ''}\n"
 
 
 def formats() -> str:

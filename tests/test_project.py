@@ -85,6 +85,24 @@ def test_shipped_textcat_configs_build_and_differ_only_in_the_mix():
     assert strategies[0] == strategies[1] == strategies[2]
 
 
+def test_the_fine_tuning_config_is_the_frozen_one_with_the_recipe():
+    """configs/textcat_finetune.cfg against the frozen biLM's config: the
+    fine-tuning block, the listener's gradient and the pooling, nothing else."""
+    import spacy
+
+    frozen, finetune = (
+        spacy.util.load_config(ROOT / "configs" / f"textcat_{name}.cfg")
+        for name in ("frozen", "finetune")
+    )
+    recipe = finetune["components"]["elmo"]["model"].pop("fine_tuning")
+    assert recipe["@misc"] == "elmo_spacy.FineTuning.v1"
+    assert recipe["optimizer"]["learn_rate"]["num_steps"] == finetune["training"]["max_steps"]
+    heads = [config["components"]["textcat"]["model"] for config in (frozen, finetune)]
+    assert [head["tok2vec"].pop("grad_factor") for head in heads] == [0.0, 1.0]
+    assert heads[1].pop("pooling") == ["last", "max", "mean"]
+    assert frozen == finetune
+
+
 def test_representation_baselines_share_the_elmo_head_and_schedule():
     import spacy
 

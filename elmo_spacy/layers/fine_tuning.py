@@ -121,9 +121,7 @@ class FineTuning:
 
     def copy(self) -> "FineTuning":
         """The same settings at the same step, with an optimizer of its own."""
-        copied = object.__new__(FineTuning)
-        copied.optimizer = _fresh_optimizer(self.optimizer)
-        copied.layer_rate_divisor = self.layer_rate_divisor
+        copied = FineTuning(_fresh_optimizer(self.optimizer), self.layer_rate_divisor)
         copied.schedules = dict(self.schedules)
         copied.trainable_layers = self.trainable_layers
         copied.step = self.step
