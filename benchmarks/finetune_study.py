@@ -34,14 +34,25 @@ FINE_TUNING = "components.elmo.model.fine_tuning"
 NER_LISTENER = "components.ner.model.tok2vec.embed.first"
 # name -> (task, config, overrides, what it is)
 VARIANTS = {
-    "frozen": ("textcat", "configs/textcat_frozen.cfg", {}, "the biLM frozen (frozen λ)"),
-    "head-rate": (
+    "frozen": (
         "textcat",
         "configs/textcat_frozen.cfg",
-        {"components.textcat.model.tok2vec.grad_factor": 1.0},
-        "the biLM trained by the pipeline's optimizer, at the head's rate",
+        {},
+        "the biLM frozen, the `all` workflow's frozen-λ textcat (with the bag of n-grams)",
+    ),
+    "frozen-recipe-head": (
+        "textcat",
+        FINETUNE,
+        {"components.textcat.model.tok2vec.grad_factor": 0.0},
+        "the biLM frozen, under the recipe's head",
     ),
     "finetune": ("textcat", FINETUNE, {}, "the fine-tuning recipe"),
+    "head-rate": (
+        "textcat",
+        FINETUNE,
+        {FINE_TUNING: None},
+        "the recipe's head, the biLM stepped by the pipeline's optimizer at the head's rate",
+    ),
     "no-layer-rates": (
         "textcat",
         FINETUNE,

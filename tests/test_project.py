@@ -87,7 +87,8 @@ def test_shipped_textcat_configs_build_and_differ_only_in_the_mix():
 
 def test_the_fine_tuning_config_is_the_frozen_one_with_the_recipe():
     """configs/textcat_finetune.cfg against the frozen biLM's config: the
-    fine-tuning block, the listener's gradient and the pooling, nothing else."""
+    fine-tuning block, the listener's gradient, the pooling and no bag of
+    n-grams, nothing else."""
     import spacy
 
     frozen, finetune = (
@@ -100,6 +101,9 @@ def test_the_fine_tuning_config_is_the_frozen_one_with_the_recipe():
     heads = [config["components"]["textcat"]["model"] for config in (frozen, finetune)]
     assert [head["tok2vec"].pop("grad_factor") for head in heads] == [0.0, 1.0]
     assert heads[1].pop("pooling") == ["last", "max", "mean"]
+    assert heads[1].pop("linear_model") is None
+    heads[0].pop("linear_model")
+    heads[0].pop("linear_model_dropout")
     assert frozen == finetune
 
 
