@@ -177,31 +177,38 @@ def tfidf_tuned_on_dev(data: Path) -> dict:
     return best
 
 
+COLUMNS = {  # result key -> (column, decimals, scale)
+    "dev_accuracy": ("dev accuracy", 2, 100),
+    "dev_accuracy_bilstm": ("ELMo BiLSTM part alone", 2, 100),
+    "dev_accuracy_linear_model": ("n-grams part alone", 2, 100),
+    "dev_ents_f": ("dev entity F1", 2, 100),
+    "minutes": ("minutes", 1, 1),
+    "peak_rss_mb": ("peak RSS (MB)", 0, 1),
+}
+
+
 def table(results: list[dict]) -> str:
     """Mean and range over seeds, a row per variant."""
-    scores = [
-        k
-        for k in ("dev_accuracy", "dev_accuracy_bilstm", "dev_accuracy_linear_model", "dev_ents_f")
-        if any(k in r for r in results)
-    ]
-    header = ["variant", "seeds", *scores, "minutes", "peak RSS (MB)"]
+    keys = [k for k in COLUMNS if any(k in r for r in results)]
+    header = ["variant", "seeds", *(COLUMNS[k][0] for k in keys)]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for variant in dict.fromkeys(r["variant"] for r in results):
         runs = [r for r in results if r["variant"] == variant]
         cells = [variant, str(len(runs))]
-        for key in [*scores, "minutes", "peak_rss_mb"]:
-            values = [r[key] for r in runs if key in r]
-            scale = 100 if key.startswith("dev_") else 1
-            cells.append(_spread([v * scale for v in values]) if values else "")
+        for key in keys:
+            _, decimals, scale = COLUMNS[key]
+            values = [r[key] * scale for r in runs if key in r]
+            cells.append(_spread(values, decimals) if values else "")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def _spread(values: list[float]) -> str:
-    mean = statistics.fmean(values)
+def _spread(values: list[float], decimals: int) -> str:
+    """The mean, and the range where there is more than one value."""
+    mean = f"{statistics.fmean(values):,.{decimals}f}"
     if len(values) == 1:
-        return f"{mean:.2f}"
-    return f"{mean:.2f} ({min(values):.2f}-{max(values):.2f})"
+        return mean
+    return f"{mean} ({min(values):,.{decimals}f}-{max(values):,.{decimals}f})"
 
 
 def main() -> None:
