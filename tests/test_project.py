@@ -92,7 +92,7 @@ def test_the_fine_tuning_config_is_the_frozen_one_with_the_recipe():
     import spacy
 
     frozen, finetune = (
-        spacy.util.load_config(ROOT / "configs" / f"textcat_{name}.cfg")
+        spacy.util.load_config(ROOT / "configs" / f"textcat_{name}.cfg", interpolate=True)
         for name in ("frozen", "finetune")
     )
     recipe = finetune["components"]["elmo"]["model"].pop("fine_tuning")
