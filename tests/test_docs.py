@@ -43,9 +43,20 @@ def test_every_link_leads_to_a_file_and_heading_that_exist(document):
 
 
 def test_the_readme_is_a_first_page():
+    """It says what the package is (a paragraph under the title), then the
+    two commands for a fresh machine, then how to install it."""
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 300
-    assert lines[3:5] == [
+    assert lines[:2] == ["# elmo_spacy", ""]
+    commands = [
         "make all    # fresh machine: create .venv, install, run the AG News workflow (spacy project run all)",
         "make test   # fresh machine: create .venv, install, run the test suite",
     ]
+    first = lines.index(commands[0])
+    assert lines[first : first + 2] == commands
+    assert lines[first - 2 : first] == ["", "```bash"]
+    paragraph = lines[2 : first - 2]
+    assert paragraph and all(
+        line and not line.startswith(("#", "`", "-", "|")) for line in paragraph
+    )
+    assert first < lines.index("## Install") < lines.index("## Quick start")

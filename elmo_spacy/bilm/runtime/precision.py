@@ -8,8 +8,8 @@
   float32 accumulation inside each product. The weights stay float32 (the
   master copy that training updates and that is saved); what needs the range
   or the resolution stays float32 too: the log-softmax and the loss, and in
-  this package's LSTM kernels (all of them on the CPU: bilm/lstm.py,
-  bilm/recurrence.py) the gate nonlinearities and the cell state. On other
+  this package's LSTM kernels (all of them on the CPU: bilm/model/lstm.py,
+  bilm/runtime/recurrence.py) the gate nonlinearities and the cell state. On other
   devices unclipped training runs torch's fused LSTM, which under autocast
   keeps its cell state in bfloat16. The adaptive softmax's tail clusters,
   narrow products, run in float32 (see `adaptive_nll`). At inference the
@@ -130,9 +130,9 @@ def cpu_product_rates(rows: int = 256, width: int = 512, rounds: int = 3) -> tup
     (width, 4 width), an LSTM's gates) in float32 and in bfloat16, on
     torch's threads: the best of `rounds` rounds each, taken in turn so that
     other work on the cores slows both alike (about 0.1 s in all). Having
-    bfloat16 instructions is not enough: an Intel Xeon with AVX512-BF16 and
-    no AMX (XEON-D in docs/results.md) multiplies bfloat16 at about half
-    its float32 rate."""
+    bfloat16 instructions is not enough: a CPU with AVX512-BF16 but no AMX
+    may multiply bfloat16 at about half its float32 rate, so the rates are
+    measured rather than read from the CPU's flags."""
     generator = torch.Generator().manual_seed(0)  # not torch's global one (dropout masks)
     x = torch.randn(rows, width, generator=generator)
     weight = torch.randn(4 * width, width, generator=generator)
@@ -256,8 +256,8 @@ def in_precision(method: Method) -> Method:
 def float32_convolutions(device: torch.device):
     """A scope in which cuDNN's convolutions on `device` multiply in float32.
     torch lets them round their inputs to TF32 by default (10 bits of
-    mantissa: `embed` on an H100 then differed from the CPU by up to 4e-4,
-    1e-3 of the value);
+    mantissa: enough for `embed` on a GPU to differ from the CPU by up to
+    about 1e-3 of the value);
     its matrix products, whose TF32 is off by default, are left as the user
     set them. The setting is torch's, for the whole process: it is restored
     on leaving."""
