@@ -48,6 +48,7 @@ from ...errors import ElmoSpacyError
 from ..bilm import BiLM
 from ..inputs.batch import gather_time, reverse_index
 from ..inputs.vocab import BOS_ID, EOS_ID
+from ..model.lstm import lstm_step
 from ..model.network import States
 
 FORMATS = ("onnx", "torch-export")
@@ -194,18 +195,17 @@ def _lstm_layer(
     weight_hh = layer.weight_hh_l0
     weight_hr = layer.weight_hr_l0 if layer.proj_size else None
 
+    def recur(h: torch.Tensor, gates_t: torch.Tensor) -> torch.Tensor:
+        return gates_t + h @ weight_hh.T
+
+    def project(h: torch.Tensor, _: None) -> torch.Tensor:
+        return h @ weight_hr.T
+
     def step(carry, inputs):
         h, c = carry
         gates_t, real = inputs  # (B, 4H), (B, 1)
-        i, f, g, o = (gates_t + h @ weight_hh.T).chunk(4, -1)
-        cell = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        if cell_clip:
-            cell = cell.clamp(-cell_clip, cell_clip)
-        out = torch.sigmoid(o) * torch.tanh(cell)
-        if weight_hr is not None:
-            out = out @ weight_hr.T
-            if proj_clip:
-                out = out.clamp(-proj_clip, proj_clip)
+        projected = project if weight_hr is not None else None
+        out, cell = lstm_step(gates_t, h, c, recur, projected, cell_clip, proj_clip)
         h_next, c_next = torch.where(real, out, h), torch.where(real, cell, c)
         return (h_next, c_next), torch.where(real, out, torch.zeros_like(out))
 

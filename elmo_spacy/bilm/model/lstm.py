@@ -1,7 +1,8 @@
-"""One direction of the biLM: a stack of projected LSTM layers, and the plain
-torch that runs them (torch's LSTM, or the written-out recurrence where the
-cell is clipped or states come in or go out). The runtime's faster kernels
-run the same parameters: `elmo_spacy.bilm.runtime.kernels`."""
+"""One direction of the biLM: a stack of projected LSTM layers, ELMo's LSTM
+step written once (`lstm_step`, the reference), and the plain torch that
+runs the layers (torch's LSTM, or the written-out recurrence of `lstm_step`
+where the cell is clipped or states come in or go out). The runtime's faster
+kernels run the same parameters: `elmo_spacy.bilm.runtime.kernels`."""
 
 import warnings
 from collections.abc import Callable
@@ -215,17 +216,12 @@ def run_lstm_layer(
             h, c = h[:n], c[:n]
         if n == 0:
             break
-        gates = recur(h, gates_x[offset : offset + n])
+        h, c = lstm_step(gates_x[offset : offset + n], h, c, recur, project, cell_clip, proj_clip)
         offset += n
-        h, c = lstm_cell(gates, c, cell_clip)
-        if project is not None:
-            h = project(h, None)
-            if proj_clip:
-                h = h.clamp(-proj_clip, proj_clip)
         outputs.append(h)
     padded = x.new_zeros(steps, batch, out_dim)
     if outputs:
-        padded[real] = torch.cat(outputs)
+        padded[real] = torch.cat(outputs).to(padded.dtype)  # unprojected: the cell's float32
     restore = torch.argsort(order)
     y = padded.transpose(0, 1)[restore]
     if not final:
@@ -233,6 +229,37 @@ def run_lstm_layer(
     ended.append((h, c))
     h, c = (torch.cat([state[k] for state in reversed(ended)]) for k in (0, 1))
     return y, (h[restore], c[restore])
+
+
+def lstm_step(
+    gates_x: torch.Tensor,
+    h: torch.Tensor,
+    c: torch.Tensor,
+    recur: Product,
+    project: Product | None,
+    cell_clip: float,
+    proj_clip: float,
+) -> LstmState:
+    """One step of ELMo's LSTM, the reference that every faster
+    implementation is tested against (tests/test_lstm_implementations.py):
+
+        gates = gates_x + h W_hh^T          (i, f, g, o, each (n, H))
+        cell  = clip(sigmoid(f) c + sigmoid(i) tanh(g), cell_clip)
+        h'    = clip(W_hr (sigmoid(o) tanh(cell)), proj_clip)
+
+    gates_x (n, 4H): the step's input projection, bias included; h (n, P)
+    and c (n, H): the state before the step; `recur` computes the recurrent
+    product (h, gates_x) -> gates_x + h W_hh^T and `project` (or None where
+    the layer does not project, P = H) the projection (x, None) -> x W_hr^T
+    (see `plain_product`). A clip of 0 does not clip; the output is clipped
+    only where the layer projects it, as TensorFlow's LSTMCell does. Returns
+    the state after the step, (h' (n, P), cell (n, H))."""
+    h, c = lstm_cell(recur(h, gates_x), c, cell_clip)
+    if project is not None:
+        h = project(h, None)
+        if proj_clip:
+            h = h.clamp(-proj_clip, proj_clip)
+    return h, c
 
 
 def lstm_cell(
@@ -244,9 +271,10 @@ def lstm_cell(
     float32 where the gates are bfloat16; the cell clipped to [-cell_clip,
     cell_clip] (0: not clipped). Where autograd records nothing, the
     activations run in place: two new arrays instead of ten (the step's cost
-    besides its products)."""
+    besides its products); a graph being exported gets the plain operators,
+    which an exporter maps one to one."""
     gates = widened(gates)
-    if gates.requires_grad or c.requires_grad:
+    if gates.requires_grad or c.requires_grad or torch.compiler.is_exporting():
         i, f, g, o = gates.chunk(4, 1)
         cell = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         if cell_clip:
@@ -267,5 +295,9 @@ def plain_product(weight: torch.Tensor, name: str = "") -> Product:
     """A function (x (N, in), add) -> x @ weight.T + add on a plain GEMM, the
     weight cast once to the product's dtype (see `matmul_dtype`); `add` is a
     bias (out,), an (N, out) array or None."""
-    transposed = weight.to(matmul_dtype(weight)).t()  # cast once, not at every step
+    return transposed_product(weight.to(matmul_dtype(weight)).t())  # cast once, not every step
+
+
+def transposed_product(transposed: torch.Tensor) -> Product:
+    """`plain_product` of a weight given transposed, (in, out), as it is."""
     return lambda x, add: x.mm(transposed) if add is None else torch.addmm(add, x, transposed)

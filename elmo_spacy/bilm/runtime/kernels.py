@@ -34,11 +34,12 @@ from ..model.lstm import (
     LstmState,
     Product,
     ProductOf,
-    lstm_cell,
+    lstm_step,
     plain_product,
     run_fused_layer,
     run_lstm_layer,
     run_stacks,
+    transposed_product,
 )
 from ..model.network import StacksRunner, States
 from .cell_steps import triton_available
@@ -287,13 +288,11 @@ def masked_recurrence(
     H), the initial states; w_hh (P, 4H) and w_hr (H, P) or None, transposed.
     Returns the outputs (T, R, P), zero where not real, and the state (h, c)
     after each row's last real step."""
+    recur = transposed_product(w_hh)
+    project = None if w_hr is None else transposed_product(w_hr)
     outputs = []
     for t in range(gates_x.shape[0]):
-        new_h, new_c = lstm_cell(torch.addmm(gates_x[t], h, w_hh), c, cell_clip)
-        if w_hr is not None:
-            new_h = new_h.mm(w_hr)
-            if proj_clip:
-                new_h = new_h.clamp(-proj_clip, proj_clip)
+        new_h, new_c = lstm_step(gates_x[t], h, c, recur, project, cell_clip, proj_clip)
         outputs.append(torch.where(real[t], new_h, 0.0))
         h = torch.where(real[t], new_h, h.to(new_h.dtype))
         c = torch.where(real[t], new_c, c)
