@@ -38,6 +38,7 @@ from .checkpoint import RunState, load_checkpoint, new_optimizer, save_checkpoin
 from .config import PretrainConfig
 from .corpus import Corpus, CorpusCheck
 from .distributed import Workers
+from .limits import limits_reached
 from .memory import keep_freed_memory, release_freed_memory
 from .prepare import open_corpus
 from .run_folder import RunFolder
@@ -134,12 +135,9 @@ class Pretraining:
                 state.epoch_text_tokens += pieces.tokens
                 state.tokens += pieces.tokens
                 bar.update(pieces.tokens)
-                stopped = bool(
-                    (config.max_steps and state.step >= config.max_steps)
-                    or (config.max_tokens and state.tokens >= config.max_tokens)
-                )
+                stopped = bool(limits_reached(state, config, at="step"))
                 if state.step % config.log_every == 0 or stopped:
-                    stopped = self.flush() or stopped
+                    stopped = self.flush() or stopped  # the hours, agreed by every rank
                     bar.set_postfix(
                         ppl=f"{perplexity(state.epoch_nll, state.epoch_tokens):.1f}",
                         tok_s=f"{state.epoch_tokens / max(state.epoch_seconds, 1e-9):.0f}",
@@ -159,13 +157,12 @@ class Pretraining:
     def flush(self) -> bool:
         """Bring the figures kept on the device to the host (one wait, one
         collective): the NLL summed since the last flush, over all ranks, and
-        the training time. Returns whether the time budget is spent on any
-        rank, so that all stop at the same step."""
+        the training time. Returns whether a limit checked here (the hours)
+        is reached on any rank, so that all stop at the same step."""
         now = time.perf_counter()
         self.state.epoch_seconds += now - self._clock
         self.state.train_seconds += now - self._clock
-        hours = self.config.max_hours
-        over = bool(hours and self.state.train_seconds >= hours * 3600)
+        over = bool(limits_reached(self.state, self.config, at="flush"))
         nll, over_anywhere = self.workers.sum([self._pending_nll, float(over)])
         self.state.epoch_nll += nll
         self._pending_nll.zero_()
@@ -201,7 +198,7 @@ class Pretraining:
                 save_bilm(bilm, self.folder.model_best)
         else:
             state.bad_evaluations += 1
-        if config.patience and state.bad_evaluations >= config.patience:
+        if limits_reached(state, config, at="evaluation"):
             state.finished = True
         if self.show_progress:
             tqdm.write(
@@ -215,7 +212,7 @@ class Pretraining:
         perplexity (unless just done), log the epoch, decide whether to go
         on, move on to the next epoch and checkpoint."""
         state = self.state
-        self.flush()
+        stopped = self.flush() or stopped
         if not state.evaluations or state.evaluations[-1]["step"] != state.step:
             self.evaluate()
         state.epochs.append(
@@ -230,8 +227,9 @@ class Pretraining:
         )
         if self.show_progress:
             tqdm.write(f"epoch {state.epoch}: {state.epochs[-1]['tokens_per_second']:.0f} tokens/s")
-        state.finished = state.finished or stopped or state.epoch >= self.config.max_epochs
         state.next_epoch()
+        reached = limits_reached(state, self.config, at="epoch")
+        state.finished = state.finished or stopped or bool(reached)
         self.save_checkpoint()
 
     def corpus_whole(self) -> None:
@@ -564,7 +562,7 @@ def _start(
         if show_progress and workers.is_main:
             tqdm.write(f"Resuming from {checkpoint} (step {state.step}, epoch {state.epoch})")
         if state.finished:  # it goes on where `config` now allows more
-            reached = _limits_reached(state, config)
+            reached = limits_reached(state, config)
             state.finished = bool(reached)
             if show_progress and workers.is_main:
                 tqdm.write(
@@ -716,34 +714,6 @@ def epoch_plan(config: PretrainConfig) -> dict[str, Any]:
     """The [training] settings that decide the dev sample and each epoch's
     batches, which a resumed run must share to go on where it stopped."""
     return {name: getattr(config, name) for name in PLAN_SETTINGS}
-
-
-def _limits_reached(state: RunState, config: PretrainConfig) -> list[str]:
-    """The limits of `config` that a run at `state` has reached, as
-    "name = limit, where the run is": what ends it."""
-    done_epochs = state.epoch - 1  # an epoch a budget cut short counts: the next starts afresh
-    limits = [
-        ("max_epochs", config.max_epochs, done_epochs, f"{done_epochs} epochs done"),
-        ("max_steps", config.max_steps, state.step, f"{state.step} steps done"),
-        ("max_tokens", config.max_tokens, state.tokens, f"{state.tokens} tokens done"),
-        (
-            "max_hours",
-            config.max_hours,
-            state.train_seconds / 3600,
-            f"{state.train_seconds / 3600:.2f} hours done",
-        ),
-        (
-            "patience",
-            config.patience,
-            state.bad_evaluations,
-            f"{state.bad_evaluations} evaluations without a better dev perplexity",
-        ),
-    ]
-    return [
-        f"{name} = {limit}, {where}"
-        for name, limit, value, where in limits
-        if limit and value >= limit
-    ]
 
 
 def _warn_of_another_plan(
