@@ -1,6 +1,7 @@
 """The benchmark scripts run as a user runs them, on tiny settings: each exits 0
 and prints its figures (JSON lines). Marked `benchmark`: `make test-benchmarks`
-(pytest -m benchmark), not `make test`."""
+(pytest -m benchmark), not `make test`. The benchmarks that run the study
+(scripts/) are tested by tests/study/test_study_benchmarks.py."""
 
 import json
 import subprocess
@@ -139,10 +140,6 @@ def test_primed_state_is_closer_to_the_reference_than_zero_state():
     assert rows["primed"][1] < rows["zero"][1] / 4  # mean abs difference
 
 
-def test_head_bilstm():
-    assert run_benchmark("head_bilstm", "--text", TRAIN_CSV, "--docs", "50", "--rounds", "1")
-
-
 @pytest.fixture
 def trained_pipeline(bilm_dir, corpus_dir, tmp_path) -> Path:
     from .conftest import examples, make_nlp
@@ -187,38 +184,3 @@ def test_char_cnn_per_word_compares_both_encodings():
     (line,) = run_benchmark("char_cnn_per_word", *args)
     assert line["distinct_words_per_batch"] < line["tokens_per_batch"]
     assert line["tokens_per_second_once_per_word"] > 0 and line["ratio"] > 0
-
-
-def test_finetune_study_runs_the_recipe_its_baseline_and_resumes(bilm_dir, corpus_dir, tmp_path):
-    data = tmp_path / "data"
-    (data / "training" / "bilm").mkdir(parents=True)
-    (data / "corpus").symlink_to(corpus_dir)
-    (data / "training" / "bilm" / "model-best").symlink_to(bilm_dir)
-    unfreezing = "components.elmo.model.fine_tuning.trainable_layers"
-    args = ["textcat", "--workdir", tmp_path / "work", "--data", data, "--seeds", "0"]
-    args += ["--variants", "frozen", "finetune", "--tfidf"]
-    for key, value in [
-        ("training.max_steps", 4),
-        ("training.eval_frequency", 2),
-        (f"{unfreezing}.frozen_steps", 1),
-        (f"{unfreezing}.steps_per_layer", 1),
-    ]:
-        args += ["--override", key, value]
-    frozen, finetune, tfidf = run_benchmark("finetune_study", *args)
-    assert [frozen["variant"], finetune["variant"], tfidf["variant"]] == [
-        "frozen",
-        "finetune",
-        "tfidf-svm",
-    ]
-    for run in (frozen, finetune):
-        assert 0 <= run["dev_accuracy_bilstm"] <= 1 and run["minutes"] > 0
-        assert run["peak_rss_mb"] > 100
-    assert "--training.max_steps 4" in finetune["command"]
-    assert 0 < tfidf["dev_accuracy"] <= 1
-    # Stopped and run again, a study reads the runs it has.
-    output = benchmark_output("finetune_study", *args)
-    assert "| finetune | 1 |" in output
-    assert [json.loads(line)["minutes"] for line in output.splitlines()[:2]] == [
-        frozen["minutes"],
-        finetune["minutes"],
-    ]

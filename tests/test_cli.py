@@ -51,36 +51,6 @@ def test_the_installed_package_holds_the_plugin_and_not_the_study():
         assert not re.search(r"^\s*(from|import) scripts\b", path.read_text(), re.M), path
 
 
-# The tests of the study (scripts/) and of the benchmarks; every other test file
-# tests the plugin alone.
-STUDY_TESTS = {
-    "test_any_width.py",  # trains the study's configs, whose textcats are its own
-    "test_components.py",
-    "test_configs.py",
-    "test_baselines.py",
-    "test_benchmarks.py",
-    "test_contexts.py",
-    "test_corpus.py",
-    "test_evaluate.py",
-    "test_memory.py",
-    "test_project.py",
-    "test_study_commands.py",
-    "test_study_head.py",
-    "test_tokens.py",
-}
-
-
-def test_the_plugins_tests_import_neither_the_study_nor_the_benchmarks():
-    tests = Path(__file__).parent
-    assert STUDY_TESTS <= {p.name for p in tests.glob("*.py")}
-    for path in tests.glob("*.py"):
-        if path.name not in STUDY_TESTS:
-            text = path.read_text(encoding="utf-8")
-            assert not re.search(r"^\s*(from|import) (scripts|benchmarks)\b", text, re.M), path
-            if path.name != Path(__file__).name:  # this file names them to look for them
-                assert '"benchmarks"' not in text, path
-
-
 def test_entry_points_work_in_a_fresh_process():
     code = (
         "import sys, spacy\n"

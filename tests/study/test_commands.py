@@ -1,5 +1,6 @@
-"""The study's commands (`python -m scripts ...`) on bad input: each stops
-before any work, naming the file and what to do. Run in this process."""
+"""The study's commands (`python -m scripts ...`): the help lists them, and on
+bad input each stops before any work, naming the file and what to do. Run in
+this process."""
 
 import hashlib
 import json
@@ -8,7 +9,7 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from .conftest import CONFIGS, DATA
+from ..conftest import CONFIGS, DATA
 
 
 def study(*args) -> tuple[int, str, str]:
@@ -103,3 +104,27 @@ def test_train_names_a_config_that_is_not_utf8(tmp_path):
     (tmp_path / "utf16.cfg").write_text(text, encoding="utf-16")
     code, _, stderr = study("train", tmp_path / "utf16.cfg", tmp_path / "out")
     assert code == 1 and "utf16.cfg" in stderr and "UTF-8" in stderr
+
+
+def test_the_studys_help_lists_its_commands():
+    from typer.testing import CliRunner
+
+    from scripts.commands import app
+
+    from ..conftest import command_names
+
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert sorted(command_names(result.output)) == [
+        "compare",
+        "compare-tokens",
+        "contexts",
+        "corpus",
+        "evaluate",
+        "evaluate-tokens",
+        "ner-corpus",
+        "tag-corpus",
+        "tfidf",
+        "train",
+        "vectors",
+    ]

@@ -12,8 +12,8 @@ from thinc.api import Model
 from elmo_spacy.errors import ElmoSpacyError
 from scripts.components import TorchBiLSTM, build_textcat_bilstm, concat_pool
 
-from . import test_gradients
-from .test_gradients import check_gradients, same_numbers_for_each_test  # noqa: F401  (autouse)
+from .. import test_gradients
+from ..test_gradients import check_gradients, same_numbers_for_each_test  # noqa: F401  (autouse)
 
 
 def test_torch_bilstm_wrapper():

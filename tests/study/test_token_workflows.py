@@ -15,7 +15,8 @@ from scripts.conll import ConllFormatError, read_conll2003, read_conllu
 from scripts.token_corpus import build_token_corpus
 from scripts.token_evaluate import most_confused
 
-from .conftest import DATA, ROOT, run
+from ..conftest import DATA, ROOT
+from .conftest import run
 
 VOCAB = spacy.blank("en").vocab
 

@@ -6,14 +6,14 @@ import spacy
 
 from scripts.components import EveryDocTextCategorizer
 
-from .conftest import (  # noqa: F401
+from ..conftest import (  # noqa: F401
     CONFIGS,
     SCALAR_MIX,
     corpus_of,
     examples,
     make_nlp,
-    with_bag_of_words,
 )
+from .conftest import with_bag_of_words
 
 
 def test_the_every_doc_textcat_scores_empty_docs_too(bilm_dir, corpus_dir):

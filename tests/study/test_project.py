@@ -1,4 +1,5 @@
-"""The spaCy project: the `smoke` workflow end to end, as `spacy project run smoke`."""
+"""The spaCy project: the `smoke` workflow end to end, as `spacy project run smoke`;
+project.yml's commands and variables."""
 
 import json
 import os
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parent.parent
+from ..conftest import ROOT
 
 
 @pytest.mark.slow  # the whole smoke workflow, 6 processes: make test-slow (and make smoke)
@@ -64,106 +65,6 @@ def test_smoke_workflow_produces_every_output(tmp_path):
         max(p.cats, key=p.cats.get) == max(g.cats, key=g.cats.get) for p, g in zip(predicted, gold)
     ]
     assert sum(right) / len(right) > 0.8
-
-
-def test_shipped_textcat_configs_build_and_differ_only_in_the_mix():
-    import spacy
-
-    import scripts  # noqa: F401  (the study's pipe and head, as `python -m scripts train` has them)
-
-    configs = {}
-    for path in sorted((ROOT / "configs").glob("textcat_*.cfg")):
-        config = spacy.util.load_config(path)
-        configs[path.stem] = config
-        if any("source" in block for block in config["components"].values()):
-            continue  # needs the sourced pipeline: built in test_baselines
-        nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
-        assert nlp.pipe_names[-1] == "textcat", path
-    strategies = [configs[f"textcat_{x}"] for x in ("scalar", "frozen", "function")]
-    for config in strategies:
-        config["components"]["textcat"]["model"]["tok2vec"].pop("mix")
-    assert strategies[0] == strategies[1] == strategies[2]
-
-
-def test_the_fine_tuning_config_is_the_frozen_one_with_the_recipe():
-    """configs/textcat_finetune.cfg against the frozen biLM's config: the
-    fine-tuning block, the listener's gradient, the pooling and no bag of
-    n-grams, nothing else."""
-    import spacy
-
-    frozen, finetune = (
-        spacy.util.load_config(ROOT / "configs" / f"textcat_{name}.cfg", interpolate=True)
-        for name in ("frozen", "finetune")
-    )
-    recipe = finetune["components"]["elmo"]["model"].pop("fine_tuning")
-    assert recipe["@misc"] == "elmo_spacy.FineTuning.v1"
-    assert recipe["optimizer"]["learn_rate"]["num_steps"] == finetune["training"]["max_steps"]
-    heads = [config["components"]["textcat"]["model"] for config in (frozen, finetune)]
-    assert [head["tok2vec"].pop("grad_factor") for head in heads] == [0.0, 1.0]
-    assert heads[1].pop("pooling") == ["last", "max", "mean"]
-    assert heads[1].pop("linear_model") is None
-    heads[0].pop("linear_model")
-    heads[0].pop("linear_model_dropout")
-    assert frozen == finetune
-
-
-def test_representation_baselines_share_the_elmo_head_and_schedule():
-    import spacy
-
-    def head_and_schedule(name):
-        config = spacy.util.load_config(ROOT / "configs" / f"textcat_{name}.cfg")
-        head = dict(config["components"]["textcat"]["model"])
-        head.pop("tok2vec")
-        schedule = dict(config["training"])
-        schedule.pop("frozen_components")  # MiniLM is a frozen pipe, ELMo a frozen listener input
-        schedule.pop("annotating_components")
-        schedule.pop("logger", None)  # ELMo's frees its training cache
-        return head, schedule
-
-    elmo = head_and_schedule("scalar")
-    for name in ("static", "minilm"):
-        assert head_and_schedule(name) == elmo, name
-
-
-def test_the_default_pytest_output_says_why_tests_were_skipped(tmp_path):
-    """`make test` (pytest -q) showed `sssssss` and no reason: addopts has -rs."""
-    (tmp_path / "test_skips.py").write_text(
-        "import pytest\n\n\n"
-        "@pytest.mark.skip(reason='the AllenNLP fixtures are not here')\n"
-        "def test_skipped():\n"
-        "    pass\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c",
-         str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), str(tmp_path)],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "SKIPPED [1] test_skips.py:4: the AllenNLP fixtures are not here" in result.stdout
-
-
-def test_the_studys_help_lists_its_commands():
-    from typer.testing import CliRunner
-
-    from scripts.commands import app
-
-    from .conftest import command_names
-
-    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
-    assert result.exit_code == 0, result.output
-    assert sorted(command_names(result.output)) == [
-        "compare",
-        "compare-tokens",
-        "contexts",
-        "corpus",
-        "evaluate",
-        "evaluate-tokens",
-        "ner-corpus",
-        "tag-corpus",
-        "tfidf",
-        "train",
-        "vectors",
-    ]
 
 
 def test_every_project_command_names_only_options_its_command_takes():

@@ -12,7 +12,8 @@ import spacy
 from scripts.baselines import cooccurrence_counts, ppmi_matrix, svd_vectors, train_static_vectors
 from scripts.baselines.tfidf import TfidfClassifier
 
-from .conftest import CONFIGS, ROOT, run
+from ..conftest import CONFIGS, ROOT
+from .conftest import run
 
 VOCAB = {"a": 0, "b": 1, "c": 2}
 # Window 1: a-b twice, a-c once, c-c once; each pair counts in both directions.

@@ -95,7 +95,8 @@ def test_branch_accuracy_scores_each_part_alone(bilm_dir, corpus_dir):
 
     from scripts.evaluate import branch_accuracy
 
-    from .conftest import SCALAR_MIX, examples, make_nlp, with_bag_of_words
+    from ..conftest import SCALAR_MIX, examples, make_nlp
+    from .conftest import with_bag_of_words
 
     nlp = make_nlp(bilm_dir, SCALAR_MIX, 0.0, textcat_model=with_bag_of_words())
     train = examples(nlp, corpus_dir / "train.spacy")
