@@ -7,43 +7,61 @@ from spacy.util import registry
 from thinc.api import Model, Optimizer, concatenate
 from thinc.types import Floats2d, Floats3d
 
-from .bilm.runner import RunSettings
+from .bilm.runner import RUN_DEFAULTS, RunSettings
 from .layers import (
     ElmoListener,
     build_bilm_model,
     build_learned_mix,
     build_scalar_mix,
     mixed_tok2vec,
+    move_run_settings,
     own_bilm,
-    set_run_settings,
 )
-from .layers.bilm_model import get_runner
 from .layers.fine_tuning import FineTuning
 
 
 @registry.architectures("elmo_spacy.ElmoBiLM.v1")
 def ElmoBiLM_v1(
     bilm: dict[str, Any] | None = None,
-    max_batch_tokens: int = 4096,
-    window: int = 1024,
-    window_overlap: int = 64,
+    layers: list[int] | None = RUN_DEFAULTS.layers,
+    state: str = RUN_DEFAULTS.state,
+    warmup: list[str] | None = RUN_DEFAULTS.warmup,
+    precision: str = RUN_DEFAULTS.precision,
+    max_batch_tokens: int = RUN_DEFAULTS.max_batch_tokens,
+    window: int = RUN_DEFAULTS.window,
+    window_overlap: int = RUN_DEFAULTS.window_overlap,
     grad_scaler_config: dict[str, Any] | None = None,
     fine_tuning: FineTuning | None = None,
 ) -> Model[list[Doc], list[Floats3d]]:
-    """The `elmo` pipe's model. `bilm` holds `BiLMConfig` fields, used only when
-    the pipe is initialised without a pretrained biLM directory. Docs run in
-    length-sorted chunks of at most `max_batch_tokens` padded tokens; docs
-    longer than `window` tokens in overlapping windows (see
-    `elmo_spacy.bilm.runner.RunSettings`). `grad_scaler_config`: thinc's
-    `PyTorchGradScaler` arguments for fine-tuning in float16.
+    """The `elmo` pipe's model: a biLM and how it runs (checked once, by
+    `elmo_spacy.bilm.runner.RunSettings`, which holds every default).
 
+    bilm: `BiLMConfig` fields, used only when the pipe is initialised without
+        a pretrained biLM directory.
+    layers: the layers handed out (indices into 0..L, negative ones from the
+        top), in this order; null: all L + 1.
+    state: the LSTM state every doc starts from: "zero", or "primed" by
+        reading `warmup` (null: a few sentences of news English shipped with
+        the plugin), as the published ELMo models expect.
+    precision: what the biLM computes in: "float32" (conformant), "bfloat16"
+        or "float16" (see `elmo_spacy.bilm.runtime.precision`).
+    max_batch_tokens, window, window_overlap: docs run in length-sorted
+        chunks of at most `max_batch_tokens` padded tokens; docs longer than
+        `window` tokens in windows overlapping by 2 * `window_overlap`.
+    grad_scaler_config: thinc's `PyTorchGradScaler` arguments for fine-tuning
+        in float16.
     fine_tuning: where a listener fine-tunes the biLM (grad_factor != 0),
-    how its weights change: an `elmo_spacy.FineTuning.v1` block (its own
-    optimizer and rate schedule, rates by layer, layers unfrozen by step).
-    None: the pipeline's [training.optimizer] steps them at the head's rate.
+        how its weights change: an `elmo_spacy.FineTuning.v1` block (its own
+        optimizer and rate schedule, rates by layer, layers unfrozen by step).
+        None: the pipeline's [training.optimizer] steps them at the head's rate.
+
     A pipe that a replaced listener becomes (`elmo_spacy.ElmoTok2Vec.v1`)
-    takes this block with the rest of the model's."""
+    takes this whole block, run settings and fine-tuning included."""
     settings = RunSettings(
+        layers=layers,
+        state=state,
+        warmup=warmup,
+        precision=precision,
         max_batch_tokens=max_batch_tokens,
         window=window,
         window_overlap=window_overlap,
@@ -84,35 +102,25 @@ def ElmoTok2Vec_v1(
     mix: Model[list[Floats3d], list[Floats2d]],
     grad_factor: float = 1.0,
     width: int | None = None,
-    layers: list[int] | None = None,
-    state: str = "zero",
-    warmup: list[str] | None = None,
-    precision: str = "float32",
     bilm_path: str | None = None,
+    layers: list[int] | None = None,
+    state: str | None = None,
+    warmup: list[str] | None = None,
+    precision: str | None = None,
 ) -> Model[list[Doc], list[Floats2d]]:
     """A tok2vec that owns its biLM: `bilm` (an `elmo_spacy.ElmoBiLM.v1`
-    block) run with the settings of the `elmo` pipe (`layers`, `state`,
-    `warmup`, `precision`), mixed by `mix` and projected to `width` as
-    `elmo_spacy.ElmoListener.v1` does. What a listener becomes when spaCy's
-    `replace_listeners` replaces it (its biLM then travels with the pipe's
-    model); in a config of its own, for one pipe that needs no shared `elmo`
-    pipe, `bilm_path` is the pretrained biLM that `initialize` reads.
+    block, with its run settings), mixed by `mix` and projected to `width`
+    as `elmo_spacy.ElmoListener.v1` does. What a listener becomes when
+    spaCy's `replace_listeners` replaces it (its biLM then travels with the
+    pipe's model); in a config of its own, for one pipe that needs no shared
+    `elmo` pipe, `bilm_path` is the pretrained biLM that `initialize` reads.
     grad_factor scales the gradient sent to the biLM (0 keeps it frozen; see
-    `elmo_spacy.ElmoListener.v1`); the biLM's rates are its `fine_tuning`."""
-    base = get_runner(bilm).settings
-    set_run_settings(
-        bilm,
-        RunSettings(
-            layers=layers,
-            state=state,
-            warmup=warmup,
-            precision=precision,
-            max_batch_tokens=base.max_batch_tokens,
-            window=base.window,
-            window_overlap=base.window_overlap,
-            origin="elmo_spacy.ElmoTok2Vec.v1: ",
-        ),
-    )
+    `elmo_spacy.ElmoListener.v1`); the biLM's rates are its `fine_tuning`.
+    layers, state, warmup, precision: deprecated, set them in the `bilm`
+    block; given here (as configs saved by earlier versions do), they are
+    used, with a warning that names the block."""
+    former = {"layers": layers, "state": state, "warmup": warmup, "precision": precision}
+    move_run_settings(bilm, former, "elmo_spacy.ElmoTok2Vec.v1", "its bilm block")
     return mixed_tok2vec(own_bilm(bilm, grad_factor, bilm_path), mix, width)
 
 

@@ -13,7 +13,7 @@ from .bilm.formats.directory import load_bilm
 from .bilm.inputs.batch import length_runs
 from .bilm.inputs.tokenization import Tokenization
 from .bilm.model import States
-from .bilm.runner import Runner, RunSettings
+from .bilm.runner import RUN_DEFAULTS, Runner, RunSettings
 from .bilm.runtime.devices import resolve_device
 from .errors import ElmoSpacyError
 
@@ -61,12 +61,12 @@ class Embedder:
         self,
         path: str | Path | BiLM,
         *,
-        layers: Sequence[int] | None = None,
-        state: str = "zero",
-        warmup: Sequence[str | Sequence[str]] | None = None,
-        max_batch_tokens: int = 4096,
-        window: int = 1024,
-        window_overlap: int = 64,
+        layers: Sequence[int] | None = RUN_DEFAULTS.layers,
+        state: str = RUN_DEFAULTS.state,
+        warmup: Sequence[str | Sequence[str]] | None = RUN_DEFAULTS.warmup,
+        max_batch_tokens: int = RUN_DEFAULTS.max_batch_tokens,
+        window: int = RUN_DEFAULTS.window,
+        window_overlap: int = RUN_DEFAULTS.window_overlap,
         device: str | torch.device = "cpu",
         precision: str | None = None,
     ) -> None:
@@ -74,7 +74,7 @@ class Embedder:
             layers=layers,
             state=state,
             warmup=warmup,
-            precision=precision or "float32",
+            precision=precision or RUN_DEFAULTS.precision,
             max_batch_tokens=max_batch_tokens,
             window=window,
             window_overlap=window_overlap,

@@ -3,7 +3,7 @@
 import os
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -23,31 +23,30 @@ from .bilm.runner import RunSettings, resolve_layers
 from .cache import FrozenOutputCache
 from .errors import ElmoSpacyError
 from .extensions import annotate, install_extensions, store_layers
-from .layers import ElmoListener, get_bilm, get_runner, set_bilm, set_run_settings
+from .layers import ElmoListener, get_bilm, get_runner, move_run_settings, set_bilm
 from .layers.bilm_model import ElmoOutput, no_backprop, trains_now
 from .layers.dims import N_OUTPUT_LAYERS
 
 DEFAULT_ELMO_MODEL = """
 [model]
 @architectures = "elmo_spacy.ElmoBiLM.v1"
-max_batch_tokens = 4096
 """
 DTYPES = ("float32", "float16")
 STORES = ("layers", "tensor", "nothing")
+# The run settings that the pipe's own config held before they moved to its
+# model block (`elmo_spacy.ElmoBiLM.v1`): still read, with a warning.
+MOVED_TO_MODEL = ("layers", "state", "warmup", "precision")
 
 
 @dataclass(frozen=True)
 class ElmoSettings:
-    """The `elmo` pipe's settings: its factory's config, checked here once
-    (the run settings by `RunSettings`), and what `to_disk` saves as the
-    pipe's cfg. See `Elmo` for what each does."""
+    """The `elmo` pipe's own settings: its factory's config, checked here
+    once, and what `to_disk` saves as the pipe's cfg. How the biLM runs
+    (layers, state, precision, batching) is its model's (`run_settings`).
+    See `Elmo` for what each does."""
 
-    layers: tuple[int, ...] | None = None
     dtype: str = "float32"
     cache_mb: int = 2048
-    state: str = "zero"
-    warmup: tuple[str, ...] | None = None
-    precision: str = "float32"
     store: str | tuple[int, ...] = "layers"
 
     name: str = field(default="elmo", compare=False)  # the pipe's, for messages
@@ -55,9 +54,6 @@ class ElmoSettings:
     @classmethod
     def read(cls, **values: Any) -> "ElmoSettings":
         """The settings from config values (lists for tuples)."""
-        for key in ("layers", "warmup"):
-            if isinstance(values.get(key), list):
-                values[key] = tuple(values[key])
         if isinstance(values.get("store"), list):
             values["store"] = tuple(int(i) for i in values["store"])
         return cls(**values)
@@ -76,29 +72,12 @@ class ElmoSettings:
             )
         if self.cache_mb < 0:
             raise ElmoSpacyError(f"{where} cache_mb = {self.cache_mb}: give 0 (no cache) or more")
-        self.run_settings(RunSettings())  # checks layers, state, warmup, precision
-
-    def run_settings(self, base: RunSettings) -> RunSettings:
-        """`base` (the model's batching and windows) with this pipe's layers,
-        state, warmup and precision."""
-        return replace(
-            base,
-            layers=self.layers,
-            state=self.state,
-            warmup=self.warmup,
-            precision=self.precision,
-            origin=f"[components.{self.name}] ",
-        )
 
     def to_cfg(self) -> dict[str, Any]:
         """The settings as config values."""
         return {
-            "layers": None if self.layers is None else list(self.layers),
             "dtype": self.dtype,
             "cache_mb": self.cache_mb,
-            "state": self.state,
-            "warmup": None if self.warmup is None else list(self.warmup),
-            "precision": self.precision,
             "store": self.store if isinstance(self.store, str) else list(self.store),
         }
 
@@ -107,13 +86,10 @@ class ElmoSettings:
     "elmo",
     default_config={
         "model": Config().from_str(DEFAULT_ELMO_MODEL)["model"],
-        "layers": None,
         "dtype": "float32",
         "cache_mb": 2048,
-        "state": "zero",
-        "warmup": None,
-        "precision": "float32",
         "store": "layers",
+        **{name: None for name in MOVED_TO_MODEL},
     },
     assigns=["doc._.elmo", "doc.tensor"],
 )
@@ -121,24 +97,17 @@ def make_elmo(
     nlp: Language,
     name: str,
     model: Model,
-    layers: list[int] | None,
     dtype: str,
     cache_mb: int,
-    state: str,
-    warmup: list[str] | None,
-    precision: str,
     store: str | list[int],
+    layers: list[int] | None,
+    state: str | None,
+    warmup: list[str] | None,
+    precision: str | None,
 ) -> "Elmo":
-    settings = ElmoSettings.read(
-        name=name,
-        layers=layers,
-        dtype=dtype,
-        cache_mb=cache_mb,
-        state=state,
-        warmup=warmup,
-        precision=precision,
-        store=store,
-    )
+    settings = ElmoSettings.read(name=name, dtype=dtype, cache_mb=cache_mb, store=store)
+    former = {"layers": layers, "state": state, "warmup": warmup, "precision": precision}
+    move_run_settings(model, former, f"[components.{name}]", f"[components.{name}.model]")
     return Elmo(nlp.vocab, model, name=name, settings=settings)
 
 
@@ -156,19 +125,12 @@ class Elmo(TrainablePipe):
     `nlp.replace_listeners` gives a pipe its own copy of the biLM instead
     (`elmo_spacy.ElmoTok2Vec.v1`).
 
-    Settings (the factory's config; `settings`, an `ElmoSettings`, holds them):
+    How the biLM runs is set in the pipe's model block ([components.elmo.model],
+    `elmo_spacy.ElmoBiLM.v1`; `run_settings` on the pipe), which a replaced
+    listener's copy of the biLM takes whole:
 
     layers: the layers the listeners get and the docs keep (indices into
         0..L, negative ones from the top), in this order; None: all L + 1.
-    dtype: "float32", or "float16" to store `doc._.elmo` in half the memory
-        (listeners in the pipeline read the float32 layers first).
-    cache_mb: while training with a frozen biLM (no listener with
-        grad_factor != 0, or the model's `fine_tuning` keeping every layer
-        frozen), the layers of each training doc are computed once
-        and kept in a float16 cache of at most this many MB (0: no cache, no
-        rounding). Prediction outside training never uses the cache; the cache
-        is emptied when the biLM changes and when training ends (with the
-        `elmo_spacy.ReleaseTrainingCaches.v1` logger of the shipped configs).
     state: the LSTM state every doc starts from: "zero" (the default), or
         "primed": the state that reading a warm-up text leaves, as the
         published ELMo models (trained with the state carried from batch to
@@ -181,11 +143,24 @@ class Elmo(TrainablePipe):
     precision: what the biLM computes in: "float32" (the default, conformant),
         "bfloat16" (faster where the CPU or GPU multiplies in it faster than
         in float32, e.g. AMX, AMD's AVX512-BF16, Ampere and later; each
-        layer moves by under 1% of
-        its largest value) or "float16" (GPUs without bfloat16, e.g. T4 and
-        V100; fine-tuning scales the loss). Either runs as float32, with a
-        warning, where it would not pay; `doc._.elmo` is float32 (or `dtype`)
-        either way; see `elmo_spacy.bilm.runtime.precision`.
+        layer moves by under 1% of its largest value) or "float16" (GPUs
+        without bfloat16, e.g. T4 and V100; fine-tuning scales the loss).
+        Either runs as float32, with a warning, where it would not pay;
+        `doc._.elmo` is float32 (or `dtype`) either way; see
+        `elmo_spacy.bilm.runtime.precision`.
+
+    The pipe's own settings (its factory's config; `settings`, an
+    `ElmoSettings`, holds them):
+
+    dtype: "float32", or "float16" to store `doc._.elmo` in half the memory
+        (listeners in the pipeline read the float32 layers first).
+    cache_mb: while training with a frozen biLM (no listener with
+        grad_factor != 0, or the model's `fine_tuning` keeping every layer
+        frozen), the layers of each training doc are computed once
+        and kept in a float16 cache of at most this many MB (0: no cache, no
+        rounding). Prediction outside training never uses the cache; the cache
+        is emptied when the biLM changes and when training ends (with the
+        `elmo_spacy.ReleaseTrainingCaches.v1` logger of the shipped configs).
     store: what stays on each doc once the pipeline's listeners have read
         its layers: "layers" (the default: every layer of `layers`, and
         `doc.tensor`), a list of layer indices (those of `layers` to keep on
@@ -212,8 +187,14 @@ class Elmo(TrainablePipe):
         self.frozen_cache = FrozenOutputCache(settings.cache_mb * 2**20)
         self._pid = os.getpid()
         self._stored_rows: list[int] | None = None  # rows of `store`, resolved with the biLM
-        set_run_settings(model, settings.run_settings(get_runner(model).settings))
+        shim = model.shims[0]  # its messages name where a user set its settings
+        shim.set_settings(shim.runner.settings.named(f"[components.{name}.model] "))
         install_extensions()
+
+    @property
+    def run_settings(self) -> RunSettings:
+        """How the biLM runs: its model's settings (`elmo_spacy.ElmoBiLM.v1`)."""
+        return get_runner(self.model).settings
 
     @property
     def cfg(self) -> dict[str, Any]:
@@ -221,6 +202,13 @@ class Elmo(TrainablePipe):
         return self.settings.to_cfg()
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if name in MOVED_TO_MODEL or name in RunSettings.__dataclass_fields__:
+            raise ElmoSpacyError(
+                f"[components.{self.name}.model] {name} is set when the pipe is made, in its "
+                f"model's config: nlp.add_pipe('elmo', config={{'model': {{'{name}': ...}}}}), "
+                "or for a saved pipeline spacy.load(path, config={'components': "
+                f"{{'{self.name}': {{'model': {{'{name}': ...}}}}}}}})"
+            )
         if name in ElmoSettings.__dataclass_fields__ and name != "name":
             raise ElmoSpacyError(
                 f"[components.{self.name}] {name} is set when the pipe is made, in its config: "
@@ -450,8 +438,9 @@ class Elmo(TrainablePipe):
         missing = [i for i in wanted if i not in handed_out]
         if missing:
             raise ElmoSpacyError(
-                f"{where} names layers {missing} that the pipe does not compute (layers = "
-                f"{self.settings.layers}): keep layers among those, or widen layers"
+                f"{where} names layers {missing} that the pipe does not compute "
+                f"([components.{self.name}.model] layers = {self.run_settings.layers}): keep "
+                "layers among those, or widen layers"
             )
         return [handed_out.index(i) for i in wanted]
 

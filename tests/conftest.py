@@ -1,4 +1,7 @@
-"""Shared fixtures: a tiny pretrained biLM and a tiny AG News corpus, built once per session."""
+"""Shared fixtures: a tiny pretrained biLM and a tiny AG News corpus, built once per session.
+
+The plugin's tests (this folder) import nothing of the study (`scripts`); the
+study's tests, in tests/study/, have their own helpers in tests/study/conftest.py."""
 
 import json
 import os
@@ -46,33 +49,11 @@ TINY_BILM = BiLMConfig(
 SCALAR_MIX = {"@architectures": "elmo_spacy.ScalarMix.v1", "trainable": True}
 
 
-def with_bag_of_words(linear_model_dropout: float = 0.0) -> dict:
-    """A small block of the study's head (`scripts.TextCatBiLSTM.v1`, for the
-    study's tests, which import `scripts`) with a bag-of-bigrams linear model."""
-    return {
-        "@architectures": "scripts.TextCatBiLSTM.v1",
-        "hidden_width": 8,
-        "mlp_width": 8,
-        "linear_model_dropout": linear_model_dropout,
-        "linear_model": {
-            "@architectures": "spacy.TextCatBOW.v3",
-            "exclusive_classes": True,
-            "ngram_size": 2,
-            "no_output_layer": True,
-            "length": 1024,
-        },
-    }
-
-
 def run(*args: str, **kwargs) -> subprocess.CompletedProcess:
     """Run a command as a user does: `elmo-spacy ...` (the plugin's console
-    script) or `scripts ...` (the study: `python -m scripts ...` from the
-    repository root); anything else as given."""
+    script); anything else as given."""
     if args[0] == "elmo-spacy":
         args = (ELMO_SPACY, *args[1:])
-    elif args[0] == "scripts":
-        args = (sys.executable, "-m", "scripts", *args[1:])
-        kwargs.setdefault("cwd", ROOT)
     return subprocess.run(args, capture_output=True, text=True, timeout=600, **kwargs)
 
 
@@ -147,9 +128,10 @@ def make_nlp(
     grad_factor: float = 1.0,
     textcat_model: dict = None,
     elmo: dict | None = None,
+    elmo_model: dict | None = None,
 ):
     """An initialisable `elmo` + `textcat` pipeline on the tiny biLM; `elmo`:
-    settings of the `elmo` pipe."""
+    settings of the `elmo` pipe, `elmo_model`: of its model (how it runs)."""
     overrides = {
         "paths.bilm": str(bilm_dir),
         "components.textcat.model.tok2vec.grad_factor": grad_factor,
@@ -162,6 +144,8 @@ def make_nlp(
         config["components"]["textcat"]["model"] = {**textcat_model, "tok2vec": tok2vec}
     if elmo is not None:
         config["components"]["elmo"].update(elmo)
+    if elmo_model is not None:
+        config["components"]["elmo"]["model"].update(elmo_model)
     return spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
 
 

@@ -59,9 +59,10 @@ def embed(*args: str):
     return CliRunner().invoke(app, ["embed", *map(str, args)])
 
 
-def elmo_pipe(bilm_dir: Path, **settings):
+def elmo_pipe(bilm_dir: Path, **run_settings):
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config=settings).initialize(lambda: [], bilm_path=bilm_dir)
+    config = {"model": run_settings}
+    nlp.add_pipe("elmo", config=config).initialize(lambda: [], bilm_path=bilm_dir)
     return nlp
 
 

@@ -313,13 +313,14 @@ def test_the_elmo_pipe_trains_and_predicts_on_cuda(spacy_on_gpu, bilm_dir, corpu
 @on_cuda
 @pytest.mark.parametrize("name", LISTENING_CONFIGS)
 @pytest.mark.parametrize("grad_factor", [0.0, 1.0])
-def test_spacy_train_on_cuda(
-    spacy_on_gpu, name, grad_factor, bilm_dir, token_corpus, corpus_dir, tmp_path
-):
-    if name.startswith("textcat"):
-        train_path, dev_path = corpus_dir / "train.spacy", corpus_dir / "dev.spacy"
-    else:
-        train_path = dev_path = token_corpus
+def test_spacy_train_on_cuda(spacy_on_gpu, name, grad_factor, bilm_dir, token_corpus, tmp_path):
+    train_on_cuda(name, grad_factor, bilm_dir, token_corpus, token_corpus, tmp_path)
+
+
+def train_on_cuda(name, grad_factor, bilm_dir, train_path, dev_path, tmp_path, overrides=None):
+    """configs/NAME.cfg trained a few steps on GPU 0, its listeners' gradient
+    `grad_factor`; the trained pipeline gives every token its layers. (The
+    study's textcat configs: tests/study/test_textcat_configs.py.)"""
     config_path = CONFIGS / f"{name}.cfg"
     overrides = {
         "paths.train": str(train_path),
@@ -327,9 +328,8 @@ def test_spacy_train_on_cuda(
         "paths.bilm": str(bilm_dir),
         "training.max_steps": 4,
         "training.eval_frequency": 2,
+        **(overrides or {}),
     }
-    if name.startswith("textcat"):
-        overrides["components.textcat.factory"] = "textcat"  # spaCy's, not the study's
     for path in listener_paths(spacy.util.load_config(config_path)):
         overrides[f"{path}.grad_factor"] = grad_factor
     train(config_path, tmp_path / "out", use_gpu=0, overrides=overrides)
@@ -340,7 +340,7 @@ def test_spacy_train_on_cuda(
 
 @on_cuda
 def test_fine_tuning_in_float16_on_cuda_scales_the_gradient(spacy_on_gpu, bilm_dir, corpus_dir):
-    nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0, elmo={"precision": "float16"})
+    nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0, elmo_model={"precision": "float16"})
     train = examples(nlp, corpus_dir / "train.spacy")
     optimizer = nlp.initialize(lambda: train)
     elmo = nlp.get_pipe("elmo")

@@ -7,8 +7,8 @@ carried state wherever the implementation takes one.
 A new fast path is one more row of IMPLEMENTATIONS.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import pytest
 import torch

@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 import warnings
-from dataclasses import replace
 
 import numpy
 import pytest
@@ -15,7 +14,7 @@ from spacy.training import Example
 from spacy.training.initialize import init_nlp
 from spacy.training.loop import train as spacy_train_loop
 
-from elmo_spacy.layers import ElmoListener, get_bilm, get_runner, set_run_settings
+from elmo_spacy.layers import ElmoListener, get_bilm
 
 from .conftest import CONFIGS, SCALAR_MIX, TINY_BILM, examples, make_nlp
 
@@ -25,7 +24,9 @@ N_LAYERS, WIDTH = TINY_BILM.n_layers + 1, TINY_BILM.width
 def test_keep_some_layers_in_float16(bilm_dir, corpus_dir):
     full = make_nlp(bilm_dir, SCALAR_MIX, 0.0)
     full.initialize(lambda: examples(full, corpus_dir / "train.spacy"))
-    nlp = make_nlp(bilm_dir, SCALAR_MIX, 0.0, elmo={"layers": [0, 2], "dtype": "float16"})
+    nlp = make_nlp(
+        bilm_dir, SCALAR_MIX, 0.0, elmo={"dtype": "float16"}, elmo_model={"layers": [0, 2]}
+    )
     train = examples(nlp, corpus_dir / "train.spacy")
     optimizer = nlp.initialize(lambda: train)
     text = "Stocks fell sharply on Monday."
@@ -41,7 +42,7 @@ def test_keep_some_layers_in_float16(bilm_dir, corpus_dir):
 
 
 def test_fine_tuning_through_some_layers(bilm_dir, corpus_dir):
-    nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0, elmo={"layers": [2, 0]})
+    nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0, elmo_model={"layers": [2, 0]})
     train = examples(nlp, corpus_dir / "train.spacy")
     optimizer = nlp.initialize(lambda: train)
     bilm = get_bilm(nlp.get_pipe("elmo").model)
@@ -60,11 +61,11 @@ def test_fine_tuning_through_some_layers(bilm_dir, corpus_dir):
 
 def test_layers_the_biLM_does_not_have_are_refused(bilm_dir):
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"layers": [0, 3]})
+    nlp.add_pipe("elmo", config={"model": {"layers": [0, 3]}})
     with pytest.raises(ValueError, match=r"layers = \[0, 3\], but the biLM has 3 layers"):
         nlp.get_pipe("elmo").initialize(lambda: [], bilm_path=bilm_dir)
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"layers": [2, -1]})
+    nlp.add_pipe("elmo", config={"model": {"layers": [2, -1]}})
     with pytest.raises(ValueError, match="names a layer twice"):
         nlp.get_pipe("elmo").initialize(lambda: [], bilm_path=bilm_dir)
     with pytest.raises(ValueError, match="dtype = 'float64'"):
@@ -258,12 +259,10 @@ def test_fine_tuning_runs_a_doc_longer_than_the_window_in_the_windows_of_predict
     """A doc longer than the window runs in the same pieces in training as in
     prediction (each token sees the same context, memory stays bounded), and
     its gradient reaches the biLM from past the first window."""
-    nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0)
+    nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0, elmo_model={"window": 40, "window_overlap": 8})
     train = examples(nlp, corpus_dir / "train.spacy")
     nlp.initialize(lambda: train)
     elmo = nlp.get_pipe("elmo")
-    settings = get_runner(elmo.model).settings
-    set_run_settings(elmo.model, replace(settings, window=40, window_overlap=8))
     text = " ".join(["Oil", "prices", "rose", "as", "markets", "fell", "."] * 30)
     doc = nlp.make_doc(text)
     example = Example(doc, nlp.make_doc(text))

@@ -216,7 +216,7 @@ def test_pipe_in_bfloat16_gives_float32_layers_close_to_float32_and_keeps_its_se
     reference = spacy.blank("en")
     reference.add_pipe("elmo").initialize(lambda: [], bilm_path=bilm_dir)
     nlp = spacy.blank("en")
-    elmo = nlp.add_pipe("elmo", config={"precision": "bfloat16"})
+    elmo = nlp.add_pipe("elmo", config={"model": {"precision": "bfloat16"}})
     elmo.initialize(lambda: [], bilm_path=bilm_dir)
     assert get_bilm(elmo.model).precision == "bfloat16"
     docs = list(nlp.pipe(texts))
@@ -229,14 +229,14 @@ def test_pipe_in_bfloat16_gives_float32_layers_close_to_float32_and_keeps_its_se
             assert_close_per_layer(low, high)
     nlp.to_disk(tmp_path / "nlp")
     loaded = spacy.load(tmp_path / "nlp")
-    assert loaded.get_pipe("elmo").settings.precision == "bfloat16"
+    assert loaded.get_pipe("elmo").run_settings.precision == "bfloat16"
     assert get_bilm(loaded.get_pipe("elmo").model).precision == "bfloat16"
     for doc, again in zip(docs, loaded.pipe(texts)):
         assert numpy.array_equal(doc._.elmo, again._.elmo)
     elmo.from_disk(tmp_path / "nlp" / "elmo")  # a new biLM, the pipe's setting
     assert get_bilm(elmo.model).precision == "bfloat16"
     float32 = spacy.load(
-        tmp_path / "nlp", config={"components": {"elmo": {"precision": "float32"}}}
+        tmp_path / "nlp", config={"components": {"elmo": {"model": {"precision": "float32"}}}}
     )
     assert numpy.array_equal(float32(texts[0])._.elmo, reference(texts[0])._.elmo)
 
@@ -281,11 +281,13 @@ def test_bfloat16_where_it_does_not_pay_warns_and_runs_float32(monkeypatch, bilm
     assert bilm.precision == "float32"
     assert torch.equal(layers_of(bilm, SENTENCES), reference)
     nlp = spacy.blank("en")
-    elmo = nlp.add_pipe("elmo", config={"precision": "bfloat16"})
-    with pytest.warns(RuntimeWarning, match=r"\[components.elmo\] precision = 'bfloat16' runs"):
+    elmo = nlp.add_pipe("elmo", config={"model": {"precision": "bfloat16"}})
+    with pytest.warns(
+        RuntimeWarning, match=r"\[components.elmo.model\] precision = 'bfloat16' runs"
+    ):
         elmo.initialize(lambda: [], bilm_path=bilm_dir)
     assert get_bilm(elmo.model).precision == "float32"
-    assert elmo.settings.precision == "bfloat16"  # what was asked for, kept in the config
+    assert elmo.run_settings.precision == "bfloat16"  # what was asked for, kept in the config
 
 
 def test_one_rank_warns_of_the_fall_back_for_all(monkeypatch, tmp_path):
@@ -374,8 +376,8 @@ def test_a_precision_that_does_not_exist_is_refused_with_the_choices(bilm_dir, t
     choices = "use one of 'float32', 'bfloat16', 'float16'"
     with pytest.raises(ValueError, match=f"precision = 'int8'.*{choices}"):
         tiny_bilm("word").precision = "int8"
-    with pytest.raises(ValueError, match=rf"\[components.elmo\] precision = 'int8'.*{choices}"):
-        spacy.blank("en").add_pipe("elmo", config={"precision": "int8"})
+    with pytest.raises(ValueError, match=rf"ElmoBiLM.v1: precision = 'int8'.*{choices}"):
+        spacy.blank("en").add_pipe("elmo", config={"model": {"precision": "int8"}})
     with pytest.raises(ValueError, match=r"\[training\] precision = 'int8': one of float32"):
         PretrainConfig(precision="int8")
     with pytest.raises(ValueError, match="Embedder: precision = 'int8'"):  # before reading any file

@@ -45,11 +45,11 @@ pipeline = ["elmo", "textcat", "ner", "tagger"]
 
 [components.elmo]
 factory = "elmo"
-state = "primed"
-layers = [0, 2]
 
 [components.elmo.model]
 @architectures = "elmo_spacy.ElmoBiLM.v1"
+state = "primed"
+layers = [0, 2]
 window = 40
 window_overlap = 8
 
@@ -237,7 +237,7 @@ def test_replaced_listeners_predict_the_same_and_reload_in_a_fresh_process(train
         assert get_bilm(owned_bilm(nlp.get_pipe(name).model)) is not elmo_bilm  # a copy of its own
         block = nlp.config["components"][name]["model"]["tok2vec"]
         assert block["@architectures"] == "elmo_spacy.ElmoTok2Vec.v1"
-        assert (block["state"], block["layers"]) == ("primed", [0, 2])
+        assert (block["bilm"]["state"], block["bilm"]["layers"]) == ("primed", [0, 2])
         assert block["bilm"]["window"] == 40
     assert nlp.config["components"]["ner"]["model"]["tok2vec"]["mix"]["nO"] == 12
     assert nlp.config["components"]["tagger"]["model"]["tok2vec"]["grad_factor"] == 0.5

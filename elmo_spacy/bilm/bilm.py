@@ -182,7 +182,12 @@ class BiLM(BiLMNetwork):
 
     @precision.setter
     def precision(self, precision: str) -> None:
-        self._precision = resolve_precision(precision, self._device, "BiLM.precision")
+        self.set_precision(precision)
+
+    def set_precision(self, precision: str, where: str = "BiLM.precision") -> None:
+        """Set `precision`, resolved where it runs (`resolve_precision`);
+        `where` names the setting in what it warns."""
+        self._precision = resolve_precision(precision, self._device, where)
         self.weights_changed()  # kept encodings and packed weights are of one precision
 
     @in_precision

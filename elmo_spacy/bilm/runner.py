@@ -12,6 +12,7 @@ LSTM state: zeros, or a primed state (see `BiLM.primed_states`), so a
 sentence gets the same vectors whatever else is in its batch.
 """
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -22,7 +23,7 @@ from ..errors import ElmoSpacyError
 from .bilm import BiLM
 from .inputs.batch import length_runs
 from .model.network import States
-from .runtime.precision import check_precision, resolve_precision
+from .runtime.precision import check_precision
 
 # The warm-up text of state = "primed" when none is given: a few sentences of
 # plain news English, tokenised as spaCy's English tokenizer does. Published
@@ -99,14 +100,31 @@ class RunSettings:
                 "need 0 <= 2 * window_overlap < window."
             )
 
+    def named(self, origin: str) -> "RunSettings":
+        """The same settings, named in messages as given at `origin` (e.g.
+        "[components.elmo.model] "); checked already, so not checked again."""
+        named = copy.copy(self)
+        object.__setattr__(named, "origin", origin)
+        return named
+
     def to_config(self) -> dict:
-        """The settings as config values (lists, sentences as strings)."""
+        """The settings as config values (lists, sentences as strings), as
+        `elmo_spacy.ElmoBiLM.v1` takes them."""
         return {
             "layers": None if self.layers is None else list(self.layers),
             "state": self.state,
             "warmup": None if self.warmup is None else [" ".join(s) for s in self.warmup],
             "precision": self.precision,
+            "max_batch_tokens": self.max_batch_tokens,
+            "window": self.window,
+            "window_overlap": self.window_overlap,
         }
+
+
+# Every run setting's default, written once (in `RunSettings`): the `elmo`
+# pipe's model (`elmo_spacy.ElmoBiLM.v1`), `Embedder` and `elmo-spacy embed`
+# and `export` take theirs from here.
+RUN_DEFAULTS = RunSettings()
 
 
 class Runner:
@@ -134,8 +152,7 @@ class Runner:
         if bilm is not None:
             where = self.settings.origin
             bilm.eval()
-            device = next(bilm.parameters()).device
-            bilm.precision = resolve_precision(self.settings.precision, device, f"{where}precision")
+            bilm.set_precision(self.settings.precision, f"{where}precision")
             self.layers = resolve_layers(self.settings.layers, bilm.config.n_output_layers, where)
 
     def require_bilm(self) -> BiLM:

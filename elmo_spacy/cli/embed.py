@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from ..bilm.runner import RUN_DEFAULTS
 from ..errors import ElmoSpacyError
 from . import app, deprecated_part, errors_to_exit, parse_part
 
@@ -39,10 +40,11 @@ def embed_command(
         None, help="Keep these layers, e.g. 0,2 (0 = token encoding; --top takes the last kept)"
     ),
     state: str = typer.Option(
-        "zero", help="LSTM state every sentence starts from: zero, or primed by a warm-up text"
+        RUN_DEFAULTS.state,
+        help="LSTM state every sentence starts from: zero, or primed by a warm-up text",
     ),
     precision: str = typer.Option(
-        "float32",
+        RUN_DEFAULTS.precision,
         help="float32 (conformant), bfloat16 (faster on CPUs with bfloat16 units and on GPUs) "
         "or float16 (GPUs without bfloat16)",
     ),
@@ -75,7 +77,9 @@ def embed_command(
         help="Embed only lines i with i mod N = K (keys stay the line indices)",
     ),
     shard: str = typer.Option(None, metavar="K/N", hidden=True, help="Deprecated: --part"),
-    max_batch_tokens: int = typer.Option(4096, help="Padded tokens per biLM batch"),
+    max_batch_tokens: int = typer.Option(
+        RUN_DEFAULTS.max_batch_tokens, help="Padded tokens per biLM batch"
+    ),
     gpu_id: int = typer.Option(-1, help="GPU to run on (-1: CPU)"),
     overwrite: bool = typer.Option(False, help="Replace OUTPUT_FILE if it exists"),
 ) -> None:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import typer
 
+from ..bilm.runner import RUN_DEFAULTS
 from . import app, errors_to_exit
 
 
@@ -24,7 +25,8 @@ def export_command(
         help="onnx (bilm.onnx) and/or torch-export (bilm.pt2); repeat for both (the default)",
     ),
     state: str = typer.Option(
-        "zero", help="LSTM state every sentence starts from: zero, or primed by a warm-up text"
+        RUN_DEFAULTS.state,
+        help="LSTM state every sentence starts from: zero, or primed by a warm-up text",
     ),
     warmup_file: Path = typer.Option(
         None,
@@ -57,7 +59,7 @@ def export_command(
         unknown = [f for f in formats if f not in FORMATS]
         if unknown:
             raise ElmoSpacyError(f"--format {unknown[0]}: use {' or '.join(FORMATS)}")
-        if with_states and state != "zero":
+        if with_states and state != RUN_DEFAULTS.state:
             raise ElmoSpacyError("--with-states takes the states as inputs: leave --state zero")
         warmup = None if warmup_file is None else [line for line in read_lines(warmup_file)]
         settings = RunSettings(state=state, warmup=warmup or None, origin="--")
@@ -73,7 +75,6 @@ def export_command(
                     formats=formats,
                     initial_states=initial_states,
                     with_states=with_states,
-                    state=state,
                 )
             )
 

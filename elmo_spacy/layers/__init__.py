@@ -1,6 +1,13 @@
 """thinc layers: the biLM as a thinc model, the listener, the mixes, the tok2vec that owns its biLM."""
 
-from .bilm_model import build_bilm_model, get_bilm, get_runner, own_bilm, set_bilm, set_run_settings
+from .bilm_model import (
+    build_bilm_model,
+    get_bilm,
+    get_runner,
+    move_run_settings,
+    own_bilm,
+    set_bilm,
+)
 from .learned_mix import build_learned_mix
 from .listener import ElmoListener
 from .scalar_mix import build_scalar_mix, layer_weights, scalar_mix_node
@@ -17,6 +24,6 @@ __all__ = [
     "mixed_tok2vec",
     "own_bilm",
     "scalar_mix_node",
+    "move_run_settings",
     "set_bilm",
-    "set_run_settings",
 ]

@@ -4,7 +4,9 @@ pipe, which is what a listener becomes when spaCy's `replace_listeners`
 replaces it."""
 
 import copy
+import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -68,7 +70,7 @@ def build_bilm_model(
             "bilm_config": dict(bilm_config),
             # spaCy's replace_listeners callbacks (not serialised: thinc skips functions)
             "replace_listener": replace_listener,
-            "replace_listener_cfg": partial(replace_listener_cfg, settings=settings.to_config()),
+            "replace_listener_cfg": replace_listener_cfg,
         },
         shims=[shim],
     )
@@ -204,12 +206,25 @@ def set_bilm(model: Model, bilm: BiLM) -> None:
     _set_dims(model)
 
 
-def set_run_settings(model: Model, settings: RunSettings) -> None:
-    """Run `model`'s biLM with `settings` from now on."""
-    model.shims[0].set_settings(settings)
-    model.attrs["replace_listener_cfg"] = partial(
-        replace_listener_cfg, settings=settings.to_config()
+def move_run_settings(model: Model, former: dict[str, Any], where: str, block: str) -> None:
+    """Run `model`'s biLM with the run settings given in their former place
+    (`former`, None where not given; `where`: the `elmo` pipe's config, or
+    an `elmo_spacy.ElmoTok2Vec.v1` block, as configs saved by earlier
+    versions have them), with a warning that names their place now (`block`,
+    the model's). `replace_listeners` writes them there."""
+    given = {name: value for name, value in former.items() if value is not None}
+    if not given:
+        return
+    names = ", ".join(given)
+    warnings.warn(
+        f"{where}: {names} moved to the model's block ({block}); set {names} there. "
+        "The former place is read until the next release.",
+        FutureWarning,
+        stacklevel=4,
     )
+    settings = replace(get_runner(model).settings, **given)
+    model.shims[0].set_settings(settings)
+    model.attrs["replace_listener_cfg"] = partial(replace_listener_cfg, moved=settings.to_config())
     _set_dims(model)
 
 
@@ -335,22 +350,26 @@ def replace_listener(bilm_model: Model, listener: Model, pipe: Any) -> Model:
 
 
 def replace_listener_cfg(
-    bilm_model_cfg: dict[str, Any], tok2vec_cfg: dict[str, Any], settings: dict[str, Any]
+    bilm_model_cfg: dict[str, Any],
+    tok2vec_cfg: dict[str, Any],
+    moved: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """spaCy's `replace_listeners` callback for the config: the listener's
     block (`tok2vec_cfg`, or the one listener block inside it) becomes an
     `elmo_spacy.ElmoTok2Vec.v1` block with the listener's mix, width and
-    grad_factor, the `elmo` pipe's model block and its run `settings`
-    (layers, state, warmup, precision): the config that rebuilds what
-    `replace_listener` made."""
+    grad_factor and the `elmo` pipe's model block, run settings included:
+    the config that rebuilds what `replace_listener` made. `moved`: run
+    settings the pipe was given in their former place (`move_run_settings`),
+    written into the model block."""
     listener_cfg = _listener_block(tok2vec_cfg)
+    bilm_cfg = copy.deepcopy(dict(bilm_model_cfg))
+    bilm_cfg.update(moved or {})
     return {
         "@architectures": TOK2VEC_ARCHITECTURE,
-        "bilm": copy.deepcopy(dict(bilm_model_cfg)),
+        "bilm": bilm_cfg,
         "mix": copy.deepcopy(listener_cfg["mix"]),
         "grad_factor": listener_cfg.get("grad_factor", 1.0),
         "width": listener_cfg.get("width"),
-        **settings,
         "bilm_path": None,
     }
 

@@ -255,7 +255,6 @@ def export_bilm(
     formats: Sequence[str] = FORMATS,
     initial_states: States | None = None,
     with_states: bool = False,
-    state: str = "zero",
     dtype: torch.dtype = torch.float32,
 ) -> list[Path]:
     """Write `bilm` to the folder `output` (which the caller owns) as the
@@ -299,6 +298,7 @@ def export_bilm(
             )
             onnx_program.save(str(output / ONNX_FILE))
             written.append(output / ONNX_FILE)
+    state = "zero" if initial_states is None else "primed"  # the state the program holds
     description = inputs_description(bilm, module, state, str(dtype).removeprefix("torch."))
     (output / INPUTS_FILE).write_text(json.dumps(description, indent=2) + "\n")
     written.append(output / INPUTS_FILE)
