@@ -12,7 +12,7 @@ import elmo_spacy.pretrain.train as train_module
 from elmo_spacy.bilm import BiLMConfig, WordVocab, load_bilm
 from elmo_spacy.pretrain import PretrainConfig, pretrain
 from elmo_spacy.pretrain.checkpoint import load_checkpoint
-from elmo_spacy.pretrain.run_folder import LATEST, RunFolder
+from elmo_spacy.pretrain.run_folder import LATEST, PROGRESS_FILE, RunFolder
 from elmo_spacy.pretrain.texts import read_texts
 from elmo_spacy.pretrain.train import NotEnoughText
 
@@ -129,7 +129,7 @@ def test_resume_refuses_another_bilm_config(tmp_path):
         )
 
 
-def test_resume_with_another_epoch_plan_says_what_it_changes(tmp_path, monkeypatch):
+def test_resume_with_other_batching_settings_says_what_it_changes(tmp_path, monkeypatch):
     """A run stopped in the middle of an epoch and resumed with other batches
     (here shape_buckets) says so; resumed again with the same settings, not."""
     steps = []
@@ -146,12 +146,17 @@ def test_resume_with_another_epoch_plan_says_what_it_changes(tmp_path, monkeypat
         patched.setattr(train_module, "training_step", killed_at_the_second_step)
         with pytest.raises(RuntimeError, match="killed"):
             pretrain(corpus_of(DOCS), BILM, first, tmp_path, show_progress=False)
+    # As earlier versions saved it: the batching settings under "plan".
+    checkpoint = RunFolder(tmp_path).latest_checkpoint()
+    saved = json.loads((checkpoint / PROGRESS_FILE).read_text())
+    saved["progress"]["plan"] = saved["progress"].pop("batching")
+    (checkpoint / PROGRESS_FILE).write_text(json.dumps(saved))
     changed = PretrainConfig(**{**first.to_dict(), "shape_buckets": 4})
     with pytest.warns(UserWarning, match="shape_buckets 0 -> 4.*epoch 1 .*from its batch 1,"):
         pretrain(corpus_of(DOCS), BILM, changed, tmp_path, show_progress=False, resume=True)
     again = PretrainConfig(**{**changed.to_dict(), "max_epochs": 2})
     with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)  # the same plan, from an epoch's start
+        warnings.simplefilter("error", UserWarning)  # the same settings, from an epoch's start
         pretrain(corpus_of(DOCS), BILM, again, tmp_path, show_progress=False, resume=True)
 
 

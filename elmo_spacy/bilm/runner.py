@@ -4,7 +4,7 @@ with, checked once) and the `Runner` that holds a biLM and its settings. The
 `elmo_spacy.Embedder` and `elmo-spacy embed` all run a biLM through one.
 Plain PyTorch.
 
-Sentences are cut into overlapping windows (`WindowPlan`); at prediction the
+Sentences are cut into overlapping windows (`Windows`); at prediction the
 windows are sorted by length and run in chunks of at most `max_batch_tokens`
 padded tokens, in training they run as one batch; either way each window's
 kept part lands in its sentence's output. Every row starts from the same
@@ -130,7 +130,7 @@ RUN_DEFAULTS = RunSettings()
 class Runner:
     """Runs `bilm` over tokenised sentences with `settings`.
 
-    `embed` is prediction (inference mode, length-sorted chunks); `plan` and
+    `embed` is prediction (inference mode, length-sorted chunks); `windows` and
     `initial_states` are what a training step needs to run the same windows
     from the same state with gradients (the thinc model does that through
     its shim). Setting `bilm` (None until one is there) puts it in eval
@@ -185,9 +185,9 @@ class Runner:
             warmup = tuple(tuple(sentence.split()) for sentence in DEFAULT_WARMUP)
         return self.require_bilm().primed_states(warmup)
 
-    def plan(self, lengths: Sequence[int]) -> "WindowPlan":
+    def windows(self, lengths: Sequence[int]) -> "Windows":
         """The windows of sentences of these lengths."""
-        return WindowPlan.of(lengths, self.settings.window, self.settings.window_overlap)
+        return Windows.of(lengths, self.settings.window, self.settings.window_overlap)
 
     def select(self, layers: torch.Tensor) -> torch.Tensor:
         """The kept `layers` of a biLM output (L + 1, ...) -> (n_layers, ...)."""
@@ -211,23 +211,23 @@ class Runner:
             )
         bilm.eval()
         initial_states = self.initial_states()
-        plan = self.plan([len(s) for s in sentences])
-        outputs = plan.empty_outputs(self.n_layers, self.width)
-        order = plan.by_length()
-        bounds = length_runs(plan.window_lengths()[order], self.settings.max_batch_tokens)
+        windows = self.windows([len(s) for s in sentences])
+        outputs = windows.empty_outputs(self.n_layers, self.width)
+        order = windows.by_length()
+        bounds = length_runs(windows.window_lengths()[order], self.settings.max_batch_tokens)
         for chunk in (order[a:b] for a, b in zip(bounds[:-1], bounds[1:])):
-            tokens = plan.window_tokens(sentences, chunk)
+            tokens = windows.window_tokens(sentences, chunk)
             with torch.inference_mode():
                 layers = self.select(bilm(bilm.batch(tokens), initial_states))
                 array = layers.float().cpu().numpy()  # (n_layers, B, T, 2P)
-            plan.gather(array, outputs, chunk)
+            windows.gather(array, outputs, chunk)
             if progress is not None:
                 progress(sum(len(t) for t in tokens))
         return outputs
 
 
 @dataclass(frozen=True)
-class WindowPlan:
+class Windows:
     """The windows that cover a batch of sentences, and how their outputs
     map back. Row r of `pieces` is (sentence, first, last, keep_first,
     keep_last): run tokens [first, last) of the sentence, keep [keep_first,
@@ -237,7 +237,7 @@ class WindowPlan:
     pieces: tuple[tuple[int, int, int, int, int], ...]
 
     @classmethod
-    def of(cls, lengths: Sequence[int], window: int, overlap: int) -> "WindowPlan":
+    def of(cls, lengths: Sequence[int], window: int, overlap: int) -> "Windows":
         pieces = tuple(
             (i, *span) for i, n in enumerate(lengths) for span in windows(n, window, overlap)
         )

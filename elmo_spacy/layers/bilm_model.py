@@ -254,27 +254,27 @@ def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[ElmoOutput, 
     tokens = [[t.text for t in doc] for doc in docs]
     if not is_train:
         return [model.ops.asarray3f(output) for output in runner.embed(tokens)], no_backprop
-    plan = runner.plan([len(t) for t in tokens])
-    outputs = plan.empty_outputs(runner.n_layers, runner.width, model.ops.xp)
-    if not plan.pieces:
+    windows = runner.windows([len(t) for t in tokens])
+    outputs = windows.empty_outputs(runner.n_layers, runner.width, model.ops.xp)
+    if not windows.pieces:
         return outputs, no_backprop
     bilm = runner.bilm
     fine_tuning = model.shims[0].fine_tuning
     if fine_tuning is not None:
         fine_tuning.prepare(bilm)
     inputs = ArgsKwargs(
-        args=(bilm.batch(plan.window_tokens(tokens)),),
+        args=(bilm.batch(windows.window_tokens(tokens)),),
         kwargs={"initial_states": runner.initial_states()},
     )
     layers, torch_backprop = model.shims[0](inputs, is_train)
     kept = runner.select(layers)  # (n_layers, pieces, T, width)
-    plan.gather(torch2xp(kept.detach().float()), outputs)
+    windows.gather(torch2xp(kept.detach().float()), outputs)
     if not kept.requires_grad:  # the layers kept are all below the trainable ones
         return outputs, no_backprop
 
     def backprop(d_outputs: ElmoOutput) -> list[Doc]:
         d_kept = torch.zeros_like(kept)
-        plan.scatter(d_outputs, d_kept, lambda a: xp2torch(a, device=d_kept.device))
+        windows.scatter(d_outputs, d_kept, lambda a: xp2torch(a, device=d_kept.device))
         torch_backprop(ArgsKwargs(args=(kept,), kwargs={"grad_tensors": (d_kept,)}))
         return []
 

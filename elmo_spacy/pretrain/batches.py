@@ -298,12 +298,12 @@ class Prefetcher:
 
     def __init__(
         self,
-        plans: Iterator[Pieces],
+        planned: Iterator[Pieces],
         build: Callable[[Pieces], TokenBatch],
         workers: Workers,
         depth: int = 4,
     ) -> None:
-        self.plans, self.build, self.workers = plans, build, workers
+        self.planned, self.build, self.workers = planned, build, workers
         self.pin = workers.device.type == "cuda"
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
         self.stopping = threading.Event()
@@ -334,7 +334,7 @@ class Prefetcher:
     def _fill(self) -> None:
         try:
             rank, world = self.workers.rank, self.workers.world_size
-            for pieces in self.plans:
+            for pieces in self.planned:
                 share = pieces.take(slice(rank, None, world))
                 weight = 1.0 if len(share) else 0.0
                 batch = self.build(share if len(share) else pieces.take(slice(0, 1)))

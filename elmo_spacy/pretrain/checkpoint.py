@@ -57,7 +57,7 @@ class RunState:
     evaluations: list[dict[str, Any]] = field(default_factory=list)
     init_dev_perplexity: dict[str, float] | None = None  # of a biLM trained further
     loss_scale: dict[str, Any] | None = None  # the GradScaler's state, training in float16
-    plan: dict[str, Any] = field(default_factory=dict)  # `epoch_plan` of the run's config
+    batching: dict[str, Any] = field(default_factory=dict)  # `batching_settings` of its config
 
     def next_epoch(self) -> None:
         self.epoch += 1
@@ -112,7 +112,10 @@ def load_checkpoint(
     optimizer = new_optimizer(bilm, config)
     optimizer.load_state_dict(_optimizer_state(tensors, saved["param_groups"]))
     torch.set_rng_state(tensors["torch_rng_state"])
-    return bilm, optimizer, RunState(**saved["progress"])
+    progress = saved["progress"]
+    if "plan" in progress:  # the name earlier versions saved it under
+        progress["batching"] = progress.pop("plan")
+    return bilm, optimizer, RunState(**progress)
 
 
 def new_optimizer(bilm: BiLM, config: PretrainConfig) -> torch.optim.Adam:

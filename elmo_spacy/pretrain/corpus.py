@@ -43,14 +43,14 @@ from ..files import write_file
 FORMAT = "elmo_spacy.prepared_corpus"
 VERSION = 1
 MANIFEST = "manifest.json"
-PLAN = "plan.json"  # the inputs and settings of a preparation, written first
+SETTINGS_FILE = "plan.json"  # the inputs and settings of a preparation, written first
 SHARD_DONE = "shard.json"  # in a finished shard: its entry of the manifest
 TYPES, TYPE_OFFSETS, TYPE_COUNTS = "types.bin", "type_offsets.bin", "type_counts.bin"
 TOKENS, DOCS = "tokens.bin", "docs.bin"
 TOKEN_DTYPE, OFFSET_DTYPE = numpy.dtype("<i4"), numpy.dtype("<i8")
 # What a prepared folder holds besides its shards: an existing folder with
 # anything else in it is not written into.
-FOLDER_FILES = (MANIFEST, PLAN, TYPES, TYPE_OFFSETS, TYPE_COUNTS)
+FOLDER_FILES = (MANIFEST, SETTINGS_FILE, TYPES, TYPE_OFFSETS, TYPE_COUNTS)
 
 
 class CorpusDamaged(ElmoSpacyError):
@@ -225,9 +225,9 @@ class PreparedCorpus:
         return self.manifest["fingerprint"]
 
     @property
-    def plan(self) -> str:
+    def preparation(self) -> str:
         """The same for every part of one preparation (same sources and settings)."""
-        return self.manifest["plan"]
+        return self.manifest["plan"]  # the key its manifest keeps it under
 
 
 class Corpus:
@@ -412,22 +412,22 @@ def _in_order(shards: list) -> list:
     """Shards of the parts of one preparation in the order of the whole (by
     their index); folders of other preparations after each other, as given.
     Refuses a shard given twice; warns when parts of a preparation are missing."""
-    plans: dict[str, int] = {}
+    preparations: dict[str, int] = {}
     for folder, _, _ in shards:
-        plans.setdefault(folder.plan, len(plans))
+        preparations.setdefault(folder.preparation, len(preparations))
     seen: dict[tuple[str, int], Path] = {}
     for folder, shard, _ in shards:
-        key = (folder.plan, shard.index)
+        key = (folder.preparation, shard.index)
         if key in seen:
             raise ElmoSpacyError(
                 f"{folder.path} and {seen[key]} hold the same shard ({shard.index}) of one "
                 "preparation: give each part once"
             )
         seen[key] = folder.path
-    for plan in plans:
-        parts = [f for f, _, _ in shards if f.plan == plan]
+    for preparation in preparations:
+        parts = [f for f, _, _ in shards if f.preparation == preparation]
         expected = parts[0].manifest["shards_in_plan"]
-        have = len({s.index for f, s, _ in shards if f.plan == plan})
+        have = len({s.index for f, s, _ in shards if f.preparation == preparation})
         if have < expected:
             n_parts = parts[0].manifest["part"][1]
             warnings.warn(
@@ -436,7 +436,7 @@ def _in_order(shards: list) -> list:
                 UserWarning,
                 stacklevel=3,
             )
-    return sorted(shards, key=lambda item: (plans[item[0].plan], item[1].index))
+    return sorted(shards, key=lambda item: (preparations[item[0].preparation], item[1].index))
 
 
 def _unique_folders(shards: list) -> list:
@@ -451,7 +451,7 @@ def _unique_folders(shards: list) -> list:
 # -- writing: `elmo-spacy prepare` (prepare.py) feeds a CorpusWriter -------------
 
 
-def preparation_plan(
+def preparation_settings(
     tokenization: Tokenization,
     sources: list[dict[str, Any]],
     shard_size: int,
@@ -478,10 +478,10 @@ class CorpusWriter:
     written before.
     """
 
-    def __init__(self, path: Path, plan: dict[str, Any], overwrite: bool) -> None:
-        self.path, self.plan = path, plan
-        self.part = tuple(plan["part"])
-        self.shard_size = plan["shard_size"]
+    def __init__(self, path: Path, settings: dict[str, Any], overwrite: bool) -> None:
+        self.path, self.settings = path, settings
+        self.part = tuple(settings["part"])
+        self.shard_size = settings["shard_size"]
         self.finished = False
         self.index: dict[str, int] = {}
         self.n_docs = 0
@@ -507,16 +507,16 @@ class CorpusWriter:
         path = self.path
         if path.exists() and not path.is_dir():
             raise FileExistsError(f"{path} is a file, not a folder: choose another output folder")
-        plan_path = path / PLAN
-        if plan_path.is_file():
-            earlier = json.loads(plan_path.read_text(encoding="utf-8"))
-            if earlier == self.plan:
+        settings_path = path / SETTINGS_FILE
+        if settings_path.is_file():
+            earlier = json.loads(settings_path.read_text(encoding="utf-8"))
+            if earlier == self.settings:
                 self.finished = is_prepared(path)
                 return
             if not overwrite:
                 raise FileExistsError(
                     f"{path} holds a preparation of other inputs or settings "
-                    f"({_plan_difference(earlier, self.plan)}). Prepare into another folder, or "
+                    f"({_settings_difference(earlier, self.settings)}). Prepare into another folder, or "
                     "pass --overwrite to replace it."
                 )
         if path.is_dir() and any(path.iterdir()):
@@ -528,13 +528,13 @@ class CorpusWriter:
                 )
             if not overwrite:
                 raise FileExistsError(
-                    f"{path} holds a prepared corpus without its {PLAN}: pass --overwrite to "
+                    f"{path} holds a prepared corpus without its {SETTINGS_FILE}: pass --overwrite to "
                     "replace it, or choose another folder"
                 )
             for p in path.iterdir():
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
         path.mkdir(parents=True, exist_ok=True)
-        _write_atomic(plan_path, json.dumps(self.plan, indent=2) + "\n")
+        _write_atomic(settings_path, json.dumps(self.settings, indent=2) + "\n")
 
     def _finished_shards(self) -> dict[int, dict[str, Any]]:
         """The shards written before, by index: those in one unbroken run
@@ -609,17 +609,17 @@ class CorpusWriter:
             contents: Any = [_content(s) for s in sources]
         else:  # docs given in Python: what was written
             contents = [e["sha256"] for e in shards]
-        plan_id = _digest(
-            json.dumps({**self.plan, "part": None, "sources": contents}, sort_keys=True)
+        preparation = _digest(
+            json.dumps({**self.settings, "part": None, "sources": contents}, sort_keys=True)
         )
         manifest = {
             "format": FORMAT,
             "version": VERSION,
-            "tokenization": self.plan["tokenization"],
+            "tokenization": self.settings["tokenization"],
             "sources": sources,
             "shard_size": self.shard_size,
             "part": list(self.part),
-            "plan": plan_id,
+            "plan": preparation,
             "shards_in_plan": shards_in_plan,
             "docs": sum(e["docs"] for e in shards),
             "tokens": sum(e["tokens"] for e in shards),
@@ -627,7 +627,7 @@ class CorpusWriter:
             "shards": shards,
             "sha256": checksums,
             "fingerprint": _digest(
-                json.dumps([plan_id, checksums, [e["sha256"] for e in shards]], sort_keys=True)
+                json.dumps([preparation, checksums, [e["sha256"] for e in shards]], sort_keys=True)
             ),
         }
         _write_atomic(self.path / MANIFEST, json.dumps(manifest, indent=1) + "\n")
@@ -692,7 +692,7 @@ def _content(source: dict[str, Any]) -> dict[str, Any]:
     return {"name": Path(source["path"]).name, "bytes": source["bytes"], "sha256": source["sha256"]}
 
 
-def _plan_difference(earlier: dict[str, Any], now: dict[str, Any]) -> str:
+def _settings_difference(earlier: dict[str, Any], now: dict[str, Any]) -> str:
     changed = [key for key in now if earlier.get(key) != now.get(key)]
     if "sources" in changed:
         return "the input files, or their sizes or times, differ"

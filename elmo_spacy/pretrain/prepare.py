@@ -32,7 +32,7 @@ from .corpus import (
     CorpusWriter,
     Tokenization,
     is_prepared,
-    preparation_plan,
+    preparation_settings,
 )
 from .texts import TextFile, find_text_files
 
@@ -76,9 +76,11 @@ def prepare_corpus(
         raise ElmoSpacyError(f"shard size {shard_size}: at least 1 character")
     if n_process < 1:
         raise ElmoSpacyError(f"n_process = {n_process}: at least 1")
-    plan = preparation_plan(tokenization, [_source_stamp(f) for f in files], shard_size, (k, n))
+    settings = preparation_settings(
+        tokenization, [_source_stamp(f) for f in files], shard_size, (k, n)
+    )
     created = not Path(output_dir).exists()
-    writer = CorpusWriter(Path(output_dir), plan, overwrite)
+    writer = CorpusWriter(Path(output_dir), settings, overwrite)
     if writer.finished:
         return writer.path
     try:
@@ -150,8 +152,8 @@ def prepare_docs(
     `output_dir` as a prepared corpus; `tokenization` says how they were cut
     (the biLM pretrained on them records it). An existing corpus there is
     replaced."""
-    plan = preparation_plan(tokenization, [{"name": "<docs>"}], shard_size, (0, 1))
-    writer = CorpusWriter(Path(output_dir), plan, overwrite=True)
+    settings = preparation_settings(tokenization, [{"name": "<docs>"}], shard_size, (0, 1))
+    writer = CorpusWriter(Path(output_dir), settings, overwrite=True)
     shard, shard_chars = 0, 0
     for doc in docs:
         if not doc:

@@ -21,7 +21,6 @@ from tqdm import tqdm
 
 from ..bilm import BiLM, BiLMConfig, TokenBatch, load_bilm, save_bilm
 from ..bilm.inputs.buckets import ShapeBuckets
-from ..bilm.runtime.precision import resolve_precision
 from ..errors import ElmoSpacyError
 from .batches import (
     BatchBuilder,
@@ -90,7 +89,7 @@ class Pretraining:
         or until a budget is spent or patience runs out; then end the epoch."""
         bilm, config, state = self.bilm, self.config, self.state
         bilm.train()
-        plans = epoch_batches(
+        planned = epoch_batches(
             self.data.corpus,
             seed=config.seed,
             epoch=state.epoch,
@@ -112,7 +111,7 @@ class Pretraining:
         self._clock = time.perf_counter()
         stopped = False
         with Prefetcher(
-            itertools.islice(plans, state.batch, None), self.data.build, self.workers
+            itertools.islice(planned, state.batch, None), self.data.build, self.workers
         ) as batches:
             for batch, pieces, weight in batches:
                 if self.first_step is None:
@@ -558,7 +557,7 @@ def _start(
     if checkpoint is not None:
         bilm, optimizer, state = load_checkpoint(checkpoint, bilm_config, config, workers.device)
         _check_same_corpus(checkpoint, state, fingerprint, corpus, dev)
-        _warn_of_another_plan(checkpoint, state, config, say=workers.is_main)
+        _warn_of_other_batching(checkpoint, state, config, say=workers.is_main)
         if show_progress and workers.is_main:
             tqdm.write(f"Resuming from {checkpoint} (step {state.step}, epoch {state.epoch})")
         if state.finished:  # it goes on where `config` now allows more
@@ -592,14 +591,12 @@ def _start(
         if init_vectors is not None:
             words = bilm.init_word_vectors(_vectors(init_vectors))
         bilm.to(workers.device)
-        state = RunState(corpus=fingerprint, plan=epoch_plan(config))
+        state = RunState(corpus=fingerprint, batching=batching_settings(config))
         start = Start(bilm, new_optimizer(bilm, config), state, words_from_vectors=words)
     with warnings.catch_warnings():
         if not workers.is_main:  # rank 0 says it for all: one fall-back warning, not one a rank
             warnings.simplefilter("ignore", RuntimeWarning)
-        start.bilm.precision = resolve_precision(
-            config.precision, workers.device, "[training] precision"
-        )
+        start.bilm.set_precision(config.precision, "[training] precision")
     return start
 
 
@@ -707,39 +704,39 @@ def _check_same_corpus(
 
 
 DEV_SETTINGS = ("seed", "dev_fraction", "max_dev_tokens")  # those that draw the dev sample
-PLAN_SETTINGS = (*DEV_SETTINGS, "max_length", "batch_tokens", "shape_buckets")
+BATCHING_SETTINGS = (*DEV_SETTINGS, "max_length", "batch_tokens", "shape_buckets")
 
 
-def epoch_plan(config: PretrainConfig) -> dict[str, Any]:
+def batching_settings(config: PretrainConfig) -> dict[str, Any]:
     """The [training] settings that decide the dev sample and each epoch's
     batches, which a resumed run must share to go on where it stopped."""
-    return {name: getattr(config, name) for name in PLAN_SETTINGS}
+    return {name: getattr(config, name) for name in BATCHING_SETTINGS}
 
 
-def _warn_of_another_plan(
+def _warn_of_other_batching(
     checkpoint: Path, state: RunState, config: PretrainConfig, say: bool = True
 ) -> None:
-    """Warn where a resumed run plans its epochs otherwise than the run it
+    """Warn where a resumed run batches its epochs otherwise than the run it
     resumes, in the middle of an epoch or with another dev sample
-    (checkpoints of earlier versions record no plan; `say`: rank 0 says it
-    for all), and record the new plan."""
-    plan = epoch_plan(config)
-    changed = {k: (v, plan[k]) for k, v in state.plan.items() if plan.get(k) != v}
-    state.plan = plan
+    (checkpoints of earlier versions record none; `say`: rank 0 says it
+    for all), and record the new settings."""
+    batching = batching_settings(config)
+    changed = {k: (v, batching[k]) for k, v in state.batching.items() if batching.get(k) != v}
+    state.batching = batching
     dev = changed.keys() & set(DEV_SETTINGS)
-    if not say or not (dev or changed and state.batch):  # a new plan from an epoch's start: fine
+    if not say or not (dev or changed and state.batch):  # new settings from an epoch's start: fine
         return
     consequences = []
     if state.batch:
         consequences.append(
-            f"the rest of epoch {state.epoch} follows the new plan from its batch "
+            f"the rest of epoch {state.epoch} follows the new settings from its batch "
             f"{state.batch}, so some of its docs are trained on twice or not at all"
         )
     if dev:
         consequences.append("the dev sample is drawn anew, perhaps from docs trained on")
     what = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
     warnings.warn(
-        f"{checkpoint} was trained with other [training] settings that plan the epochs "
+        f"{checkpoint} was trained with other [training] settings that batch the epochs "
         f"({what}): {'; '.join(consequences)}. Resume with the same settings to go on "
         "exactly where the run stopped.",
         stacklevel=4,
