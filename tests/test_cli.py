@@ -343,9 +343,9 @@ def test_errors_straight_from_the_os_name_the_path_and_what_to_do():
 
 
 def test_ctrl_c_during_pretraining_says_how_to_resume_and_exits_130(tmp_path, monkeypatch):
-    import elmo_spacy.pretrain.train as train_module
+    import elmo_spacy.pretrain.loop as loop_module
 
-    real_save = train_module.save_checkpoint
+    real_save = loop_module.save_checkpoint
 
     def save_then_ctrl_c(output_dir, bilm, optimizer, state):
         path = real_save(output_dir, bilm, optimizer, state)
@@ -353,7 +353,7 @@ def test_ctrl_c_during_pretraining_says_how_to_resume_and_exits_130(tmp_path, mo
             raise KeyboardInterrupt
         return path
 
-    monkeypatch.setattr(train_module, "save_checkpoint", save_then_ctrl_c)
+    monkeypatch.setattr(loop_module, "save_checkpoint", save_then_ctrl_c)
     lines = (DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()[:40]
     (tmp_path / "text.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     options = ["--training.checkpoint_every", "1", "--training.batch_tokens", "300"]

@@ -8,7 +8,7 @@ import numpy
 import pytest
 import torch
 
-import elmo_spacy.pretrain.train as train_module
+import elmo_spacy.pretrain.loop as loop_module
 from elmo_spacy.bilm import BiLMConfig, WordVocab, load_bilm
 from elmo_spacy.pretrain import PretrainConfig, pretrain
 from elmo_spacy.pretrain.checkpoint import load_checkpoint
@@ -31,7 +31,7 @@ class Crash(Exception):
 
 def test_resume_after_a_crash_ends_with_the_uninterrupted_weights(tmp_path, monkeypatch):
     uninterrupted = pretrain(corpus_of(DOCS), BILM, SETTINGS, tmp_path / "a", show_progress=False)
-    real_save = train_module.save_checkpoint
+    real_save = loop_module.save_checkpoint
 
     def save_then_crash(output_dir, bilm, optimizer, state):
         path = real_save(output_dir, bilm, optimizer, state)
@@ -39,11 +39,11 @@ def test_resume_after_a_crash_ends_with_the_uninterrupted_weights(tmp_path, monk
             raise Crash
         return path
 
-    monkeypatch.setattr(train_module, "save_checkpoint", save_then_crash)
+    monkeypatch.setattr(loop_module, "save_checkpoint", save_then_crash)
     with pytest.raises(Crash):
         pretrain(corpus_of(DOCS), BILM, SETTINGS, tmp_path / "b", show_progress=False)
     assert (tmp_path / "b" / LATEST).read_text().strip() == "checkpoint-6"
-    monkeypatch.setattr(train_module, "save_checkpoint", real_save)
+    monkeypatch.setattr(loop_module, "save_checkpoint", real_save)
     resumed = pretrain(
         corpus_of(DOCS), BILM, SETTINGS, tmp_path / "b", show_progress=False, resume=True
     )
@@ -84,13 +84,13 @@ def test_a_finished_run_goes_on_when_resumed_with_more_epochs_and_says_when_it_c
 
 def test_pretraining_and_its_resumption_step_with_the_fused_adam(tmp_path, monkeypatch):
     fused = []
-    real_save = train_module.save_checkpoint
+    real_save = loop_module.save_checkpoint
 
     def record(output_dir, bilm, optimizer, state):
         fused.append(optimizer.param_groups[0]["fused"])
         return real_save(output_dir, bilm, optimizer, state)
 
-    monkeypatch.setattr(train_module, "save_checkpoint", record)
+    monkeypatch.setattr(loop_module, "save_checkpoint", record)
     pretrain(corpus_of(DOCS), BILM, SETTINGS, tmp_path, show_progress=False)
     assert fused and all(fused)
     _, optimizer, _ = load_checkpoint(RunFolder(tmp_path).latest_checkpoint(), BILM, SETTINGS)
@@ -133,7 +133,7 @@ def test_resume_with_other_batching_settings_says_what_it_changes(tmp_path, monk
     """A run stopped in the middle of an epoch and resumed with other batches
     (here shape_buckets) says so; resumed again with the same settings, not."""
     steps = []
-    real_step = train_module.training_step
+    real_step = loop_module.training_step
 
     def killed_at_the_second_step(*args, **kwargs):
         steps.append(1)
@@ -143,7 +143,7 @@ def test_resume_with_other_batching_settings_says_what_it_changes(tmp_path, monk
 
     first = PretrainConfig(max_epochs=1, batch_tokens=300, checkpoint_every=1, patience=0)
     with monkeypatch.context() as patched:
-        patched.setattr(train_module, "training_step", killed_at_the_second_step)
+        patched.setattr(loop_module, "training_step", killed_at_the_second_step)
         with pytest.raises(RuntimeError, match="killed"):
             pretrain(corpus_of(DOCS), BILM, first, tmp_path, show_progress=False)
     # As earlier versions saved it: the batching settings under "plan".
@@ -339,13 +339,13 @@ def test_training_further_refuses_a_bilm_it_cannot_go_on_with(tmp_path):
 def test_a_resumed_run_keeps_the_perplexity_its_start_had(tmp_path, monkeypatch):
     pretrain(corpus_of(DOCS), BILM, SETTINGS, tmp_path / "a", show_progress=False)
     start = load_bilm(tmp_path / "a" / "model-best", with_softmax=True)
-    real_save = train_module.save_checkpoint
+    real_save = loop_module.save_checkpoint
 
     def save_then_crash(output_dir, bilm, optimizer, state):
         real_save(output_dir, bilm, optimizer, state)
         raise Crash
 
-    monkeypatch.setattr(train_module, "save_checkpoint", save_then_crash)
+    monkeypatch.setattr(loop_module, "save_checkpoint", save_then_crash)
     with pytest.raises(Crash):
         pretrain(
             corpus_of(OTHER_DOCS),
@@ -355,7 +355,7 @@ def test_a_resumed_run_keeps_the_perplexity_its_start_had(tmp_path, monkeypatch)
             show_progress=False,
             init_bilm=start,
         )
-    monkeypatch.setattr(train_module, "save_checkpoint", real_save)
+    monkeypatch.setattr(loop_module, "save_checkpoint", real_save)
     log = pretrain(
         corpus_of(OTHER_DOCS), BILM, SETTINGS, tmp_path / "b", show_progress=False, resume=True
     )
