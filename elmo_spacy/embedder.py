@@ -28,10 +28,9 @@ class Embedder:
     equals the pipe's `doc._.elmo` for a doc of those tokens (same `layers`,
     `state` and windows).
 
-    path: a biLM: a directory written by `elmo-spacy pretrain` or
-        `convert-elmo`, a folder with a bilm-tf model (options.json +
-        weights.hdf5), anything `elmo_spacy.bilm.load_bilm` reads; or a
-        `BiLM` already loaded.
+    path: a biLM in any layout `elmo_spacy.bilm.load_bilm` reads
+        (`elmo_spacy.bilm.formats.locate.LAYOUTS`), or a `BiLM` already
+        loaded.
     layers: keep only these layers (indices into 0..L, negative ones from the
         top), in this order; None keeps all L + 1 (0 = the token encoding,
         1..L the biLSTM layers, each [forward; backward]).

@@ -354,11 +354,11 @@ class Elmo(TrainablePipe):
         bilm_path: str | Path | None = None,
         untrained: bool = False,
     ) -> None:
-        """Load the pretrained biLM at `bilm_path`: whatever `load_bilm` takes
-        (a biLM directory, a folder with a published bilm-tf model, an NLPL
-        folder or .zip; see `elmo_spacy.bilm.formats.locate`). Only with `untrained = true` (and a
-        warning) is a biLM of random weights built instead, from the model's
-        `bilm` settings and a vocabulary of the example docs."""
+        """Load the pretrained biLM at `bilm_path`, in any layout `load_bilm`
+        reads (`elmo_spacy.bilm.formats.locate.LAYOUTS`). Only with
+        `untrained = true` (and a warning) is a biLM of random weights built
+        instead, from the model's `bilm` settings and a vocabulary of the
+        example docs."""
         if bilm_path is not None:
             set_bilm(self.model, load_bilm(bilm_path, with_softmax=False))
         elif untrained:

@@ -335,3 +335,44 @@ def test_convert_elmo_into_a_folder_of_other_files_says_what_is_there_and_what_t
     (tmp_path / "out" / "notes.txt").unlink()
     (tmp_path / "out" / "runs").rmdir()
     assert convert(*source, tmp_path / "out").exit_code == 0  # an empty folder is fine
+
+
+def test_every_layout_is_read_described_and_offered_in_one_table():
+    from elmo_spacy.bilm.formats.directory import READERS
+    from elmo_spacy.bilm.formats.locate import LAYOUTS
+
+    kinds = [layout.kind for layout in LAYOUTS]
+    assert len(set(kinds)) == len(kinds)
+    assert set(READERS) == set(kinds) - {BILM_DIR}  # the directory is read with its softmax
+    for command in ("embed", "export"):
+        help_text = " ".join(CliRunner().invoke(app, [command, "--help"]).output.split())
+        help_text = help_text.replace("│", "").replace("  ", " ")
+        for layout in LAYOUTS:
+            assert " ".join(layout.name.split()) in " ".join(help_text.split()), (command, layout)
+
+
+def test_shapes_are_checked_one_way_for_every_format():
+    from elmo_spacy.bilm.formats.checks import check_shapes
+    from elmo_spacy.errors import ElmoSpacyError
+
+    expected = {"a": (2, -1), "b": (3,)}
+    check_shapes(
+        {"a": (2, 7), "b": (3,), "c": (1,)},
+        expected,
+        where="f",
+        described_by="d",
+        error=ElmoSpacyError,
+    )
+    with pytest.raises(ElmoSpacyError, match=r"f does not match d \(unexpected c\)"):
+        check_shapes(
+            {"a": (2, 7), "b": (3,), "c": (1,)},
+            expected,
+            where="f",
+            described_by="d",
+            error=ElmoSpacyError,
+            unexpected=True,
+        )
+    with pytest.raises(
+        ElmoSpacyError, match=r"missing b; a has shape \(3, 7\) where d calls for \(2, 'any'\)"
+    ):
+        check_shapes({"a": (3, 7)}, expected, where="f", described_by="d", error=ElmoSpacyError)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from ..bilm.formats.locate import layouts_help
 from ..bilm.runner import RUN_DEFAULTS
 from ..errors import ElmoSpacyError
 from . import app, deprecated_part, errors_to_exit, parse_part
@@ -24,8 +25,7 @@ def embed_command(
     bilm_path: Path = typer.Argument(
         ...,
         exists=True,
-        help="A biLM: pretrain or convert-elmo output, a bilm-tf or NLPL folder (or NLPL .zip), "
-        "an ELMoForManyLangs folder",
+        help="A biLM: " + layouts_help(),
     ),
     input_file: Path = typer.Argument(
         ..., exists=True, dir_okay=False, help="UTF-8 text, one sentence per line"

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import typer
 
+from ..bilm.formats.locate import layouts_help
 from ..bilm.runner import RUN_DEFAULTS
 from . import app, errors_to_exit
 
@@ -15,8 +16,7 @@ def export_command(
         ...,
         exists=True,
         metavar="MODEL",
-        help="A biLM: pretrain or convert-elmo output, a bilm-tf or NLPL folder, an "
-        "ELMoForManyLangs folder",
+        help="A biLM: " + layouts_help(),
     ),
     output_dir: Path = typer.Argument(..., metavar="OUTPUT_DIR", help="The folder to write"),
     formats: list[str] = typer.Option(

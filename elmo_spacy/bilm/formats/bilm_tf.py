@@ -32,6 +32,7 @@ from ..bilm import BiLM
 from ..inputs.tokenization import WHITESPACE
 from ..inputs.vocab import WordVocab
 from ..model.config import BiLMConfig
+from .checks import check_shapes, read_json
 
 OPTIONS_FILE, WEIGHTS_FILE = "options.json", "weights.hdf5"
 FORGET_BIAS = 1.0  # what TensorFlow's LSTMCell adds to the forget gate
@@ -206,10 +207,7 @@ def read_bilm_tf(
     zip archive whose temporary copies are read), by default their paths."""
     options_path, weights_path = Path(options_path), Path(weights_path)
     options_name, weights_name = names or (str(options_path), str(weights_path))
-    try:
-        options = json.loads(options_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise BilmTfFormatError(f"{options_name} is not a readable JSON file: {err}") from err
+    options = read_json(options_path, BilmTfFormatError, options_name)
     if not isinstance(options, dict):
         raise BilmTfFormatError(f"{options_name} is not a JSON object of bilm-tf options")
     config = config_from_options(options, options_name)
@@ -269,21 +267,13 @@ def _read_datasets(
                 found.update({name: tuple(item.shape)}) if isinstance(item, h5py.Dataset) else None
             )
         )
-        missing = [name for name in shapes if name not in found]
-        if missing:
-            raise BilmTfFormatError(
-                f"{weights_name} lacks the dataset {missing[0]}"
-                + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
-                + f" that {options_name} calls for: were the options and weights of different "
-                "models?"
-            )
-        for name, shape in shapes.items():
-            if found[name] != shape:
-                raise BilmTfFormatError(
-                    f"{weights_name}: dataset {name} has shape {found[name]}, but "
-                    f"{options_name} calls for {shape}: were the options and weights of "
-                    "different models?"
-                )
+        check_shapes(
+            found,
+            shapes,
+            where=weights_name,
+            described_by=f"the model {options_name} describes",
+            error=BilmTfFormatError,
+        )
         return {name: numpy.asarray(file[name][...], dtype="float32") for name in progress(shapes)}
 
 

@@ -26,10 +26,13 @@ from ..inputs.tokenization import Tokenization
 from ..inputs.vocab import WordVocab
 from ..model.config import BiLMConfig
 from .bilm_tf import DatasetProgress, read_bilm_tf
+from .checks import read_json
 from .efml import read_efml
 from .locate import (
     BILM_DIR,
     BILM_FILES,
+    BILM_TF,
+    BILM_TF_ZIP,
     CONFIG_FILE,
     EFML,
     TOKENIZATION_FILE,
@@ -69,20 +72,14 @@ def write_bilm_files(bilm: BiLM, state: dict[str, torch.Tensor], folder: Path) -
 
 
 def load_bilm(path: str | Path, with_softmax: bool | None = None) -> BiLM:
-    """Read the biLM at `path`, which may be:
-
-    - a biLM directory written by `save_bilm` (`elmo-spacy pretrain`'s
-      model-best/, `elmo-spacy convert-elmo`'s output);
-    - a folder with a bilm-tf model: options.json + weights.hdf5, or
-      <name>_options.json + <name>_weights.hdf5 (the published ELMo files),
-      or one bilm-tf options .json and one weights .hdf5 of any names
-      (AllenNLP's options.json + lm_weights.hdf5);
-    - an NLPL repository ELMo model: a folder with options.json + model.hdf5,
-      or its .zip archive as downloaded;
-    - an ELMoForManyLangs model folder as published (see `elmo_spacy.bilm.formats.efml`).
+    """Read the biLM at `path`, in any layout of
+    `elmo_spacy.bilm.formats.locate.LAYOUTS`: a biLM directory written by
+    `save_bilm` (`elmo-spacy pretrain`'s model-best/, `convert-elmo`'s
+    output), a bilm-tf model folder (the published ELMo files, AllenNLP's,
+    NLPL's), an NLPL .zip archive, or an ELMoForManyLangs model folder.
 
     Any other path is refused with a `BiLMLoadError` that says what is there
-    and what to point to (see `elmo_spacy.bilm.formats.locate`).
+    and what to point to.
 
     with_softmax: None loads the softmax head where the directory has one;
         False leaves it out (the `elmo` pipe does not need it); True requires it.
@@ -103,15 +100,26 @@ def load_bilm_at(
         raise BiLMLoadError(
             f"{location.describe()} has no softmax head (converted models have none)"
         )
-    if location.kind == EFML:
-        return read_efml(location.path)
+    return READERS[location.kind](location, progress)
+
+
+def _read_bilm_tf(location: BiLMLocation, progress: DatasetProgress) -> BiLM:
     with bilm_tf_files(location) as files:
         return read_bilm_tf(*files, progress, names=location.file_names())
 
 
+# How each layout of `locate.LAYOUTS` but the biLM directory is read:
+# (location, progress) -> BiLM, without a softmax head.
+READERS = {
+    BILM_TF: _read_bilm_tf,
+    BILM_TF_ZIP: _read_bilm_tf,
+    EFML: lambda location, progress: read_efml(location.path),
+}
+
+
 def _load_directory(path: Path, with_softmax: bool | None) -> BiLM:
-    config = _read_json(path / CONFIG_FILE)
-    words = _read_json(path / VOCAB_FILE)
+    config = read_json(path / CONFIG_FILE, BiLMLoadError)
+    words = read_json(path / VOCAB_FILE, BiLMLoadError)
     try:
         weights = load_file(str(path / WEIGHTS_FILE))
     except (SafetensorError, OSError, ValueError) as err:
@@ -121,7 +129,7 @@ def _load_directory(path: Path, with_softmax: bool | None) -> BiLM:
         ) from err
     bilm = _build(config, words, weights, with_softmax, where=str(path))
     if (path / TOKENIZATION_FILE).is_file():
-        bilm.tokenization = _tokenization(_read_json(path / TOKENIZATION_FILE), path)
+        bilm.tokenization = _tokenization(read_json(path / TOKENIZATION_FILE, BiLMLoadError), path)
     return bilm
 
 
@@ -216,10 +224,3 @@ def _build(
     bilm.load_state_dict(weights)
     bilm.eval()
     return bilm
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as err:
-        raise BiLMLoadError(f"{path} is not valid JSON: {err}") from err

@@ -34,7 +34,6 @@ Weights are read with `torch.load(weights_only=True)`: tensors only, never
 by unpickling arbitrary objects.
 """
 
-import json
 import pickle
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,7 @@ from ..bilm import BiLM
 from ..inputs.tokenization import WHITESPACE
 from ..inputs.vocab import EFML_SPECIALS, WordVocab
 from ..model.config import BiLMConfig
+from .checks import check_shapes, read_json
 
 ARGS_FILE = "config.json"
 CHAR_DIC, WORD_DIC = "char.dic", "word.dic"
@@ -119,8 +119,19 @@ def read_efml(folder: str | Path) -> BiLM:
         )
     embedder = _read_weights(folder / TOKEN_EMBEDDER_FILE)
     encoder = _read_weights(folder / ENCODER_FILE)
-    _check_shapes(folder / TOKEN_EMBEDDER_FILE, embedder, _embedder_shapes(config))
-    _check_shapes(folder / ENCODER_FILE, encoder, _encoder_shapes(config))
+    for path, state, shapes in (
+        (folder / TOKEN_EMBEDDER_FILE, embedder, _embedder_shapes(config)),
+        (folder / ENCODER_FILE, encoder, _encoder_shapes(config)),
+    ):
+        found = {name: tuple(tensor.shape) for name, tensor in state.items()}
+        check_shapes(
+            found,
+            shapes,
+            where=str(path),
+            described_by="the model's architecture",
+            error=EfmlFormatError,
+            unexpected=True,
+        )
 
     chars = None
     if uses_chars:
@@ -260,7 +271,7 @@ def _architecture(folder: Path) -> tuple[dict[str, Any], str]:
     args_path = folder / ARGS_FILE
     if not args_path.is_file():
         raise EfmlFormatError(f"{folder} has no {ARGS_FILE}: it is not an ELMoForManyLangs model")
-    args = _read_json(args_path)
+    args = read_json(args_path, EfmlFormatError)
     if not isinstance(args, dict) or not isinstance(args.get("config_path"), str):
         raise EfmlFormatError(
             f"{args_path} has no config_path: ELMoForManyLangs' config.json names the "
@@ -270,7 +281,7 @@ def _architecture(folder: Path) -> tuple[dict[str, Any], str]:
     candidates = [folder / named, folder / named.name]
     for candidate in candidates:
         if candidate.is_file():
-            return _read_json(candidate), str(candidate)
+            return read_json(candidate, EfmlFormatError), str(candidate)
     if named.name in PUBLISHED_ARCHITECTURES:
         return PUBLISHED_ARCHITECTURES[named.name], f"{named.name} (the published models')"
     raise EfmlFormatError(
@@ -278,13 +289,6 @@ def _architecture(folder: Path) -> tuple[dict[str, Any], str]:
         f"there nor in {folder}: copy that file (ELMoForManyLangs ships its architectures in "
         "elmoformanylangs/configs/) into the folder."
     )
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise EfmlFormatError(f"{path} is not a readable JSON file: {err}") from err
 
 
 def _read_weights(path: Path) -> dict[str, torch.Tensor]:
@@ -346,33 +350,6 @@ def _encoder_shapes(config: BiLMConfig) -> dict[str, tuple[int, ...]]:
             shapes[f"{prefix}.state_linearity.bias"] = (4 * cell,)
             shapes[f"{prefix}.state_projection.weight"] = (dim, cell)
     return shapes
-
-
-def _check_shapes(
-    path: Path, state: dict[str, torch.Tensor], shapes: dict[str, tuple[int, ...]]
-) -> None:
-    missing = sorted(set(shapes) - set(state))
-    unexpected = sorted(set(state) - set(shapes))
-    wrong = [
-        f"{name} {tuple(state[name].shape)} where the architecture calls for "
-        + str(tuple("any" if n < 0 else n for n in shape))
-        for name, shape in shapes.items()
-        if name in state
-        and (
-            state[name].dim() != len(shape)
-            or any(n >= 0 and n != m for n, m in zip(shape, state[name].shape))
-        )
-    ]
-    if missing or unexpected or wrong:
-        problems = [
-            *([f"missing {missing[:5]}"] if missing else []),
-            *([f"unexpected {unexpected[:5]}"] if unexpected else []),
-            *([f"shapes: {'; '.join(wrong[:3])}"] if wrong else []),
-        ]
-        raise EfmlFormatError(
-            f"{path} does not match the model's architecture ({', '.join(problems)}): were "
-            "files of different models mixed?"
-        )
 
 
 def _to_state(

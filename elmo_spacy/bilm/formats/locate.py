@@ -2,21 +2,13 @@
 `bilm_path` and `elmo-spacy convert-elmo` accept, found by looking (file
 names, and the keys of small JSON files) before any weights are read.
 
-Accepted, in this order:
-
-1. a biLM directory: config.json + vocab.json + weights.safetensors, as
-   `elmo-spacy pretrain` (its model-best/) and `convert-elmo` write it;
-2. a folder with a bilm-tf model under the published names: options.json +
-   weights.hdf5, one <name>_options.json + <name>_weights.hdf5 pair, or
-   options.json + model.hdf5 (an unpacked NLPL repository ELMo archive);
-3. a folder with exactly one bilm-tf options .json (a JSON object with an
-   `lstm` or `char_cnn` section) and one bilm-tf weights .hdf5, whatever
-   their names (AllenNLP's options.json + lm_weights.hdf5);
-4. a .zip archive from the NLPL word-embeddings repository, holding layout 2
-   or 3 at its top level or in one subfolder; the two members are extracted
-   to a temporary folder while they are read (see `bilm_tf_files`);
-5. an ELMoForManyLangs model folder: config.json, token_embedder.pkl,
-   encoder.pkl, char.dic and/or word.dic (see `elmo_spacy.bilm.formats.efml`).
+The layouts accepted are `LAYOUTS`, looked for in that order. In a folder,
+bilm-tf's two files are found by their published names first, else as
+exactly one options .json (a JSON object with an `lstm` or `char_cnn`
+section) and one weights .hdf5 of any names; in an NLPL .zip archive at its
+top level or in one folder, the two members extracted to a temporary folder
+while they are read (see `bilm_tf_files`). ELMoForManyLangs folders: see
+`elmo_spacy.bilm.formats.efml`.
 
 Anything else is refused with a `BiLMLoadError` that says what was found and
 what to point to instead. Nothing here imports spaCy.
@@ -49,17 +41,51 @@ MAX_OPTIONS_BYTES = 1 << 20  # options files are < 1 kB; larger JSON files are n
 PRETRAIN_OUTPUTS = ("model-best", "model-last")
 
 BILM_DIR, BILM_TF, BILM_TF_ZIP, EFML = "bilm", "bilm_tf", "bilm_tf_zip", "efml"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One layout a biLM path may have. `kind`: what `BiLMLocation.kind`
+    says where one is found (and `directory.READERS` reads); `name`: what
+    help texts call it; `files`: what it holds, for error messages."""
+
+    kind: str
+    name: str
+    files: str
+
+
+# Every layout, in the order they are looked for: the one list that
+# `load_bilm`, its error messages, `Embedder`, `embed`'s help and the pipe read.
 LAYOUTS = (
-    "a biLM directory: config.json + vocab.json + weights.safetensors (what `elmo-spacy "
-    "pretrain` writes into model-best/, and `elmo-spacy convert-elmo`)",
-    "a bilm-tf model: options.json + weights.hdf5, or <name>_options.json + "
-    "<name>_weights.hdf5 (the published ELMo files)",
-    "one bilm-tf options .json and one weights .hdf5 of any names (AllenNLP's "
-    "options.json + lm_weights.hdf5)",
-    "an NLPL repository ELMo model: options.json + model.hdf5, unpacked or its .zip archive",
-    "an ELMoForManyLangs model folder: config.json + token_embedder.pkl + encoder.pkl + "
-    "char.dic and/or word.dic, as unpacked from its archive",
+    Layout(
+        BILM_DIR,
+        "a biLM directory (what pretrain writes into model-best/, and convert-elmo)",
+        "config.json + vocab.json + weights.safetensors",
+    ),
+    Layout(
+        BILM_TF,
+        "a bilm-tf model folder (the published ELMo files, AllenNLP's, NLPL's unpacked)",
+        "options.json + weights.hdf5, <name>_options.json + <name>_weights.hdf5, "
+        "options.json + model.hdf5 (NLPL), or one bilm-tf options .json and one weights "
+        ".hdf5 of any names (AllenNLP's options.json + lm_weights.hdf5)",
+    ),
+    Layout(
+        BILM_TF_ZIP,
+        "an NLPL repository .zip archive",
+        "a bilm-tf model at the archive's top level or in one of its folders",
+    ),
+    Layout(
+        EFML,
+        "an ELMoForManyLangs model folder",
+        "config.json + token_embedder.pkl + encoder.pkl + char.dic and/or word.dic, as "
+        "unpacked from its archive",
+    ),
 )
+
+
+def layouts_help() -> str:
+    """The accepted layouts in one line, for help texts."""
+    return "; ".join(layout.name for layout in LAYOUTS)
 
 
 class BiLMLoadError(ElmoSpacyError):
@@ -398,7 +424,7 @@ def _nothing_known_message(folder: Path) -> str:
 
 
 def _layouts_text() -> str:
-    return "; ".join(f"({i}) {layout}" for i, layout in enumerate(LAYOUTS, 1))
+    return "; ".join(f"({i}) {layout.name}: {layout.files}" for i, layout in enumerate(LAYOUTS, 1))
 
 
 def _listing(names: Iterable[str], limit: int = 12) -> str:

@@ -1,0 +1,61 @@
+"""What every reader of a model's files checks, written once: a JSON file
+that must parse, and arrays whose shapes a model's description calls for."""
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ...errors import ElmoSpacyError
+
+
+def read_json(path: Path, error: type[ElmoSpacyError], name: str | None = None) -> Any:
+    """The JSON value in the UTF-8 file `path`; where it cannot be read or
+    parsed, `error` (the format's), naming the file as `name` (default: its path)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:  # ValueError: bad JSON, or not UTF-8
+        raise error(f"{name or path} is not a readable JSON file: {err}") from err
+
+
+def check_shapes(
+    found: Mapping[str, Sequence[int]],
+    expected: Mapping[str, Sequence[int]],
+    *,
+    where: str,
+    described_by: str,
+    error: type[ElmoSpacyError],
+    unexpected: bool = False,
+) -> None:
+    """Raise `error` unless every array of `expected` (name -> shape, -1 for
+    any size) is in `found` (name -> shape) with its shape, and, with
+    `unexpected`, `found` holds nothing else. The message names the file
+    (`where`), what it fails to match (`described_by`), and the arrays."""
+    missing = [name for name in expected if name not in found]
+    extra = sorted(set(found) - set(expected)) if unexpected else []
+    wrong = [
+        f"{name} has shape {tuple(found[name])} where {described_by} calls for "
+        + str(tuple("any" if n < 0 else n for n in shape))
+        for name, shape in expected.items()
+        if name in found
+        and (
+            len(found[name]) != len(shape)
+            or any(n >= 0 and n != m for n, m in zip(shape, found[name]))
+        )
+    ]
+    if not (missing or extra or wrong):
+        return
+    problems = [
+        *([f"missing {_some(missing)}"] if missing else []),
+        *([f"unexpected {_some(extra)}"] if extra else []),
+        *wrong[:3],
+    ]
+    raise error(
+        f"{where} does not match {described_by} ({'; '.join(problems)}): were the files of "
+        "different models mixed?"
+    )
+
+
+def _some(names: Sequence[str], shown: int = 5) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
