@@ -115,6 +115,30 @@ def run_logged(command: list[str], log: Path) -> tuple[float, float]:
     return time.perf_counter() - started, usage.ru_maxrss / 1024
 
 
+def settings_in(config: Path, overrides: dict) -> dict:
+    """The `overrides` (dotted names) whose setting `config` has: an override
+    of the fine-tuning block reaches the recipe's runs, not the frozen config's."""
+    from confection import Config
+
+    tree = Config().from_disk(config, interpolate=False)
+    kept = {}
+    for key, value in overrides.items():
+        node = tree
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None or key.rsplit(".", 1)[0] in _sections(tree):
+            kept[key] = value
+    return kept
+
+
+def _sections(tree: dict, prefix: str = "") -> set[str]:
+    found = set()
+    for name, value in tree.items():
+        if isinstance(value, dict):
+            found |= {prefix + name} | _sections(value, f"{prefix}{name}.")
+    return found
+
+
 def one_run(variant: str, seed: int, data: Path, workdir: Path, extra: dict) -> dict:
     task, config, overrides, _ = VARIANTS[variant]
     out = workdir / f"{variant}-{seed}"
@@ -123,7 +147,7 @@ def one_run(variant: str, seed: int, data: Path, workdir: Path, extra: dict) -> 
         return json.loads(metrics_path.read_text())
     out.mkdir(parents=True, exist_ok=True)
     settings = {k: str(data / v) for k, v in TASK_PATHS[task].items()}
-    settings.update({"system.seed": seed, **overrides, **extra})
+    settings.update({"system.seed": seed, **overrides, **settings_in(ROOT / config, extra)})
     train = [sys.executable, "-m", "scripts", "train", config, str(out / "training")]
     for key, value in settings.items():
         train += [f"--{key}", value if isinstance(value, str) else json.dumps(value)]
@@ -225,7 +249,8 @@ def main() -> None:
         action="append",
         default=[],
         metavar=("KEY", "VALUE"),
-        help="A config setting for every run, e.g. training.max_steps 20 (tests)",
+        help="A config setting for every run whose config has it or its section, e.g. "
+        "training.max_steps 20 (tests)",
     )
     args = parser.parse_args()
     extra = {key: value for key, value in args.override}

@@ -71,7 +71,8 @@ step() {  # step NAME SECONDS COMMAND...: run it with a limit, log it, say how i
 lm1b=configs/bilm_lm1b.cfg
 for name in $steps; do
     case $name in
-    tests) step tests 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py ;;
+    tests) step tests 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py \
+        tests/study/test_textcat_configs.py tests/test_lstm_implementations.py ;;
     elmo_shapes) step elmo_shapes 150 python3 benchmarks/elmo_shapes.py --device cuda \
         --text $text/train.csv --forwards clipped loop fused reference-style embedder ;;
     pretrain_throughput) step pretrain_throughput 90 python3 benchmarks/pretrain_throughput.py \

@@ -115,10 +115,15 @@ class Implementation:
     clips: bool = True
     precisions: tuple[str, ...] = ("float32", "bfloat16", "float16")
     available: Callable[[], str | None] = lambda: None  # why it cannot run here, or None
+    device: Callable[[], str] = lambda: "cpu"  # where it runs in this test
 
 
 def needs_cuda() -> str | None:
     return None if torch.cuda.is_available() else "runs on a CUDA GPU only"
+
+
+def cuda_if_there() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 IMPLEMENTATIONS = {
@@ -145,9 +150,10 @@ IMPLEMENTATIONS = {
     ),
     "training on Triton steps": Implementation(
         training_on_triton_steps,
-        "one kernel launch a step each way on a CUDA GPU (interpreted on the CPU here)",
+        "one kernel launch a step each way on a CUDA GPU (interpreted on the CPU without one)",
         states=False,
         available=lambda: None if triton_available() else "Triton is not installed",
+        device=cuda_if_there,
     ),
     "masked loop": Implementation(
         masked, "fixed shapes (ended rows held still), as a CUDA graph captures them"
@@ -157,6 +163,7 @@ IMPLEMENTATIONS = {
         "one graph replay instead of ~10 launches a step (GPU inference)",
         gradients=False,
         available=needs_cuda,
+        device=cuda_if_there,
     ),
     "exported": Implementation(
         exported,
@@ -178,7 +185,13 @@ def close(got: torch.Tensor, want: torch.Tensor, precision: str, what: str) -> N
 @pytest.mark.parametrize("precision", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("clips", [(0.0, 0.0), (0.4, 0.2)], ids=["unclipped", "clipped"])
 @pytest.mark.parametrize("cell_dim", [8, 6], ids=["projected", "unprojected"])
-@pytest.mark.parametrize("name", IMPLEMENTATIONS)
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=[pytest.mark.gpu] if impl.device is cuda_if_there else [])
+        for name, impl in IMPLEMENTATIONS.items()
+    ],
+)
 def test_each_implementation_computes_the_reference_step(name, cell_dim, clips, precision):
     impl = IMPLEMENTATIONS[name]
     assert impl.why
@@ -187,7 +200,7 @@ def test_each_implementation_computes_the_reference_step(name, cell_dim, clips, 
     if precision not in impl.precisions or (clips[0] and not impl.clips):
         pytest.skip(f"{name} does not run {precision}{' clipped' if clips[0] else ''}")
     torch.manual_seed(0)
-    device = "cuda" if name == "CUDA graph" else "cpu"
+    device = impl.device()
     dim = 6
     layer = torch.nn.LSTM(
         IN_DIM, cell_dim, proj_size=dim if cell_dim != dim else 0, batch_first=True
