@@ -53,7 +53,9 @@ def main() -> None:
         runs.append(("int8_lstm", int8_lstm_products()))
     for precision, scope in runs:
         setting = "float32" if precision == "int8_lstm" else precision
-        nlp = spacy.load(args.pipeline, config={"components": {"elmo": {"model": {"precision": setting}}}})
+        nlp = spacy.load(
+            args.pipeline, config={"components": {"elmo": {"model": {"precision": setting}}}}
+        )
         examples = examples_of(nlp)
         elmo = nlp.get_pipe("elmo")
         with scope:

@@ -184,3 +184,22 @@ def test_char_cnn_per_word_compares_both_encodings():
     (line,) = run_benchmark("char_cnn_per_word", *args)
     assert line["distinct_words_per_batch"] < line["tokens_per_batch"]
     assert line["tokens_per_second_once_per_word"] > 0 and line["ratio"] > 0
+
+
+def test_outputs_snapshot_finds_the_same_numbers_the_same_and_a_changed_one_changed(tmp_path):
+    before, after = tmp_path / "before.npz", tmp_path / "after.npz"
+    benchmark_output("outputs_snapshot", "save", before)
+    benchmark_output("outputs_snapshot", "save", after)
+    assert "bit-identical" in benchmark_output("outputs_snapshot", "compare", before, after)
+    import numpy
+
+    arrays = dict(numpy.load(after))
+    key = next(k for k in arrays if k.startswith("clipped/embed/default/"))
+    arrays[key] = numpy.nextafter(arrays[key], numpy.inf)  # one ulp
+    numpy.savez(after, **arrays)
+    result = subprocess.run(
+        [sys.executable, BENCHMARKS / "outputs_snapshot.py", "compare", before, after],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1 and f"{key}: differs" in result.stdout
