@@ -121,12 +121,13 @@ def settings_in(config: Path, overrides: dict) -> dict:
     from confection import Config
 
     tree = Config().from_disk(config, interpolate=False)
+    sections = _sections(tree)
     kept = {}
     for key, value in overrides.items():
         node = tree
         for part in key.split("."):
             node = node.get(part) if isinstance(node, dict) else None
-        if node is not None or key.rsplit(".", 1)[0] in _sections(tree):
+        if node is not None or key.rsplit(".", 1)[0] in sections:
             kept[key] = value
     return kept
 

@@ -202,7 +202,7 @@ class Elmo(TrainablePipe):
         return self.settings.to_cfg()
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in MOVED_TO_MODEL or name in RunSettings.__dataclass_fields__:
+        if name in RunSettings.__dataclass_fields__:
             raise ElmoSpacyError(
                 f"[components.{self.name}.model] {name} is set when the pipe is made, in its "
                 f"model's config: nlp.add_pipe('elmo', config={{'model': {{'{name}': ...}}}}), "

@@ -2,6 +2,7 @@
 accept: the layouts people download (published bilm-tf files, AllenNLP's
 folder, NLPL's folders and .zip archives), and what each wrong path says."""
 
+import functools
 import json
 import shutil
 import tempfile
@@ -356,23 +357,14 @@ def test_shapes_are_checked_one_way_for_every_format():
     from elmo_spacy.errors import ElmoSpacyError
 
     expected = {"a": (2, -1), "b": (3,)}
-    check_shapes(
-        {"a": (2, 7), "b": (3,), "c": (1,)},
-        expected,
-        where="f",
-        described_by="d",
-        error=ElmoSpacyError,
+    with_extra = {"a": (2, 7), "b": (3,), "c": (1,)}
+    check = functools.partial(
+        check_shapes, expected=expected, where="f", described_by="d", error=ElmoSpacyError
     )
+    check(with_extra)
     with pytest.raises(ElmoSpacyError, match=r"f does not match d \(unexpected c\)"):
-        check_shapes(
-            {"a": (2, 7), "b": (3,), "c": (1,)},
-            expected,
-            where="f",
-            described_by="d",
-            error=ElmoSpacyError,
-            unexpected=True,
-        )
+        check(with_extra, unexpected=True)
     with pytest.raises(
         ElmoSpacyError, match=r"missing b; a has shape \(3, 7\) where d calls for \(2, 'any'\)"
     ):
-        check_shapes({"a": (3, 7)}, expected, where="f", described_by="d", error=ElmoSpacyError)
+        check({"a": (3, 7)})

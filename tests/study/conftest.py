@@ -21,6 +21,21 @@ def run(*args: str, **kwargs) -> subprocess.CompletedProcess:
     return conftest.run(*args, **kwargs)
 
 
+def run_workflow(tmp_path, workflow: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`spacy project run WORKFLOW` on a copy of the project (project.yml,
+    configs, the study and its test data) in `tmp_path`, with `env`."""
+    import shutil
+
+    for name in ("project.yml", "configs", "scripts", "tests/data"):
+        source = ROOT / name
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / name)
+    command = [sys.executable, "-m", "spacy", "project", "run", workflow, str(tmp_path)]
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path
+    )
+
+
 def with_bag_of_words(linear_model_dropout: float = 0.0) -> dict:
     """A small block of the study's head (`scripts.TextCatBiLSTM.v1`; the test
     that uses it imports `scripts`, which registers it) with a bag-of-bigrams

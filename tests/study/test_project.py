@@ -3,32 +3,19 @@ project.yml's commands and variables."""
 
 import json
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from ..conftest import ROOT
+from .conftest import run_workflow
 
 
 @pytest.mark.slow  # the whole smoke workflow, 6 processes: make test-slow (and make smoke)
 def test_smoke_workflow_produces_every_output(tmp_path):
-    for name in ("project.yml", "configs", "scripts", "tests/data"):
-        source = ROOT / name
-        copy = shutil.copytree if source.is_dir() else shutil.copy
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        copy(source, tmp_path / name)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    result = subprocess.run(
-        [sys.executable, "-m", "spacy", "project", "run", "smoke", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=env,
-        cwd=tmp_path,
-    )
+    result = run_workflow(tmp_path, "smoke", env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for output in (
         "corpus/smoke/train.spacy",

@@ -3,7 +3,6 @@ of the ner and tag workflows on made-up fixture files (tests/data)."""
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,8 +14,8 @@ from scripts.conll import ConllFormatError, read_conll2003, read_conllu
 from scripts.token_corpus import build_token_corpus
 from scripts.token_evaluate import most_confused
 
-from ..conftest import DATA, ROOT
-from .conftest import run
+from ..conftest import DATA
+from .conftest import run, run_workflow
 
 VOCAB = spacy.blank("en").vocab
 
@@ -100,19 +99,9 @@ def test_a_missing_split_is_named(tmp_path):
 
 @pytest.mark.slow  # the whole smoke-tokens workflow, ~20 processes: make test-slow
 def test_token_workflows_smoke_run(tmp_path):
-    for name in ("project.yml", "configs", "scripts", "tests/data"):
-        source = ROOT / name
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / name)
     env_path = f"{Path(sys.executable).parent}"
-    result = subprocess.run(
-        [sys.executable, "-m", "spacy", "project", "run", "smoke-tokens", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=tmp_path,
-        env={"PATH": f"{env_path}:/usr/bin:/bin", "HOME": str(tmp_path)},
-    )
+    env = {"PATH": f"{env_path}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    result = run_workflow(tmp_path, "smoke-tokens", env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for task, keys in (
         ("ner", ("ents_f", "ents_p", "ents_r", "ents_per_type")),

@@ -201,10 +201,11 @@ def _lstm_layer(
     def project(h: torch.Tensor, _: None) -> torch.Tensor:
         return h @ weight_hr.T
 
+    projected = project if weight_hr is not None else None
+
     def step(carry, inputs):
         h, c = carry
         gates_t, real = inputs  # (B, 4H), (B, 1)
-        projected = project if weight_hr is not None else None
         out, cell = lstm_step(gates_t, h, c, recur, projected, cell_clip, proj_clip)
         h_next, c_next = torch.where(real, out, h), torch.where(real, cell, c)
         return (h_next, c_next), torch.where(real, out, torch.zeros_like(out))
