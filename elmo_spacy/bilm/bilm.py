@@ -212,17 +212,17 @@ class BiLM(BiLMNetwork):
         return self._layers(batch, initial_states, final=True)
 
     @in_precision
-    def lm_loss(self, batch: TokenBatch) -> LMLoss:
-        """Language-model loss (see `BiLMNetwork.lm_loss`). A batch built
-        with its targets (`TokenBatch.with_targets`) runs without waiting on
-        the device."""
+    def lm_loss(self, batch: TokenBatch, every_parameter: bool = False) -> LMLoss:
+        """Language-model loss (see `BiLMNetwork.lm_loss`, and there
+        `every_parameter`). A batch built with its targets
+        (`TokenBatch.with_targets`) runs without waiting on the device."""
         if self.softmax is None:
             raise RuntimeError("This biLM was built without its softmax head")
         if batch.targets is None:
             batch = batch.with_targets(self.softmax.cluster_starts)
         batch = batch.to(self._device)
         _, forward_layers, backward_layers, _ = self._run(batch)
-        return self.loss(batch, forward_layers, backward_layers)
+        return self.loss(batch, forward_layers, backward_layers, every_parameter)
 
     def _layers(
         self, batch: TokenBatch, initial_states: States | None, final: bool

@@ -1,16 +1,23 @@
 """Data-parallel pretraining under torchrun: which process this is, and the few
 collective operations the training loop needs.
 
-Started as `torchrun --nproc_per_node N --no-python elmo-spacy pretrain ...`,
-each of the N processes (ranks) maps the same prepared corpus, plans the
-same batches, builds and trains on its own share of every batch, and
-PyTorch's DistributedDataParallel averages the gradients (gloo on the CPU,
-NCCL on GPUs). Started without torchrun, there is one rank and nothing is
-shared.
+Started as `torchrun --nproc_per_node N --no-python elmo-spacy pretrain ...`
+(on one machine, or on each of several with `--nnodes`), each of the
+processes (ranks) maps the same prepared corpus, plans the same batches,
+builds and trains on its own share of every batch, and PyTorch's
+DistributedDataParallel averages the gradients (gloo on the CPU, NCCL on
+GPUs). Started without torchrun, there is one rank and nothing is shared.
+
+The machines may or may not share a filesystem: `folder_groups` finds out
+which ranks see the same output folder, so that one rank of each group
+prepares text while the others wait, and ranks that cannot see rank 0's
+checkpoints are sent them.
 """
 
 import os
+import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -29,6 +36,9 @@ class Workers:
     rank: int = 0
     world_size: int = 1
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    # Rank -> the lowest rank that sees the same output folder (`folder_groups`);
+    # all 0 where every rank sees one filesystem.
+    folder_leaders: tuple[int, ...] = (0,)
 
     @property
     def is_main(self) -> bool:
@@ -62,6 +72,37 @@ class Workers:
         if self.distributed:
             dist.barrier()
 
+    @property
+    def prepares(self) -> bool:
+        """Whether this rank prepares text for the ranks that see its folder
+        (the lowest rank of its group), while they wait."""
+        return self.folder_leaders[self.rank] == self.rank
+
+    @property
+    def sees_main_folder(self) -> bool:
+        """Whether this rank sees the files rank 0 writes (its checkpoints)."""
+        return self.folder_leaders[self.rank] == 0
+
+    def gather(self, value) -> list:
+        """`value` (any picklable object) of every rank, in rank order."""
+        if not self.distributed:
+            return [value]
+        values = [None] * self.world_size
+        dist.all_gather_object(values, value)
+        return values
+
+    def from_main(self, value):
+        """Rank 0's `value` (any picklable object), on every rank."""
+        if not self.distributed:
+            return value
+        box = [value if self.is_main else None]
+        dist.broadcast_object_list(box, src=0, device=self._object_device)
+        return box[0]
+
+    @property
+    def _object_device(self) -> torch.device | None:
+        return self.device if self.device.type == "cuda" else None
+
 
 def start_workers(gpu_id: int = -1) -> Workers:
     """Join the process group that torchrun set up, or run alone.
@@ -78,9 +119,58 @@ def start_workers(gpu_id: int = -1) -> Workers:
         torch.cuda.set_device(device)
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return Workers(dist.get_rank(), dist.get_world_size(), device)
+    return Workers(dist.get_rank(), dist.get_world_size(), device, (0,) * dist.get_world_size())
 
 
 def stop_workers(workers: Workers) -> None:
     if workers.distributed and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def folder_groups(workers: Workers, folder: Path) -> Workers:
+    """`workers` with `folder_leaders`: which ranks see the same `folder`.
+
+    Each rank writes a file of its own, named by a token rank 0 draws, into
+    the folder that holds `folder` (made if missing); after a barrier each
+    rank looks for every rank's file: the lowest rank whose file it sees
+    leads its group. On one machine, or on machines that share the folder
+    (NFS, Lustre...), every rank's leader is 0; on machines with disks of
+    their own, each machine is a group."""
+    if not workers.distributed:
+        return workers
+    place = Path(folder).absolute().parent
+    place.mkdir(parents=True, exist_ok=True)
+    token = workers.from_main(uuid.uuid4().hex)
+    probe = place / f".elmo-spacy-{token}-{{}}"
+    mine = Path(str(probe).format(workers.rank))
+    mine.touch()
+    try:
+        workers.wait_for_all()
+        leader = min(r for r in range(workers.world_size) if Path(str(probe).format(r)).exists())
+        leaders = tuple(workers.gather(leader))
+        workers.wait_for_all()  # every rank has looked before any file goes
+    finally:
+        mine.unlink(missing_ok=True)
+    return Workers(workers.rank, workers.world_size, workers.device, leaders)
+
+
+def send_folder(workers: Workers, source: Path | None, into: Path) -> Path | None:
+    """Rank 0's folder `source` (its files, not its subfolders), or None where
+    rank 0 has none, on every rank: itself on the ranks that see rank 0's
+    folder; on the others, a copy sent by rank 0 and written to
+    `into / source.name`. Every rank calls it; where every rank sees rank
+    0's folder, nothing is sent."""
+    if all(leader == 0 for leader in workers.folder_leaders):
+        return source
+    sent = None
+    if workers.is_main and source is not None:
+        sent = (source.name, {p.name: p.read_bytes() for p in source.iterdir() if p.is_file()})
+    sent = workers.from_main(sent)
+    if workers.sees_main_folder or sent is None:
+        return source
+    name, files = sent
+    copy = into / name
+    copy.mkdir(parents=True, exist_ok=True)
+    for file, data in files.items():
+        (copy / file).write_bytes(data)
+    return copy

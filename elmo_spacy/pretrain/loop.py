@@ -318,7 +318,8 @@ class ShareLoss(nn.Module):
 
     def scaled(self, batch: TokenBatch, factors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """`forward`'s results for a batch and `factors` on the biLM's device."""
-        loss = self.bilm.lm_loss(batch)
+        # Data-parallel: every parameter's gradient at every step (no search for unused ones).
+        loss = self.bilm.lm_loss(batch, every_parameter=self.world_size > 1)
         nll = loss.forward_nll + loss.backward_nll
         return nll * factors[0], nll.detach() * factors[1]
 

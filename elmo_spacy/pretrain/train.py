@@ -4,6 +4,8 @@ builds the biLM and its optimizer or resumes them from the latest checkpoint
 
 import json
 import shutil
+import socket
+import tempfile
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -31,7 +33,7 @@ from .batches import (
 from .checkpoint import RunState, load_checkpoint, new_optimizer
 from .config import PretrainConfig
 from .corpus import Corpus, CorpusCheck
-from .distributed import Workers
+from .distributed import Workers, folder_groups, send_folder
 from .limits import limits_reached
 from .loop import (
     Pretraining,
@@ -109,9 +111,9 @@ def pretrain(
     """
     started = time.perf_counter()
     keep_freed_memory()  # the steps reuse what the step before freed
-    workers = workers or Workers()
     folder = RunFolder(output_dir)
     folder.check(resume=resume, overwrite=overwrite)  # before any work
+    workers = folder_groups(workers or Workers(), folder.path)
     init_bilm = _bilm_to_train_further(init_bilm, bilm_config, init_vectors)
     bilm_config = init_bilm.config if init_bilm is not None else bilm_config
     new_folder = not folder.path.exists()
@@ -179,6 +181,7 @@ def pretrain(
         "words_from_init_vectors": start.words_from_vectors,
         "init_dev_perplexity": state.init_dev_perplexity,
         "world_size": workers.world_size,
+        "ranks_by_folder": _ranks_by_folder(workers),
         "batch_tokens_scope": "one optimizer step, all ranks together",
         "precision": bilm.precision,
         "epochs": state.epochs,
@@ -215,18 +218,46 @@ def _open_corpora(
     pretokenized: bool,
     workers: Workers,
 ) -> tuple[Corpus, Corpus | None]:
-    """The corpora, text prepared into the run folder; rank 0 prepares while
-    the others wait, then they read what it wrote."""
+    """The corpora, text prepared into the run folder: the first rank of the
+    ranks that see one folder prepares while the others wait, then they read
+    what it wrote (on machines without a shared filesystem, one rank per
+    machine prepares). Every rank must then hold the same corpus."""
     text = {"lang": lang, "pretokenized": pretokenized}
-    if not workers.is_main:
+    if not workers.prepares:
         workers.wait_for_all()
     if not isinstance(corpus, Corpus):
         corpus = open_corpus(corpus, folder.corpus, **text)
     if dev is not None and not isinstance(dev, Corpus):
         dev = open_corpus(dev, folder.dev_corpus, **text)
-    if workers.is_main:
+    if workers.prepares:
         workers.wait_for_all()
+    _check_same_corpora(workers, corpus, dev)
     return corpus, dev
+
+
+def _check_same_corpora(workers: Workers, corpus: Corpus, dev: Corpus | None) -> None:
+    """Refuse a run whose ranks read different corpora: machines that see
+    different files under the same paths."""
+    mine = (corpus.fingerprint, None if dev is None else dev.fingerprint, socket.gethostname())
+    seen = workers.gather(mine)
+    others = [rank for rank, theirs in enumerate(seen) if theirs[:2] != seen[0][:2]]
+    if others:
+        rank = others[0]
+        raise ElmoSpacyError(
+            f"Rank {rank} (on {seen[rank][2]}) reads another corpus than rank 0 (on "
+            f"{seen[0][2]}) under the same paths ({', '.join(str(f.path) for f in corpus.folders)}): "
+            "every machine must see the same text or prepared folders. Copy them to each "
+            "machine, or put them on a filesystem all machines share."
+        )
+
+
+def _ranks_by_folder(workers: Workers) -> list[list[int]]:
+    """The ranks in groups that see one output folder: [[0, 1, ...]] where
+    all share a filesystem, a group a machine where none is shared."""
+    groups: dict[int, list[int]] = {}
+    for rank, leader in enumerate(workers.folder_leaders):
+        groups.setdefault(leader, []).append(rank)
+    return list(groups.values())
 
 
 def _dev_sample(
@@ -265,9 +296,15 @@ def _start(
     docs trained on, word vectors from `init_vectors`), in the precision
     `config` asks for."""
     fingerprint = corpus.fingerprint + ("" if dev is None else f"+{dev.fingerprint}")
-    checkpoint = folder.latest_checkpoint() if resume else None
+    checkpoint = folder.latest_checkpoint() if resume and workers.sees_main_folder else None
+    with tempfile.TemporaryDirectory(prefix="elmo-spacy-checkpoint-") as received:
+        # Ranks on machines that do not see rank 0's folder get its checkpoint sent.
+        checkpoint = send_folder(workers, checkpoint, Path(received)) if resume else None
+        if checkpoint is not None:
+            loaded = load_checkpoint(checkpoint, bilm_config, config, workers.device)
     if checkpoint is not None:
-        bilm, optimizer, state = load_checkpoint(checkpoint, bilm_config, config, workers.device)
+        bilm, optimizer, state = loaded
+        checkpoint = folder.path / checkpoint.name if not workers.sees_main_folder else checkpoint
         _check_same_corpus(checkpoint, state, fingerprint, corpus, dev)
         _warn_of_other_batching(checkpoint, state, config, say=workers.is_main)
         if show_progress and workers.is_main:
@@ -340,8 +377,8 @@ def _loss(bilm: BiLM, config: PretrainConfig, state: RunState, workers: Workers)
     loss: nn.Module = ShareLoss(bilm, workers.world_size)
     if workers.distributed:
         torch.manual_seed(config.seed + 7919 * state.step + workers.rank)  # own dropout masks
-        # Tail clusters of the adaptive softmax go unused on batches without their words.
-        loss = DistributedDataParallel(loss, find_unused_parameters=True)
+        # ShareLoss reaches every parameter at every step: no search for unused ones.
+        loss = DistributedDataParallel(loss, find_unused_parameters=False)
     return loss
 
 

@@ -119,12 +119,14 @@ class BiLMNetwork(nn.Module):
         types = self.encoder(batch.type_inputs, batch.type_chars, batch.type_word_ids)
         return self.layers(*self.run(batch, types, initial_states)[:3])
 
-    def lm_loss(self, batch: TokenBatch) -> LMLoss:
+    def lm_loss(self, batch: TokenBatch, every_parameter: bool = False) -> LMLoss:
         """Language-model loss: every word and the closing </S> is predicted
-        forwards, every word and the opening <S> backwards (see `LMTargets`)."""
+        forwards, every word and the opening <S> backwards (see `LMTargets`).
+        every_parameter: every parameter gets a gradient, zero where the
+        batch does not reach it (see `SoftmaxHead.forward`)."""
         types = self.encoder(batch.type_inputs, batch.type_chars, batch.type_word_ids)
         _, forward_layers, backward_layers, _ = self.run(batch, types)
-        return self.loss(batch, forward_layers, backward_layers)
+        return self.loss(batch, forward_layers, backward_layers, every_parameter)
 
     def run(
         self,
@@ -172,8 +174,10 @@ class BiLMNetwork(nn.Module):
         batch: TokenBatch,
         forward_layers: list[torch.Tensor],
         backward_layers: list[torch.Tensor],
+        every_parameter: bool = False,
     ) -> LMLoss:
-        """The LM loss of the top layers (B, T + 2, P) of `run`'s results."""
+        """The LM loss of the top layers (B, T + 2, P) of `run`'s results
+        (`every_parameter`: see `lm_loss`)."""
         if self.softmax is None:
             raise RuntimeError("This biLM was built without its softmax head")
         if batch.targets is None:
@@ -187,12 +191,14 @@ class BiLMNetwork(nn.Module):
                 targets.forward_words,
                 targets.forward_splits,
                 targets.forward_weights,
+                every_parameter,
             ),
             backward_nll=self.softmax(
                 self.dropout(backward_hidden),
                 targets.backward_words,
                 targets.backward_splits,
                 targets.backward_weights,
+                every_parameter,
             ),
             n_tokens=targets.n_tokens,
         )

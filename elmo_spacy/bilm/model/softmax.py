@@ -46,16 +46,31 @@ class SoftmaxHead(nn.Module):
         targets: torch.Tensor,
         splits: list[int],
         weights: torch.Tensor | None = None,
+        every_parameter: bool = False,
     ) -> torch.Tensor:
         """hidden (N, dim) float, targets (N,) int64, grouped by cluster as
         `LMTargets` groups them (`splits`: 0, then the end of the head's rows
         and of each tail cluster's), weights (N,) float32 of each row's NLL
-        or None (all 1) -> scalar summed NLL."""
+        or None (all 1) -> scalar summed NLL.
+
+        every_parameter: the parameters that no row reaches (the tail
+        clusters that none of these targets falls in; all of them where N
+        is 0) join the sum times zero, so that the backward pass gives each
+        a (zero) gradient. Data-parallel training asks for it: then every
+        rank reduces every parameter's gradient at every step, and
+        DistributedDataParallel need not search the graph for unused ones
+        (`find_unused_parameters`)."""
         if hidden.shape[0] == 0:
-            return hidden.sum() * 0.0
+            return hidden.sum() * 0.0 + (touched(self.parameters()) if every_parameter else 0.0)
         if self.adaptive:
-            return adaptive_nll(self.head, hidden, targets, splits, weights)
+            return adaptive_nll(self.head, hidden, targets, splits, weights, every_parameter)
         return summed_nll(self.head(hidden), targets, weights)
+
+
+def touched(parameters) -> torch.Tensor:
+    """Zero, computed from one element of each of `parameters`: a term that
+    gives each of them a zero gradient."""
+    return sum(p.view(-1)[0] for p in parameters) * 0.0
 
 
 def adaptive_nll(
@@ -64,6 +79,7 @@ def adaptive_nll(
     targets: torch.Tensor,
     splits: list[int],
     weights: torch.Tensor | None = None,
+    every_parameter: bool = False,
 ) -> torch.Tensor:
     """The summed NLL that `softmax(hidden, targets).loss * N` gives, in
     float32 or reduced precision, with the rows grouped by cluster: rows
@@ -75,13 +91,16 @@ def adaptive_nll(
     different number of rows each batch, run in float32; the log-softmax and
     the sums are float32 (`summed_nll`). hidden (N, dim), targets (N,) int64,
     weights (N,) float32 or None -> scalar float32: each row's NLL times its
-    weight, summed."""
+    weight, summed; with `every_parameter`, a tail cluster without rows adds
+    zero times its parameters (`SoftmaxHead.forward`)."""
     head_targets = targets.clone()
     nll = hidden.new_zeros((), dtype=torch.float32)
     bounds = [softmax.shortlist_size, *softmax.cutoffs[1:]]
     for i, tail in enumerate(softmax.tail):
         rows = slice(splits[i + 1], splits[i + 2])
         if rows.start == rows.stop:
+            if every_parameter:
+                nll = nll + touched(tail.parameters())
             continue
         head_targets[rows] = softmax.shortlist_size + i
         with without_autocast(hidden.device.type):
