@@ -1,6 +1,7 @@
 """The biLM alone: plain PyTorch, no spaCy pipeline."""
 
 import bisect
+import warnings
 
 import numpy
 import pytest
@@ -328,3 +329,42 @@ def test_cutoffs_that_would_leave_a_cluster_no_width_are_refused():
         SoftmaxHead(16, 400, "adaptive", [50, 100, 200])
     assert SoftmaxHead(16, 400, "adaptive", [50, 100, 200], div_value=2.0).adaptive
     assert SoftmaxHead(16, 120, "adaptive", [50, 100, 200]).head.n_clusters == 2  # 200: no word
+
+
+def test_auto_cutoffs_follow_the_vocabulary_size():
+    """Clusters of at most 100,000 words past the first 100,000, each with at
+    least one dimension: a million-word vocabulary must not leave its rare
+    words in one cluster of 990,000 (each of their predictions normalised
+    over all of them)."""
+    from elmo_spacy.bilm.model.softmax import MAX_CLUSTER_WORDS, SoftmaxHead, fitted_cutoffs
+
+    assert fitted_cutoffs(40_000, 128, 4.0) == ([2000, 10000], 4.0)  # as the configs had it
+    assert fitted_cutoffs(1_500, 128, 4.0) == ([], 4.0)  # a full softmax
+    cutoffs, div_value = fitted_cutoffs(945_000, 64, 4.0)
+    assert cutoffs[:4] == [2000, 10000, 50000, 100000] and cutoffs[-1] == 900_000
+    clusters = [b - a for a, b in zip(cutoffs, [*cutoffs[1:], 945_000])]
+    assert max(clusters) <= MAX_CLUSTER_WORDS
+    assert 64 / div_value ** len(cutoffs) >= 1 > 64 / (div_value + 0.01) ** len(cutoffs)
+    head = SoftmaxHead(64, 945_000, "adaptive", "auto")
+    assert head.cluster_starts == cutoffs and head.div_value == div_value
+
+
+def test_cutoffs_are_auto_or_a_list_of_whole_numbers():
+    assert BiLMConfig().cutoffs == "auto"
+    assert BiLMConfig(cutoffs=[10, 20.0]).cutoffs == [10, 20]
+    with pytest.raises(ValueError, match='cutoffs = .fitted.: a list of whole numbers, or "auto"'):
+        BiLMConfig(cutoffs="fitted")
+
+
+def test_pretraining_warns_of_given_cutoffs_that_leave_a_huge_cluster():
+    from elmo_spacy.pretrain.train import _warn_of_oversized_clusters
+
+    words = [f"w{i}" for i in range(100_100)]
+    config = BiLMConfig(**{**TINY_BILM.to_dict(), "cutoffs": [50]})
+    bilm = BiLM(config, WordVocab([*WordVocab.specials_only().words, *words]))
+    with pytest.warns(UserWarning, match=r"leave a tail cluster of 100,054 words .*\"auto\" gives"):
+        _warn_of_oversized_clusters(config, bilm)
+    fitted = BiLMConfig(**{**TINY_BILM.to_dict(), "cutoffs": "auto"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_of_oversized_clusters(fitted, BiLM(fitted, bilm.vocab))

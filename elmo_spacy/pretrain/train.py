@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from ..bilm import BiLM, BiLMConfig, load_bilm
 from ..bilm.inputs.buckets import ShapeBuckets
+from ..bilm.model.softmax import fitted_cutoffs, oversized_clusters
 from ..errors import ElmoSpacyError
 from .batches import (
     BatchBuilder,
@@ -178,6 +179,7 @@ def pretrain(
             "held_out": sample.held_out or dev is not None,
         },
         "vocab_size": len(bilm.vocab),
+        "softmax": {"cutoffs": bilm.softmax.cluster_starts, "div_value": bilm.softmax.div_value},
         "words_from_init_vectors": start.words_from_vectors,
         "init_dev_perplexity": state.init_dev_perplexity,
         "world_size": workers.world_size,
@@ -335,6 +337,8 @@ def _start(
                 corpus.types, bilm_config.max_vocab_size, bilm_config.min_count, held_out=sample
             )
             bilm = BiLM(bilm_config, vocab)
+            if workers.is_main:
+                _warn_of_oversized_clusters(bilm_config, bilm)
         bilm.tokenization = corpus.tokenization
         words = None
         if init_vectors is not None:
@@ -370,6 +374,28 @@ def shape_buckets(config: PretrainConfig, world_size: int = 1) -> ShapeBuckets |
     if not config.shape_buckets:
         return None
     return ShapeBuckets(config.shape_buckets, config.batch_tokens, world_size)
+
+
+def _warn_of_oversized_clusters(bilm_config: BiLMConfig, bilm: BiLM) -> None:
+    """Say where the [bilm] cutoffs given leave a tail cluster of more than
+    MAX_CLUSTER_WORDS words (each of its words' predictions normalised over
+    all of them), and what "auto" would give."""
+    if bilm_config.cutoffs == "auto" or bilm.softmax is None or not bilm.softmax.adaptive:
+        return
+    oversized = oversized_clusters(bilm_config.cutoffs, len(bilm.vocab))
+    if oversized:
+        first, end = oversized[-1]
+        fitted, div_value = fitted_cutoffs(
+            len(bilm.vocab), bilm_config.projection_dim, bilm_config.div_value
+        )
+        warnings.warn(
+            f"[bilm] cutoffs = {bilm_config.cutoffs} leave a tail cluster of {end - first:,} "
+            f"words (ids {first:,} to {end:,}) in this {len(bilm.vocab):,}-word vocabulary: "
+            "every prediction of one of its words is normalised over all of them, which can "
+            f'cost the step many times over. cutoffs = "auto" gives {fitted} (div_value '
+            f"{div_value:g}); or cap the vocabulary (max_vocab_size, min_count).",
+            stacklevel=4,
+        )
 
 
 def _loss(bilm: BiLM, config: PretrainConfig, state: RunState, workers: Workers) -> nn.Module:

@@ -54,8 +54,13 @@ class BiLMConfig:
         "full" (a linear layer over the whole vocabulary).
     cutoffs: frequency-rank cutoffs of the adaptive softmax clusters: the
         head holds the words before the first, each tail cluster the words up
-        to the next. A vocabulary of hundreds of thousands of words wants
-        several (each rare word's prediction costs its cluster's size).
+        to the next; each rare word's prediction costs its cluster's size.
+        "auto": fitted to the vocabulary's size (`fitted_cutoffs`: 2,000,
+        10,000, 50,000, 100,000, then every 100,000, those below the
+        vocabulary's size; div_value lowered where it would leave the last
+        cluster less than 1 dimension). A list of numbers: those cutoffs
+        (pretraining warns where one leaves a cluster of more than 100,000
+        words, and names the fitted list).
     div_value: tail cluster i projects to projection_dim / div_value^(i + 1)
         dimensions (torch's adaptive softmax; at least 1 each).
     max_vocab_size: most frequent word types kept as softmax targets.
@@ -81,7 +86,7 @@ class BiLMConfig:
     forget_bias: float | None = None
     dropout: float = 0.1
     softmax: str = "adaptive"
-    cutoffs: list[int] = field(default_factory=lambda: [2000, 10000])
+    cutoffs: list[int] | str = "auto"
     div_value: float = 4.0
     max_vocab_size: int = 40000
     min_count: int = 2
@@ -168,13 +173,13 @@ class BiLMConfig:
             )
         else:
             self.filters = filters
-        cutoffs = (
-            [_whole(c) for c in self.cutoffs] if isinstance(self.cutoffs, (list, tuple)) else [None]
-        )
-        if None in cutoffs:
-            problems.append(f"cutoffs = {self.cutoffs!r}: a list of whole numbers")
-        else:
-            self.cutoffs = cutoffs
+        if self.cutoffs != "auto":
+            listed = isinstance(self.cutoffs, (list, tuple))
+            cutoffs = [_whole(c) for c in self.cutoffs] if listed else [None]
+            if None in cutoffs:
+                problems.append(f'cutoffs = {self.cutoffs!r}: a list of whole numbers, or "auto"')
+            else:
+                self.cutoffs = cutoffs
         return problems
 
     @property

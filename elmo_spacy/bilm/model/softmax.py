@@ -1,5 +1,7 @@
 """The softmax over the word vocabulary, shared by both directions."""
 
+import math
+
 import torch
 from torch import nn
 
@@ -15,12 +17,20 @@ class SoftmaxHead(nn.Module):
     are exactly normalised over the whole vocabulary, so perplexities are exact.
     kind="full" is one linear layer over the vocabulary (the costly baseline).
     Falls back to "full" when the vocabulary is too small for any cutoff.
+    cutoffs "auto": `fitted_cutoffs` for this vocabulary.
     """
 
     def __init__(
-        self, dim: int, vocab_size: int, kind: str, cutoffs: list[int], div_value: float = 4.0
+        self,
+        dim: int,
+        vocab_size: int,
+        kind: str,
+        cutoffs: list[int] | str,
+        div_value: float = 4.0,
     ) -> None:
         super().__init__()
+        if cutoffs == "auto":
+            cutoffs, div_value = fitted_cutoffs(vocab_size, dim, div_value)
         cutoffs = [c for c in cutoffs if 0 < c < vocab_size - 1]
         self.adaptive = kind == "adaptive" and bool(cutoffs)
         if self.adaptive and dim // div_value ** len(cutoffs) < 1:
@@ -34,6 +44,11 @@ class SoftmaxHead(nn.Module):
             self.head = nn.AdaptiveLogSoftmaxWithLoss(dim, vocab_size, cutoffs, div_value=div_value)
         else:
             self.head = nn.Linear(dim, vocab_size)
+
+    @property
+    def div_value(self) -> float | None:
+        """Tail cluster i's projection divides the width by div_value^(i + 1)."""
+        return self.head.div_value if self.adaptive else None
 
     @property
     def cluster_starts(self) -> list[int]:
@@ -65,6 +80,37 @@ class SoftmaxHead(nn.Module):
         if self.adaptive:
             return adaptive_nll(self.head, hidden, targets, splits, weights, every_parameter)
         return summed_nll(self.head(hidden), targets, weights)
+
+
+MAX_CLUSTER_WORDS = 100_000  # the largest tail cluster that "auto" cutoffs leave
+AUTO_CUTOFFS = (2_000, 10_000, 50_000, 100_000)  # then every MAX_CLUSTER_WORDS
+
+
+def fitted_cutoffs(vocab_size: int, dim: int, div_value: float) -> tuple[list[int], float]:
+    """The cutoffs of `cutoffs = "auto"` for a vocabulary of `vocab_size`
+    words and a softmax input of `dim`, and the div_value to use with them.
+
+    A rare word's prediction is normalised over its cluster's words, so the
+    cost of a cluster grows with its size: AUTO_CUTOFFS, then one every
+    MAX_CLUSTER_WORDS, those below the vocabulary's last id (a 40,000-word
+    vocabulary gets [2000, 10000]; a million words, 13 cutoffs). `div_value`
+    is kept where the last of n clusters keeps at least one dimension
+    (dim / div_value^n >= 1), else lowered to the largest such value (to
+    0.01): many clusters of few dimensions each, the rarest words costing
+    least."""
+    cutoffs = [c for c in AUTO_CUTOFFS if c < vocab_size - 1]
+    while cutoffs and vocab_size - cutoffs[-1] > MAX_CLUSTER_WORDS:
+        cutoffs.append(cutoffs[-1] + MAX_CLUSTER_WORDS)
+    if cutoffs and dim / div_value ** len(cutoffs) < 1:
+        div_value = max(1.0, math.floor(100 * dim ** (1 / len(cutoffs))) / 100)
+    return cutoffs, div_value
+
+
+def oversized_clusters(cutoffs: list[int], vocab_size: int) -> list[tuple[int, int]]:
+    """The (first, end) word ids of each tail cluster of more than
+    MAX_CLUSTER_WORDS words that `cutoffs` leave in a vocabulary."""
+    bounds = [c for c in cutoffs if 0 < c < vocab_size - 1] + [vocab_size]
+    return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b - a > MAX_CLUSTER_WORDS]
 
 
 def touched(parameters) -> torch.Tensor:
