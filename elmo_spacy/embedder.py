@@ -179,3 +179,18 @@ def tokenizer_for(tokenization: Tokenization | None) -> Callable[[Iterable[str]]
 
     tokenizer = blank(tokenization.lang, str(tokenization)).tokenizer
     return lambda texts: [[t.text for t in doc] for doc in tokenizer.pipe(texts)]
+
+
+# How `shape_vectors` gives a sentence's vectors (`elmo-spacy embed --all/--top/--average`).
+OUTPUTS = ("all", "top", "average")
+
+
+def shape_vectors(layers: numpy.ndarray, output: str) -> numpy.ndarray:
+    """One sentence's vectors as `output` asks: "all" keeps the
+    (n_layers, n, D) layers, "top" is the last kept layer (n, D), "average"
+    the mean of the kept layers (n, D). `elmo-spacy embed --all/--top/--average`."""
+    if output == "top":
+        return layers[-1]
+    if output == "average":
+        return layers.mean(axis=0)  # numpy.average (AllenNLP's) fails on 0 tokens
+    return layers

@@ -203,3 +203,15 @@ def test_outputs_snapshot_finds_the_same_numbers_the_same_and_a_changed_one_chan
         text=True,
     )
     assert result.returncode == 1 and f"{key}: differs" in result.stdout
+
+
+def test_ray_embed_compares_the_ray_engine_with_embed():
+    pytest.importorskip("ray", reason="Ray is not installed: pip install elmo_spacy[ray]")
+    args = ["--shape", "tiny", "--lines", "30", "--runs", "1x1", "--startup-lines", "10"]
+    embed, ray, ratio = run_benchmark("ray_embed", *args)
+    assert (embed["engine"], ray["engine"]) == ("embed", "ray")
+    assert embed["lines"] == ray["lines"] == 30 and embed["tokens"] == ray["tokens"] > 0
+    assert ray["lines_per_second"] > 0 and ray["startup_seconds"] > 0
+    assert ratio["lines_per_second_over_embed"] == pytest.approx(
+        ray["lines_per_second"] / embed["lines_per_second"], abs=0.01
+    )

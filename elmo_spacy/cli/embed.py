@@ -1,5 +1,6 @@
 """`elmo-spacy embed`: a corpus, one sentence per line, to ELMo vectors in
-HDF5 (the layout of AllenNLP's `allennlp elmo`) or in a DocBin."""
+HDF5 (the layout of AllenNLP's `allennlp elmo`) or in a DocBin; or, with
+`--engine ray`, on a pool of Ray actors to Parquet (`elmo_spacy.ray_data`)."""
 
 import json
 import time
@@ -17,7 +18,8 @@ from . import app, deprecated_part, errors_to_exit, parse_part
 if TYPE_CHECKING:
     from ..bilm.inputs.tokenization import Tokenization
 
-FORMATS = ("hdf5", "spacy")
+FORMATS = ("hdf5", "spacy", "parquet")
+ENGINES = ("local", "ray")
 
 
 @app.command("embed")
@@ -30,7 +32,9 @@ def embed_command(
     input_file: Path = typer.Argument(
         ..., exists=True, dir_okay=False, help="UTF-8 text, one sentence per line"
     ),
-    output_file: Path = typer.Argument(..., dir_okay=False, help="The HDF5 (or .spacy) to write"),
+    output_file: Path = typer.Argument(
+        ..., dir_okay=False, help="The HDF5 (or .spacy, or with --engine ray .parquet) to write"
+    ),
     all_layers: bool = typer.Option(
         False, "--all", help="Every layer: (L + 1, n, D) per line (the default)"
     ),
@@ -63,7 +67,9 @@ def embed_command(
         None, help="Language of the spaCy tokenizer (with --tokenize; default: the biLM's, or en)"
     ),
     output_format: str = typer.Option(
-        "hdf5", help="hdf5 (AllenNLP's layout), or spacy (a DocBin with doc._.elmo set)"
+        None,
+        help="hdf5 (AllenNLP's layout; --engine local's default), spacy (a DocBin with "
+        "doc._.elmo set), or parquet (--engine ray's only)",
     ),
     use_sentence_keys: bool = typer.Option(
         False, help="Key each dataset by its sentence, not its line index (AllenNLP's flag)"
@@ -82,12 +88,38 @@ def embed_command(
     ),
     gpu_id: int = typer.Option(-1, help="GPU to run on (-1: CPU)"),
     overwrite: bool = typer.Option(False, help="Replace OUTPUT_FILE if it exists"),
+    engine: str = typer.Option(
+        "local",
+        help="local (this process) or ray (a pool of Ray actors, writing Parquet: "
+        "pip install elmo_spacy\\[ray])",
+    ),
+    actors: int = typer.Option(None, help="--engine ray: actors, each with its biLM [1]"),
+    cpus_per_actor: float = typer.Option(
+        None, help="--engine ray: CPUs per actor, which are its torch threads [1]"
+    ),
+    gpus_per_actor: float = typer.Option(
+        None, help="--engine ray: GPUs per actor (1: each actor runs on a GPU of its own) [0]"
+    ),
+    lines_per_batch: int = typer.Option(
+        None, help="--engine ray: lines per map_batches task [256]"
+    ),
+    ray_address: str = typer.Option(
+        None,
+        help="--engine ray: the cluster to join (auto: this machine's); default: a local Ray",
+    ),
+    dtype: str = typer.Option(
+        "float32", help="--engine ray: float32, or float16 vectors in the Parquet file"
+    ),
 ) -> None:
     """Embed a corpus with a biLM: one sentence per line, tokens separated by
     spaces (or --tokenize), written as AllenNLP's `allennlp elmo` writes it:
     a float32 dataset per line, keyed by the line's index ("0", "1", ...),
     and a `sentence_to_index` dataset (JSON: sentence -> key). An empty line
-    gives an empty dataset. The file appears only once it is complete."""
+    gives an empty dataset. The file appears only once it is complete.
+
+    With --engine ray the lines run on a pool of Ray actors (--actors) and
+    land in one Parquet file, a row per line in line order: line (the
+    index), text, tokens, vectors (a tensor per row)."""
     from ..bilm import load_bilm
     from ..bilm.runner import RunSettings
     from ..bilm.runtime.devices import resolve_device
@@ -96,6 +128,14 @@ def embed_command(
 
     with errors_to_exit():
         mode = _output_mode(all_layers, top, average)
+        ray_options = {
+            "--actors": actors,
+            "--cpus-per-actor": cpus_per_actor,
+            "--gpus-per-actor": gpus_per_actor,
+            "--lines-per-batch": lines_per_batch,
+            "--ray-address": ray_address,
+        }
+        output_format = _check_engine(engine, output_format, gpu_id, dtype, ray_options)
         settings = RunSettings(  # the options checked before any file is read
             layers=_parse_layers(layers),
             state=state,
@@ -112,6 +152,18 @@ def embed_command(
         lang = tokenization.lang or lang or "en"
         tokenizer = tokenizer_for(tokenization)
         indices = [i for i in range(len(lines)) if i % of == keep]
+        warmup = None if warmup_file is None else tokenizer(read_lines(warmup_file))
+        if engine == "ray":
+            from ..bilm.runner import resolve_layers
+
+            resolve_layers(settings.layers, bilm.config.n_layers + 1, "--")  # before Ray starts
+            started = time.perf_counter()
+            n_lines, n_tokens = _embed_on_ray(
+                bilm_path, lines, indices, output_file, ray_options, mode, dtype, settings,
+                warmup, tokenization,
+            )  # fmt: skip
+            _report(n_lines, n_tokens, time.perf_counter() - started, output_file)
+            return
         if output_format == "spacy":
             docs = _docs(tokenize, lang, [lines[i] for i in indices])
             sentences = [[t.text for t in doc] for doc in docs]
@@ -119,7 +171,6 @@ def embed_command(
             sentences = tokenizer([lines[i] for i in indices])
         if use_sentence_keys:
             _check_sentence_keys(lines, indices)
-        warmup = None if warmup_file is None else tokenizer(read_lines(warmup_file))
         embedder = Embedder(
             bilm,
             layers=settings.layers,
@@ -142,10 +193,42 @@ def embed_command(
             )
             write_file(output_file, lambda path: write_hdf5(path, keys, vectors, index))
     seconds = time.perf_counter() - started
-    n_tokens = sum(len(s) for s in sentences)
+    _report(len(sentences), sum(len(s) for s in sentences), seconds, output_file)
+
+
+def _report(n_lines: int, n_tokens: int, seconds: float, output_file: Path) -> None:
     typer.echo(
-        f"{len(sentences)} lines, {n_tokens} tokens in {seconds:.1f} s "
+        f"{n_lines} lines, {n_tokens} tokens in {seconds:.1f} s "
         f"({n_tokens / max(seconds, 1e-9):,.0f} tokens/s) -> {output_file}"
+    )
+
+
+def _embed_on_ray(
+    bilm_path, lines, indices, output_file, ray_options, mode, dtype, settings, warmup, tokenization
+) -> tuple[int, int]:
+    """`elmo_spacy.ray_data.embed_to_parquet` with the command's options."""
+    from ..ray_data import embed_to_parquet
+
+    return embed_to_parquet(
+        bilm_path,
+        lines,
+        indices,
+        output_file,
+        embed_options={
+            "output": mode,
+            "dtype": dtype,
+            "layers": settings.layers,
+            "state": settings.state,
+            "warmup": warmup,
+            "precision": settings.precision,
+            "max_batch_tokens": settings.max_batch_tokens,
+            "tokenization": tokenization,
+        },
+        actors=ray_options["--actors"] or 1,
+        cpus_per_actor=ray_options["--cpus-per-actor"] or 1,
+        gpus_per_actor=ray_options["--gpus-per-actor"] or 0,
+        lines_per_batch=ray_options["--lines-per-batch"] or 256,
+        address=ray_options["--ray-address"],
     )
 
 
@@ -162,21 +245,15 @@ def read_lines(path: Path) -> list[str]:
 def _embedded(embedder, sentences: list[list[str]], mode: str):
     """A function that yields (position, float32 array) for every sentence,
     shaped by `mode`, with a progress bar in tokens/s."""
-    import numpy
     from tqdm import tqdm
 
-    def shaped(layers: numpy.ndarray) -> numpy.ndarray:
-        if mode == "top":
-            return layers[-1]
-        if mode == "average":
-            return layers.mean(axis=0)  # numpy.average (AllenNLP's) fails on 0 tokens
-        return layers
+    from ..embedder import shape_vectors
 
     def vectors():
         total = sum(len(s) for s in sentences)
         with tqdm(total=total, unit="tok", unit_scale=True, desc="embed", leave=False) as bar:
             for position, layers in embedder.embed_iter(sentences, progress=bar.update):
-                yield position, shaped(layers)
+                yield position, shape_vectors(layers, mode)
 
     return vectors
 
@@ -225,11 +302,51 @@ def _output_mode(all_layers: bool, top: bool, average: bool) -> str:
 def _check_format(output_format: str, use_sentence_keys: bool, forget_sentences: bool) -> None:
     if output_format not in FORMATS:
         raise ElmoSpacyError(f"--output-format {output_format}: use one of {', '.join(FORMATS)}")
-    if output_format == "spacy" and (use_sentence_keys or forget_sentences):
+    if output_format != "hdf5" and (use_sentence_keys or forget_sentences):
+        what = "a DocBin" if output_format == "spacy" else "the Parquet file"
         raise ElmoSpacyError(
-            "--use-sentence-keys and --forget-sentences shape HDF5 output: a DocBin keeps the "
-            "docs in line order, with their text"
+            f"--use-sentence-keys and --forget-sentences shape HDF5 output: {what} keeps the "
+            "lines in line order, with their text"
         )
+
+
+def _check_engine(
+    engine: str, output_format: str | None, gpu_id: int, dtype: str, ray_options: dict
+) -> str:
+    """The output format (the engine's default where none is given), after
+    refusing the options that do not apply to `engine`."""
+    if engine not in ENGINES:
+        raise ElmoSpacyError(f"--engine {engine}: use one of {', '.join(ENGINES)}")
+    if dtype not in ("float32", "float16"):
+        raise ElmoSpacyError(f"--dtype {dtype}: use float32 or float16")
+    if engine == "local":
+        given = [name for name, value in ray_options.items() if value is not None]
+        if dtype != "float32":
+            given.append(f"--dtype {dtype}")
+        if given:
+            raise ElmoSpacyError(
+                f"{', '.join(given)}: for --engine ray only (HDF5 and DocBin output are "
+                "float32): add --engine ray, or drop them"
+            )
+        if output_format == "parquet":
+            raise ElmoSpacyError("--output-format parquet is --engine ray's: add --engine ray")
+        return output_format or "hdf5"
+    if output_format not in (None, "parquet"):
+        raise ElmoSpacyError(
+            f"--engine ray writes Parquet, not {output_format}: drop --output-format (or give "
+            "parquet), or use --engine local for HDF5 and DocBin output"
+        )
+    if gpu_id != -1:
+        raise ElmoSpacyError(
+            "--gpu-id picks a GPU of this process: with --engine ray give --gpus-per-actor 1, "
+            "and Ray gives each actor a GPU of its own"
+        )
+    for name in ("--actors", "--cpus-per-actor", "--lines-per-batch"):
+        if ray_options[name] is not None and ray_options[name] <= 0:
+            raise ElmoSpacyError(f"{name} {ray_options[name]}: give a number above 0")
+    if (ray_options["--gpus-per-actor"] or 0) < 0:
+        raise ElmoSpacyError(f"--gpus-per-actor {ray_options['--gpus-per-actor']}: give 0 or more")
+    return "parquet"
 
 
 def _parse_layers(layers: str | None) -> list[int] | None:

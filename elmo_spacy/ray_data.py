@@ -1,0 +1,481 @@
+"""ELMo on Ray Data: callable classes for `Dataset.map_batches` that load a
+model once per actor (on the CPU, or on a GPU with `num_gpus=1`), and
+`embed_to_parquet`, what `elmo-spacy embed --engine ray` runs.
+
+    import ray
+    from elmo_spacy.ray_data import EmbedBatches
+
+    ds = ray.data.read_parquet("s3://bucket/texts/")          # a "text" column
+    ds = ds.map_batches(
+        EmbedBatches,
+        fn_constructor_kwargs={"path": "models/elmo-original", "output": "top"},
+        batch_format="pyarrow",
+        compute=ray.data.ActorPoolStrategy(size=4),
+        num_cpus=2,                                           # = torch threads per actor
+    )
+    ds.write_parquet("s3://bucket/vectors/")
+
+Ray is an optional extra (`pip install elmo_spacy[ray]`): this module imports
+it only where it needs it, so that `import elmo_spacy.ray_data` works
+without it and a missing Ray is one error that names the extra.
+
+Threads: each actor sets `torch.set_num_threads` to the CPUs that Ray gives
+it (the `num_cpus` of `map_batches`; Ray's default is 1), so that N actors
+on a machine use N x num_cpus threads and do not fight over its cores.
+"""
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy
+
+from .bilm.runner import RUN_DEFAULTS
+from .embedder import OUTPUTS, Embedder, shape_vectors, tokenizer_for
+from .errors import ElmoSpacyError
+
+RAY_EXTRA = "pip install elmo_spacy[ray]"
+DTYPES = ("float32", "float16")
+# What AnnotateBatches can write: the column each annotation becomes.
+ANNOTATIONS = ("tokens", "cats", "ents", "tags", "tensor", "docbin")
+# What a pipe must assign (its factory's `assigns`) for each annotation.
+ASSIGNS = {"cats": "doc.cats", "ents": "doc.ents", "tags": "token.tag", "tensor": "doc.tensor"}
+
+
+def require_ray():
+    """The `ray` module with Ray Data, or an error that says how to install it."""
+    try:
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError as err:
+        raise ElmoSpacyError(
+            f"Ray Data is not installed ({err}): install the plugin's Ray extra, "
+            f"`{RAY_EXTRA}` (it brings ray[data])"
+        ) from err
+    return ray
+
+
+def check_choice(name: str, value: str, choices: Sequence[str], origin: str = "") -> None:
+    if value not in choices:
+        raise ElmoSpacyError(f"{origin}{name} = {value!r}: use one of {', '.join(choices)}")
+
+
+class EmbedBatches:
+    """ELMo vectors of a text (or token) column, for `Dataset.map_batches`
+    with `batch_format="pyarrow"`: the biLM loads once per actor.
+
+    In: a pyarrow batch with the column `column`: a text per row (str), cut
+    into tokens as `tokenization` says (default: as the biLM's own text was
+    cut, `Embedder.tokenize`), or with `tokenized=True` a list of tokens per
+    row (list<string>). Other columns pass through unchanged.
+
+    Out: the batch with the column `vectors_column` added: per row of n
+    tokens a tensor (Ray's variable-shaped tensor type, `dtype`) of shape
+    (n_layers, n, D) with output = "all", or (n, D) with "top" (the last of
+    `layers`) or "average" (the mean of `layers`); n = 0 for an empty text.
+    With `tokens_column`, also the tokens embedded (list<string>).
+
+    path: the biLM (anything `Embedder` loads), a path every actor can read.
+    layers, state, warmup, precision, max_batch_tokens, window,
+    window_overlap: `Embedder`'s settings, with its defaults.
+    dtype: "float32", or "float16" for half the size (rounded from float32).
+    tokenization: a `Tokenization` (or its dict) for text; None: the biLM's.
+    device: where the biLM runs; None: "cuda" in an actor that Ray gave a
+        GPU (`num_gpus=1`), else "cpu".
+    num_threads: torch threads of the actor; None: the CPUs Ray gave it
+        (`num_cpus`, at least 1); outside Ray, torch's own default.
+
+    The vectors are `Embedder.embed`'s, bit for bit, whatever the batches:
+    on the CPU a sentence's vectors do not depend on the others in its batch.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        column: str = "text",
+        tokenized: bool = False,
+        vectors_column: str = "vectors",
+        tokens_column: str | None = None,
+        output: str = "all",
+        dtype: str = "float32",
+        layers: Sequence[int] | None = RUN_DEFAULTS.layers,
+        state: str = RUN_DEFAULTS.state,
+        warmup: Sequence[str | Sequence[str]] | None = RUN_DEFAULTS.warmup,
+        precision: str | None = None,
+        max_batch_tokens: int = RUN_DEFAULTS.max_batch_tokens,
+        window: int = RUN_DEFAULTS.window,
+        window_overlap: int = RUN_DEFAULTS.window_overlap,
+        tokenization: Any = None,
+        device: str | None = None,
+        num_threads: int | None = None,
+    ) -> None:
+        from .bilm.inputs.tokenization import Tokenization
+
+        check_choice("output", output, OUTPUTS, "EmbedBatches: ")
+        check_choice("dtype", dtype, DTYPES, "EmbedBatches: ")
+        self.threads = set_actor_threads(num_threads)
+        self.embedder = Embedder(
+            path,
+            layers=layers,
+            state=state,
+            warmup=warmup,
+            max_batch_tokens=max_batch_tokens,
+            window=window,
+            window_overlap=window_overlap,
+            device=device or actor_device(),
+            precision=precision,
+        )
+        if isinstance(tokenization, dict):
+            tokenization = Tokenization.from_dict(tokenization)
+        self.tokenizer = tokenizer_for(tokenization or self.embedder.tokenization)
+        self.column, self.tokenized = column, tokenized
+        self.vectors_column, self.tokens_column = vectors_column, tokens_column
+        self.output, self.dtype = output, dtype
+
+    def __call__(self, batch):
+        """A pyarrow Table of B rows -> the same rows with the vectors column."""
+        values = input_column(batch, self.column, "EmbedBatches").to_pylist()
+        if self.tokenized:
+            sentences = [list(tokens or []) for tokens in values]
+        else:
+            sentences = self.tokenizer([text or "" for text in values])
+        vectors = [
+            shape_vectors(layers, self.output).astype(self.dtype, copy=False)
+            for layers in self.embedder.embed(sentences)
+        ]
+        added = {}
+        if self.tokens_column is not None:
+            import pyarrow
+
+            added[self.tokens_column] = pyarrow.array(sentences, pyarrow.list_(pyarrow.string()))
+        ndim = 3 if self.output == "all" else 2
+        added[self.vectors_column] = tensor_array(vectors, self.dtype, ndim)
+        return with_columns(batch, added, "EmbedBatches")
+
+
+class AnnotateBatches:
+    """A spaCy pipeline (one with an `elmo` pipe, or any other) over a text
+    column, for `Dataset.map_batches` with `batch_format="pyarrow"`: the
+    pipeline loads once per actor and runs `nlp.pipe` over each batch.
+
+    In: a pyarrow batch with the column `column`, a text per row. Other
+    columns pass through unchanged.
+
+    Out: the batch with one column per name in `annotations`, in that order:
+
+    - "tokens": list<string>, the doc's tokens;
+    - "cats": struct, label -> score (float64), `doc.cats`;
+    - "ents": list<struct<start_char: int64, end_char: int64, label: string>>,
+      `doc.ents` by character offsets into the text;
+    - "tags": list<string>, `token.tag_` per token;
+    - "tensor": a (n, width) float32 tensor per row (Ray's variable-shaped
+      tensor type), `doc.tensor` (the `elmo` pipe's mean of the layers);
+    - "docbin": binary, a DocBin (`store_user_data=True`, so `doc._.elmo`
+      travels) holding the one doc: `DocBin().from_bytes(b).get_docs(vocab)`.
+
+    path: the pipeline (a folder or package name for `spacy.load`), one every
+        actor can read.
+    batch_size: `nlp.pipe`'s batch size (docs per step, within a batch of
+        map_batches); None: the pipeline's own.
+    disable: pipes not to run.
+    device, num_threads: as in `EmbedBatches`; on a GPU the pipeline loads
+        after `spacy.require_gpu`, as `spacy.load` on a GPU does.
+
+    The annotations are `nlp.pipe`'s, bit for bit, on the CPU.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        annotations: Sequence[str] = ("cats",),
+        column: str = "text",
+        batch_size: int | None = None,
+        disable: Sequence[str] = (),
+        device: str | None = None,
+        num_threads: int | None = None,
+    ) -> None:
+        import spacy
+
+        annotations = [annotations] if isinstance(annotations, str) else list(annotations)
+        for name in annotations:
+            check_choice("annotations", name, ANNOTATIONS, "AnnotateBatches: ")
+        if not annotations:
+            raise ElmoSpacyError(f"AnnotateBatches: name an annotation, one of {ANNOTATIONS}")
+        self.threads = set_actor_threads(num_threads)
+        device = device or actor_device()
+        if device.startswith("cuda"):
+            spacy.require_gpu(int(device.partition(":")[2] or 0))
+        self.nlp = spacy.load(path, disable=list(disable))
+        assigned = {a for name in self.nlp.pipe_names for a in self.nlp.get_pipe_meta(name).assigns}
+        for name in annotations:
+            if name in ASSIGNS and ASSIGNS[name] not in assigned:
+                raise ElmoSpacyError(
+                    f"AnnotateBatches: annotations include {name!r}, but no pipe of {path} sets "
+                    f"{ASSIGNS[name]} (its pipes: {', '.join(self.nlp.pipe_names)})"
+                )
+        self.annotations, self.column, self.batch_size = annotations, column, batch_size
+
+    def __call__(self, batch):
+        """A pyarrow Table of B rows -> the same rows with the annotation columns."""
+        texts = input_column(batch, self.column, "AnnotateBatches").to_pylist()
+        docs = list(self.nlp.pipe((text or "" for text in texts), batch_size=self.batch_size))
+        added = {name: self._column(name, docs) for name in self.annotations}
+        return with_columns(batch, added, "AnnotateBatches")
+
+    def _column(self, name: str, docs: list):
+        import pyarrow
+        from spacy.tokens import DocBin
+        from thinc.api import to_numpy
+
+        if name == "tokens":
+            return pyarrow.array(
+                [[t.text for t in doc] for doc in docs], pyarrow.list_(pyarrow.string())
+            )
+        if name == "tags":
+            return pyarrow.array(
+                [[t.tag_ for t in doc] for doc in docs], pyarrow.list_(pyarrow.string())
+            )
+        if name == "cats":
+            return pyarrow.array([doc.cats for doc in docs])
+        if name == "ents":
+            entity = pyarrow.struct(
+                [
+                    ("start_char", pyarrow.int64()),
+                    ("end_char", pyarrow.int64()),
+                    ("label", pyarrow.string()),
+                ]
+            )
+            return pyarrow.array(
+                [
+                    [
+                        {"start_char": e.start_char, "end_char": e.end_char, "label": e.label_}
+                        for e in doc.ents
+                    ]
+                    for doc in docs
+                ],
+                pyarrow.list_(entity),
+            )
+        if name == "tensor":
+            tensors = [numpy.asarray(to_numpy(doc.tensor), dtype="float32") for doc in docs]
+            for doc, tensor in zip(docs, tensors):
+                if tensor.ndim != 2 or tensor.shape[0] != len(doc):
+                    raise ElmoSpacyError(
+                        f"AnnotateBatches: doc.tensor of {doc.text[:40]!r} is {tensor.shape}, not "
+                        f"(len(doc) = {len(doc)}, width): does a pipe set it (the elmo pipe's store "
+                        'is "nothing"?)'
+                    )
+            return tensor_array(tensors, "float32", 2)
+        return pyarrow.array(
+            [DocBin(docs=[doc], store_user_data=True).to_bytes() for doc in docs], pyarrow.binary()
+        )
+
+
+def set_actor_threads(num_threads: int | None) -> int:
+    """Set torch's threads in this process: `num_threads`, or in a Ray actor
+    the CPUs Ray assigned it (at least 1). Returns the threads."""
+    import torch
+
+    if num_threads is None:
+        ray = _ray_if_running()
+        if ray is None:
+            return torch.get_num_threads()
+        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1)
+        num_threads = max(1, int(cpus))
+    if num_threads < 1:
+        raise ElmoSpacyError(f"num_threads = {num_threads}: give 1 or more (or None)")
+    torch.set_num_threads(num_threads)
+    return num_threads
+
+
+def actor_device() -> str:
+    """ "cuda" where Ray gave this actor a GPU (it then sees only that one),
+    else "cpu"."""
+    ray = _ray_if_running()
+    return "cuda" if ray is not None and ray.get_gpu_ids() else "cpu"
+
+
+def _ray_if_running():
+    """The ray module if this process is a Ray actor, else None."""
+    try:
+        import ray
+    except ImportError:
+        return None
+    return ray if ray.is_initialized() and ray.get_runtime_context().get_actor_id() else None
+
+
+def input_column(batch, column: str, who: str):
+    """The column `column` of a pyarrow batch, or an error saying what to give."""
+    import pyarrow
+
+    if not isinstance(batch, pyarrow.Table):
+        raise ElmoSpacyError(
+            f"{who} takes pyarrow batches, not {type(batch).__name__}: pass "
+            'batch_format="pyarrow" to map_batches'
+        )
+    if column not in batch.column_names:
+        raise ElmoSpacyError(
+            f"{who}: the batch has no column {column!r} (it has {', '.join(batch.column_names)}): "
+            "name the input with column=..."
+        )
+    return batch[column]
+
+
+def with_columns(batch, added: dict, who: str):
+    """The pyarrow `batch` with the columns `added` appended."""
+    for name, values in added.items():
+        if name in batch.column_names:
+            raise ElmoSpacyError(
+                f"{who}: the batch already has a column {name!r}: choose another name for the output"
+            )
+        batch = batch.append_column(name, values)
+    return batch
+
+
+def tensor_array(arrays: list[numpy.ndarray], dtype: str, ndim: int):
+    """Ray's variable-shaped tensor column of `arrays` (one per row, each
+    `ndim` dimensions of `dtype`), also for an empty batch."""
+    import pyarrow
+    from ray.data.extensions import ArrowVariableShapedTensorArray, ArrowVariableShapedTensorType
+
+    if arrays:
+        return ArrowVariableShapedTensorArray.from_numpy(arrays)
+    kind = ArrowVariableShapedTensorType(pyarrow.from_numpy_dtype(numpy.dtype(dtype)), ndim)
+    return pyarrow.ExtensionArray.from_storage(kind, pyarrow.array([], kind.storage_type))
+
+
+def tensors_to_numpy(column) -> list[numpy.ndarray]:
+    """The arrays of a column of Ray's variable-shaped tensors, read with or
+    without Ray: pyarrow alone reads such a Parquet column as its storage, a
+    struct of `data` (the values, flat) and `shape`."""
+    import pyarrow
+
+    chunks = column.chunks if isinstance(column, pyarrow.ChunkedArray) else [column]
+    arrays = []
+    for chunk in chunks:
+        storage = chunk.storage if isinstance(chunk, pyarrow.ExtensionArray) else chunk
+        data, shapes = storage.field("data"), storage.field("shape").to_pylist()
+        values = data.values.to_numpy(zero_copy_only=False)
+        offsets = data.offsets.to_numpy()
+        for i, shape in enumerate(shapes):
+            arrays.append(values[offsets[i] : offsets[i + 1]].reshape(shape))
+    return arrays
+
+
+def embed_to_parquet(
+    bilm_path: str | Path,
+    lines: Sequence[str],
+    indices: Sequence[int],
+    output_file: str | Path,
+    *,
+    embed_options: dict[str, Any],
+    actors: int = 1,
+    cpus_per_actor: float = 1,
+    gpus_per_actor: float = 0,
+    lines_per_batch: int = 256,
+    address: str | None = None,
+) -> tuple[int, int]:
+    """Embed `lines[i]` for each i of `indices` on a pool of `actors` Ray
+    actors (`EmbedBatches` with `embed_options`) and write one Parquet file,
+    `output_file`, with a row per line in line order:
+
+    - "line": int64, the line's index in the file (embed's HDF5 key);
+    - "text": string, the line;
+    - "tokens": list<string>, its tokens as embedded;
+    - "vectors": a tensor per row, (n_layers, n, D) or (n, D), float32 or
+      float16 (`embed_options["output"]`, `["dtype"]`).
+
+    The lines travel from this process in blocks of `lines_per_batch`, one
+    map_batches task each; a task whose actor dies runs again on a new one
+    (Ray restarts it), and every block comes back once: the file is checked
+    to hold each line once, in order, and appears only once complete.
+    Connects to the Ray cluster at `address` ("auto": the one this machine
+    belongs to), or uses the Ray this process runs already, or starts a
+    local one (and stops it after). Returns (lines, tokens) written."""
+    import pyarrow
+
+    from .files import write_file
+
+    ray = require_ray()
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=address, **({"include_dashboard": False} if address is None else {}))
+    context = ray.data.DataContext.get_current()
+    kept_order = context.execution_options.preserve_order
+    context.execution_options.preserve_order = True  # blocks come back in line order
+    try:
+        table = pyarrow.table(
+            {
+                "line": pyarrow.array(indices, pyarrow.int64()),
+                "text": pyarrow.array([lines[i] for i in indices], pyarrow.string()),
+            }
+        )
+        blocks = [table.slice(a, lines_per_batch) for a in range(0, len(table), lines_per_batch)]
+        dataset = ray.data.from_arrow(blocks or [table]).map_batches(
+            EmbedBatches,
+            fn_constructor_kwargs={
+                "path": str(bilm_path),
+                "tokens_column": "tokens",
+                **embed_options,
+            },
+            batch_format="pyarrow",
+            batch_size=lines_per_batch,
+            compute=ray.data.ActorPoolStrategy(size=actors),
+            num_cpus=cpus_per_actor,
+            **({"num_gpus": gpus_per_actor} if gpus_per_actor else {}),
+        )
+        ndim = 3 if embed_options.get("output", "all") == "all" else 2
+        vectors = tensor_array([], embed_options.get("dtype", "float32"), ndim)
+        empty = (
+            table.slice(0, 0)
+            .append_column("tokens", pyarrow.array([], pyarrow.list_(pyarrow.string())))
+            .append_column("vectors", vectors)
+        )
+        counts: list[tuple[int, int]] = []
+        write_file(
+            output_file, lambda path: counts.append(write_in_order(dataset, path, indices, empty))
+        )
+    finally:
+        context.execution_options.preserve_order = kept_order
+        if started_here:
+            ray.shutdown()
+    return counts[0]
+
+
+def write_in_order(dataset, path: Path, indices: Sequence[int], empty) -> tuple[int, int]:
+    """Write the rows of `dataset` (pyarrow batches with "line" and "tokens"
+    columns) to the Parquet file `path`, checking that their lines are
+    `indices`, each once, in order; with no rows, the table `empty`.
+    Returns (lines, tokens) written."""
+    import pyarrow.compute
+    import pyarrow.parquet
+
+    n_lines = n_tokens = 0
+    writer = None
+    try:
+        for batch in dataset.iter_batches(batch_format="pyarrow", batch_size=None):
+            got = batch["line"].to_pylist()
+            expected = list(indices[n_lines : n_lines + len(got)])
+            if got != expected:
+                raise RuntimeError(
+                    f"Ray gave lines {got[:5]}... where {expected[:5]}... were expected: the "
+                    "output would lose or repeat lines (a bug)"
+                )
+            if writer is None:
+                writer = pyarrow.parquet.ParquetWriter(path, batch.schema)
+            writer.write_table(batch)
+            n_lines += len(batch)
+            n_tokens += (
+                pyarrow.compute.sum(pyarrow.compute.list_value_length(batch["tokens"])).as_py() or 0
+            )
+        if writer is None:
+            pyarrow.parquet.write_table(empty, path)
+    finally:
+        if writer is not None:
+            writer.close()
+    if n_lines != len(indices):
+        raise RuntimeError(
+            f"Ray gave {n_lines} of {len(indices)} lines: the output would lose lines (a bug)"
+        )
+    return n_lines, n_tokens
