@@ -167,10 +167,30 @@ def test_doc_storage_gives_bytes_a_token_for_each_choice():
 
 
 def test_serving_compares_onnxruntime_with_the_embedder():
-    rows = run_benchmark("serving", "--shape", "small", "--sentences", "20")
-    assert [row["side"] for row in rows] == ["embedder", "onnxruntime"]
-    assert rows[0]["tokens"] == rows[1]["tokens"] > 0
-    assert all(row["tokens_per_second"] > 0 for row in rows)
+    rows = run_benchmark("serving", "--shape", "small", "--sentences", "20", "--int8")
+    sides, gaps = rows[:4], rows[4:]
+    assert [row["side"] for row in sides] == [
+        "embedder",
+        "embedder, no type cache",
+        "onnxruntime",
+        "onnxruntime-int8",
+    ]
+    assert len({row["tokens"] for row in sides}) == 1 and sides[0]["tokens"] > 0
+    assert all(row["tokens_per_second"] > 0 for row in sides)
+    assert [row["int8_against_float32"] for row in gaps] == ["layer 0", "layer 1", "layer 2"]
+    assert all(0 < row["mean"] <= row["max"] < row["largest"] for row in gaps)
+
+
+def test_serving_latency_times_one_sentence_on_each_side():
+    args = ["--shape", "small", "--latency", "--calls", "5", "--tokens", "8", "--text", TEXT]
+    rows = run_benchmark("serving", *args)
+    assert [row["side"] for row in rows] == [
+        "embedder",
+        "pipe nlp(text)",
+        "onnxruntime",
+        "onnxruntime-int8",
+    ]
+    assert all(row["tokens"] == 8 and 0 < row["p50_ms"] <= row["p99_ms"] for row in rows)
 
 
 def test_replaced_on_disk_gives_each_components_size():

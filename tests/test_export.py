@@ -180,3 +180,115 @@ def test_the_export_command_writes_a_folder_and_refuses_what_it_cannot(bilm_dir,
     both = cli("export", bilm_dir, tmp_path / "x", "--with-states", "--state", "primed")
     assert both.returncode != 0 and "--with-states" in both.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_the_char_cnn_runs_once_per_distinct_token(tmp_path):
+    """The inputs hold each distinct token's characters once and a row per
+    position; the graph reads every position through its row, so that the
+    same rows given twice over (a server that does not look for repeats)
+    give the same layers."""
+    bilm = tiny("char_cnn", True)
+    export_bilm(bilm, tmp_path, formats=["onnx"])
+    sentences = [["the", "cat", "saw", "the", "cat", "."], ["the", "."]]
+    inputs = serving_inputs(bilm, sentences)
+    assert inputs["char_ids"].shape[0] == 4 and inputs["type_ids"].shape == (2, 6)
+    (layers,) = onnx_layers(tmp_path / "bilm.onnx", inputs)
+    assert_close(per_sentence(layers, sentences), Embedder(bilm).embed(sentences))
+    repeated = {**inputs, "type_ids": inputs["type_ids"].copy()}  # a row per position, reversed
+    positions = [(i, j) for i, s in enumerate(sentences) for j in range(len(s))][::-1]
+    repeated["char_ids"] = numpy.stack(
+        [inputs["char_ids"][inputs["type_ids"][p]] for p in positions]
+    )
+    for row, p in enumerate(positions):
+        repeated["type_ids"][p] = row
+    (again,) = onnx_layers(tmp_path / "bilm.onnx", repeated)
+    assert_close(per_sentence(again, sentences), per_sentence(layers, sentences))
+    wider = dict(inputs)  # more columns than the batch needs: the same layers
+    padding = numpy.full((4, 20 - inputs["char_ids"].shape[1]), bilm.chars.padding)
+    wider["char_ids"] = numpy.concatenate([inputs["char_ids"], padding], axis=1)
+    (same,) = onnx_layers(tmp_path / "bilm.onnx", wider)
+    assert_close(per_sentence(same, sentences), per_sentence(layers, sentences))
+
+
+def matmuls(graph) -> dict[str, int]:
+    """The products of an ONNX graph and of its subgraphs (the scan's body),
+    by operator."""
+    import onnx
+
+    counts: dict[str, int] = {}
+    for node in graph.node:
+        if "MatMul" in node.op_type or node.op_type == "Gemm":
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                for op, n in matmuls(attribute.g).items():
+                    counts[f"body {op}"] = counts.get(f"body {op}", 0) + n
+    return counts
+
+
+def test_an_int8_export_quantizes_every_product(tmp_path):
+    """The tiny biLM's weights, scaled so that its clips bind, make it
+    chaotic: int8 moves its layers by up to 10% of their largest value
+    (the published model's figures: the next test)."""
+    import onnx
+
+    bilm = tiny("char_cnn", True)
+    export_bilm(bilm, tmp_path, formats=["onnx"], quantize="int8")
+    counts = matmuls(onnx.load(str(tmp_path / "bilm.onnx")).graph)
+    # the input products, the highway and projection, and per step and direction the
+    # recurrent product and the projection: all int8, none left in float32
+    assert counts == {"MatMulInteger": 4, "body MatMulInteger": 8}, counts
+    assert "int8" in json.loads((tmp_path / "inputs.json").read_text())["onnx_products"]
+    (layers,) = onnx_layers(tmp_path / "bilm.onnx", serving_inputs(bilm, SENTENCES))
+    pairs = [
+        (a, b)
+        for a, b in zip(per_sentence(layers, SENTENCES), Embedder(bilm).embed(SENTENCES))
+        if b.size
+    ]
+    gaps = [numpy.abs(a - b).max(axis=(1, 2)) / numpy.abs(b).max(axis=(1, 2)) for a, b in pairs]
+    assert max(g.max() for g in gaps) <= 0.15 and min(g.min() for g in gaps) > 1e-4
+
+
+@needs_bilm_tf
+@pytest.mark.slow
+def test_a_published_model_in_int8_stays_within_its_reported_distance(tmp_path):
+    """docs/results.md, "Serving outside Python": the int8 layers' distance
+    from float32 on AG News sentences."""
+    bilm = load_bilm(BILM_TF)
+    export_bilm(bilm, tmp_path, formats=["onnx"], quantize="int8")
+    lines = (ROOT / "tests" / "data" / "unlabeled.txt").read_text().splitlines()
+    sentences = [line.split() for line in lines[:40] if line.split()]
+    (layers,) = onnx_layers(tmp_path / "bilm.onnx", serving_inputs(bilm, sentences))
+    expected = Embedder(bilm).embed(sentences)
+    gaps = [numpy.abs(a - b) for a, b in zip(per_sentence(layers, sentences), expected)]
+    for layer, (largest_gap, mean_gap) in enumerate(INT8_DISTANCE):
+        assert max(g[layer].max() for g in gaps) <= largest_gap
+        assert numpy.mean([g[layer].mean() for g in gaps]) <= mean_gap
+
+
+# per layer: max and mean absolute difference, about twice what docs/results.md reports
+INT8_DISTANCE = [(0.1, 0.01), (0.1, 0.01), (0.1, 0.01)]
+
+
+def test_the_export_command_quantizes_to_int8_on_request(bilm_dir, tmp_path):
+    served = tmp_path / "served"
+    result = cli("export", bilm_dir, served, "--format", "onnx", "--quantize", "int8")
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in served.iterdir()) == ["bilm.onnx", "inputs.json"]
+    assert "int8" in json.loads((served / "inputs.json").read_text())["onnx_products"]
+    bilm = load_bilm(bilm_dir)
+    (layers,) = onnx_layers(served / "bilm.onnx", serving_inputs(bilm, SENTENCES))
+    pairs = [
+        (a, b)
+        for a, b in zip(per_sentence(layers, SENTENCES), Embedder(bilm).embed(SENTENCES))
+        if b.size
+    ]
+    gaps = [numpy.abs(a - b).max() / numpy.abs(b).max() for a, b in pairs]
+    assert TOLERANCE < max(gaps) <= 0.05
+    bad = cli("export", bilm_dir, tmp_path / "x", "--quantize", "int4")
+    assert bad.returncode != 0 and "--quantize int4" in bad.stderr
+    program_only = cli(
+        "export", bilm_dir, tmp_path / "x", "--format", "torch-export", "--quantize", "int8"
+    )
+    assert program_only.returncode != 0 and "--format onnx" in program_only.stderr
+    assert not (tmp_path / "x").exists()

@@ -41,6 +41,12 @@ def export_command(
         help="Take the LSTM states as inputs and give the final ones as outputs, to carry "
         "them from batch to batch as bilm-tf's stateful models ran",
     ),
+    quantize: str = typer.Option(
+        None,
+        help="int8: bilm.onnx's matrix products (the LSTMs' included) in int8, by onnxruntime's "
+        "dynamic quantization: faster, and the layers move (docs/results.md, "
+        "'Serving outside Python'); bilm.pt2 stays float32",
+    ),
 ) -> None:
     """Write a biLM for serving: bilm.onnx (onnxruntime, any language) and
     bilm.pt2 (`torch.export.load(path).module()`), which take per-token ids
@@ -59,6 +65,10 @@ def export_command(
         unknown = [f for f in formats if f not in FORMATS]
         if unknown:
             raise ElmoSpacyError(f"--format {unknown[0]}: use {' or '.join(FORMATS)}")
+        if quantize is not None and quantize != "int8":
+            raise ElmoSpacyError(f"--quantize {quantize}: use int8 (or leave it out: float32)")
+        if quantize and "onnx" not in formats:
+            raise ElmoSpacyError("--quantize int8 quantizes bilm.onnx: add --format onnx")
         if with_states and state != RUN_DEFAULTS.state:
             raise ElmoSpacyError("--with-states takes the states as inputs: leave --state zero")
         warmup = None if warmup_file is None else [line for line in read_lines(warmup_file)]
@@ -75,6 +85,7 @@ def export_command(
                     formats=formats,
                     initial_states=initial_states,
                     with_states=with_states,
+                    quantize=quantize,
                 )
             )
 

@@ -8,15 +8,26 @@ size and the number of tokens stay free in the exported graph. It runs the
 network's own parameters, so it gives what `Embedder` gives on the same
 tokens (to float32 rounding).
 
-Inputs, by encoder (B sentences, T tokens, W = max_chars):
+The token encoder runs once per distinct token of the batch (a type), as
+`Embedder` runs it once per distinct word: the inputs are the types' ids and,
+per position, a type's row. Each LSTM layer runs both directions in one
+scan; the input products of all its steps come first, in one batched
+product, so that each step does only the recurrent product, ELMo's cell
+(`lstm_step`: cell clip, projection, projection clip) and the masks.
 
-- char_ids (B, T, W) int64: each token's character ids, word marks
-  included, padded with the scheme's padding id to W (encoders that read
-  characters: "char_cnn", "word_char");
-- word_ids (B, T) int64: each token's vocabulary id (encoders "word",
+Inputs, by encoder (B sentences, T tokens, U types, W char columns):
+
+- char_ids (U, W) int64: each type's character ids, word marks included,
+  padded with the scheme's padding id to W, for any W from what the batch
+  needs (its longest row, at least 3 for the sentence boundaries, plus the
+  widest filter - 1) up to max_chars: each W gives the same layers
+  (encoders that read characters: "char_cnn", "word_char");
+- word_ids (U,) int64: each type's vocabulary id (encoders "word",
   "word_char");
-- lengths (B,) int64: the tokens of each sentence (positions past it are
-  padding, whatever they hold);
+- type_ids (B, T) int64: each token's type, its row in char_ids and
+  word_ids (positions past a sentence's length are padding, whatever they
+  hold);
+- lengths (B,) int64: the tokens of each sentence (B >= 1);
 - with states, initial_h (2L, B, P) and initial_c (2L, B, H) float32: the
   LSTM states to start from, forward layers then backward ones.
 
@@ -48,7 +59,8 @@ from ...errors import ElmoSpacyError
 from ..bilm import BiLM
 from ..inputs.batch import gather_time, reverse_index
 from ..inputs.vocab import BOS_ID, EOS_ID
-from ..model.lstm import lstm_step
+from ..model.encoders import CharCNNEncoder
+from ..model.lstm import Product, lstm_step
 from ..model.network import States
 
 FORMATS = ("onnx", "torch-export")
@@ -59,6 +71,11 @@ ONNX_FILE, PROGRAM_FILE, INPUTS_FILE, VOCAB_FILE = (
     "vocab.txt",
 )
 ONNX_OPSET = 18
+QUANTIZATIONS = (None, "int8")
+INT8_PRODUCTS = (
+    "int8: MatMul and Gemm as onnxruntime's dynamic quantization (weights int8, "
+    "activations uint8 per product); convolutions and the cell float32"
+)
 
 
 class ServingBiLM(nn.Module):
@@ -77,35 +94,56 @@ class ServingBiLM(nn.Module):
             raise ElmoSpacyError("A program with state inputs starts from the states it is given")
         config = bilm.config
         self.encoder = bilm.encoder
-        self.stacks = nn.ModuleList([bilm.forward_lstm, bilm.backward_lstm])
         self.reads_chars = config.encoder != "word"
         self.reads_words = config.encoder != "char_cnn"
         self.with_states = with_states
         self.n_layers = config.n_layers
         if self.reads_chars:
-            boundaries, _ = bilm.chars.char_ids([])  # the rows of <S> and </S>
-            padded = torch.full((2, config.max_chars), bilm.chars.padding, dtype=torch.int64)
-            padded[:, : boundaries.shape[1]] = boundaries
-            self.register_buffer("boundary_chars", padded, persistent=False)
+            boundaries, _ = bilm.chars.char_ids([])  # the rows of <S> and </S>: 3 ids each
+            self.register_buffer("boundary_chars", boundaries[:, :3].clone(), persistent=False)
             self.padding = bilm.chars.padding
+            self.max_chars = config.max_chars
         self.register_buffer(
             "boundary_words", torch.tensor([BOS_ID, EOS_ID], dtype=torch.int64), persistent=False
         )
-        for direction in ("forward", "backward"):
-            for i in range(config.n_layers):
+        forward_stack, backward_stack = bilm.forward_lstm, bilm.backward_lstm
+        self.cell_clip, self.proj_clip = forward_stack.cell_clip, forward_stack.proj_clip
+        self.skip_connections = forward_stack.skip_connections
+        self.projects = bool(forward_stack.layers[0].proj_size)
+        for i, pair in enumerate(zip(forward_stack.layers, backward_stack.layers)):
+            # Both directions' weights stacked: (2, in, out), transposed for x @ w.
+            def stacked(name: str, layers: tuple[nn.LSTM, ...] = pair) -> torch.Tensor:
+                return torch.stack(
+                    [getattr(layer, name).detach() for layer in layers]
+                ).mT.contiguous()
+
+            bias = torch.stack([layer.bias_ih_l0 + layer.bias_hh_l0 for layer in pair]).detach()
+            self.register_buffer(f"weight_ih{i}", stacked("weight_ih_l0"), persistent=False)
+            self.register_buffer(f"bias{i}", bias[:, None, :], persistent=False)  # (2, 1, 4H)
+            for d, direction in enumerate(("forward", "backward")):  # read at every step
+                self.register_buffer(
+                    f"{direction}_hh{i}", stacked("weight_hh_l0")[d].clone(), persistent=False
+                )
+                if self.projects:
+                    self.register_buffer(
+                        f"{direction}_hr{i}", stacked("weight_hr_l0")[d].clone(), persistent=False
+                    )
+            starts = []
+            for direction in ("forward", "backward"):
                 h, c = (
                     (torch.zeros(1, config.projection_dim), torch.zeros(1, config.lstm_dim))
                     if initial_states is None
                     else initial_states[direction][i]
                 )
-                self.register_buffer(f"{direction}_h{i}", h.detach().float(), persistent=False)
-                self.register_buffer(f"{direction}_c{i}", c.detach().float(), persistent=False)
+                starts.append((h.detach().float(), c.detach().float()))
+            self.register_buffer(f"h{i}", torch.stack([h for h, _ in starts]), persistent=False)
+            self.register_buffer(f"c{i}", torch.stack([c for _, c in starts]), persistent=False)
 
     @property
     def input_names(self) -> list[str]:
         names = ["char_ids"] if self.reads_chars else []
         names += ["word_ids"] if self.reads_words else []
-        names += ["lengths"]
+        names += ["type_ids", "lengths"]
         return names + (["initial_h", "initial_c"] if self.with_states else [])
 
     @property
@@ -114,19 +152,15 @@ class ServingBiLM(nn.Module):
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
         given = dict(zip(self.input_names, inputs))
-        lengths = given["lengths"]
-        ids = given.get("char_ids", given.get("word_ids"))
-        batch, steps = ids.shape[0], ids.shape[1]
-        types = self._encode(given)  # (2 + B * T, P): <S>, </S>, then every position
+        lengths, type_ids = given["lengths"], given["type_ids"]
+        batch, steps = type_ids.shape[0], type_ids.shape[1]
+        types = self._encode(given)  # (2 + U, P): <S>, </S>, then each type once
         positions = torch.arange(steps, device=lengths.device)
-        tokens = (
-            2 + positions[None, :] + steps * torch.arange(batch, device=lengths.device)[:, None]
-        )
         inside = positions[None, :] < lengths[:, None]
         index = torch.cat(  # (B, T + 2): <S> tokens </S>, then </S> as padding
             [
                 torch.zeros_like(lengths)[:, None],
-                torch.where(inside, tokens, torch.ones_like(tokens)),
+                torch.where(inside, type_ids + 2, torch.ones_like(type_ids)),
                 torch.ones_like(lengths)[:, None],
             ],
             dim=1,
@@ -134,84 +168,135 @@ class ServingBiLM(nn.Module):
         framed = lengths + 2
         reverse = reverse_index(framed, steps + 2)
         mask = torch.arange(steps + 2, device=lengths.device)[None, :] < framed[:, None]
-        encoded = types[index]
-        runs = [(encoded, index), (types[index.gather(1, reverse)], None)]
-        outputs, finals_h, finals_c = [], [], []
-        for d, (stack, (x, _)) in enumerate(zip(self.stacks, runs)):
-            layers = []
-            for i, layer in enumerate(stack.layers):
-                h0, c0 = self._initial(given, d, i, batch)
-                y, h, c = _lstm_layer(layer, x, mask, h0, c0, stack.cell_clip, stack.proj_clip)
-                x = y + x if i > 0 and stack.skip_connections else y
-                layers.append(x)
-                finals_h.append(h)
-                finals_c.append(c)
-            outputs.append(layers if d == 0 else [gather_time(y, reverse) for y in layers])
-        stacked = [torch.cat([encoded, encoded], dim=-1)]
-        stacked += [torch.cat(pair, dim=-1) for pair in zip(*outputs)]
+        encoded = types[index]  # (B, T + 2, P)
+        x = torch.stack([encoded, types[index.gather(1, reverse)]])  # (2, B, T + 2, P)
+        layers, finals_h, finals_c = [], [], []
+        for i in range(self.n_layers):
+            h0, c0 = self._initial(given, i, batch)
+            y, h, c = self._lstm_layer(i, x, mask, h0, c0)
+            x = y + x if i > 0 and self.skip_connections else y
+            layers.append(torch.cat([x[0], gather_time(x[1], reverse)], dim=-1))
+            finals_h.append(h)
+            finals_c.append(c)
+        stacked = [torch.cat([encoded, encoded], dim=-1), *layers]
         result = torch.stack(stacked)[:, :, 1:-1]
         if not self.with_states:
             return result
-        return result, torch.stack(finals_h), torch.stack(finals_c)
+        # (2L, B, .): forward layers, then backward ones
+        final_h = torch.cat([torch.stack([h[d] for h in finals_h]) for d in range(2)])
+        final_c = torch.cat([torch.stack([c[d] for c in finals_c]) for d in range(2)])
+        return result, final_h, final_c
 
     def _encode(self, given: dict[str, torch.Tensor]) -> torch.Tensor:
-        chars = n_chars = words = None
-        if self.reads_chars:
-            char_ids = given["char_ids"]
-            chars = torch.cat([self.boundary_chars, char_ids.reshape(-1, char_ids.shape[-1])])
-            n_chars = (chars != self.padding).sum(-1)
+        """The encodings (2 + U, P) of <S>, </S> and the U types given."""
+        words = None
         if self.reads_words:
-            words = torch.cat([self.boundary_words, given["word_ids"].reshape(-1)])
-        if chars is None:
+            words = torch.cat([self.boundary_words, given["word_ids"]])
+        if not self.reads_chars:
             return self.encoder(words, torch.ones_like(words))
-        return self.encoder(chars, n_chars, words)
+        char_ids = given["char_ids"]
+        boundaries = nn.functional.pad(
+            self.boundary_chars, (0, char_ids.shape[1] - 3), value=self.padding
+        )
+        chars = torch.cat([boundaries, char_ids])  # (2 + U, W)
+        n_chars = (chars != self.padding).sum(-1)
+        if self.reads_words:  # the word embedding beside the char CNN (`WordCharEncoder`)
+            cnn = self.encoder.chars
+            both = [self.encoder.embed(words), _char_cnn(cnn, chars, n_chars, self.max_chars)]
+            return self.encoder.projection(torch.cat(both, dim=-1))
+        return _char_cnn(self.encoder, chars, n_chars, self.max_chars)
 
     def _initial(
-        self, given: dict[str, torch.Tensor], direction: int, layer: int, batch: torch.Tensor
+        self, given: dict[str, torch.Tensor], layer: int, batch: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer `layer`'s starting state of both directions, h (2, B, P) and
+        c (2, B, H): forward, then backward."""
         if self.with_states:
-            row = direction * self.n_layers + layer
-            return given["initial_h"][row], given["initial_c"][row]
-        name = ("forward", "backward")[direction]
-        h, c = getattr(self, f"{name}_h{layer}"), getattr(self, f"{name}_c{layer}")
-        return h.expand(batch, -1).contiguous(), c.expand(batch, -1).contiguous()
+            rows = [layer, self.n_layers + layer]  # forward, backward
+            h, c = given["initial_h"][rows], given["initial_c"][rows]
+        else:
+            h, c = getattr(self, f"h{layer}"), getattr(self, f"c{layer}")
+            h, c = h.expand(-1, batch, -1).contiguous(), c.expand(-1, batch, -1).contiguous()
+        return h, c
+
+    def _lstm_layer(
+        self, i: int, x: torch.Tensor, mask: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Layer i of both directions over x (2, B, T, I), forward then
+        backward, each from its state in h0 (2, B, P), c0 (2, B, H), in one
+        `scan` over time: the input products of all steps come first, in one
+        batched product, so that each step does, per direction, the recurrent
+        product, ELMo's cell (`lstm_step`) and the projection. Positions
+        where `mask` (B, T) is false give zeros. Returns y (2, B, T, P) and
+        the final state h (2, B, P), c (2, B, H): with states, each row's
+        after its last position; without, after the last step (not read)."""
+        from torch._higher_order_ops.scan import scan
+
+        directions, batch, steps, width = x.shape
+        weight_ih, bias = getattr(self, f"weight_ih{i}"), getattr(self, f"bias{i}")
+        weight_hh = [getattr(self, f"{d}_hh{i}") for d in ("forward", "backward")]
+        weight_hr = [getattr(self, f"{d}_hr{i}", None) for d in ("forward", "backward")]
+        gates_x = x.reshape(directions, batch * steps, width) @ weight_ih + bias  # (2, B * T, 4H)
+        gates_x = gates_x.reshape(directions, batch, steps, -1).transpose(1, 2)  # (2, T, B, 4H)
+        cell_clip, proj_clip, with_states = self.cell_clip, self.proj_clip, self.with_states
+
+        def products(d: int) -> tuple[Product, Product | None]:
+            def recur(h: torch.Tensor, gates_t: torch.Tensor) -> torch.Tensor:
+                return gates_t + h @ weight_hh[d]
+
+            def project(cell_out: torch.Tensor, _: None) -> torch.Tensor:
+                return cell_out @ weight_hr[d]
+
+            return recur, (project if self.projects else None)
+
+        directions_products = [products(d) for d in range(directions)]
+
+        def step(carry, inputs):
+            *gates, real = inputs  # each direction's (B, 4H), then (B, 1)
+            carried = []
+            for d, (recur, project) in enumerate(directions_products):
+                h, c = carry[2 * d], carry[2 * d + 1]  # (B, P), (B, H)
+                out, cell = lstm_step(gates[d], h, c, recur, project, cell_clip, proj_clip)
+                if with_states:  # a row's state stops at its last position
+                    out, cell = torch.where(real, out, h), torch.where(real, cell, c)
+                # else padding comes after a row's real positions: what it computes is not read
+                carried += [out, cell]
+            return tuple(carried), tuple(h.clone() for h in carried[::2])
+
+        real = mask.transpose(0, 1)[..., None]  # (T, B, 1)
+        starts = tuple(state[d].clone() for d in range(directions) for state in (h0, c0))
+        finals, ys = scan(step, starts, (*gates_x, real))
+        y = torch.stack([torch.where(real, y, torch.zeros_like(y)) for y in ys])  # (2, T, B, P)
+        return y.transpose(1, 2), torch.stack(finals[::2]), torch.stack(finals[1::2])
 
 
-def _lstm_layer(
-    layer: nn.LSTM,
-    x: torch.Tensor,
-    mask: torch.Tensor,
-    h0: torch.Tensor,
-    c0: torch.Tensor,
-    cell_clip: float,
-    proj_clip: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One LSTM layer (torch's parameters, gates i, f, g, o) over x (B, T, I)
-    as a `scan` over time: positions where `mask` (B, T) is false keep the
-    state and output zeros. Returns y (B, T, P) and the final h (B, P), c (B, H)."""
-    from torch._higher_order_ops.scan import scan
-
-    gates_x = x @ layer.weight_ih_l0.T + (layer.bias_ih_l0 + layer.bias_hh_l0)
-    weight_hh = layer.weight_hh_l0
-    weight_hr = layer.weight_hr_l0 if layer.proj_size else None
-
-    def recur(h: torch.Tensor, gates_t: torch.Tensor) -> torch.Tensor:
-        return gates_t + h @ weight_hh.T
-
-    def project(h: torch.Tensor, _: None) -> torch.Tensor:
-        return h @ weight_hr.T
-
-    projected = project if weight_hr is not None else None
-
-    def step(carry, inputs):
-        h, c = carry
-        gates_t, real = inputs  # (B, 4H), (B, 1)
-        out, cell = lstm_step(gates_t, h, c, recur, projected, cell_clip, proj_clip)
-        h_next, c_next = torch.where(real, out, h), torch.where(real, cell, c)
-        return (h_next, c_next), torch.where(real, out, torch.zeros_like(out))
-
-    (h, c), ys = scan(step, (h0, c0), (gates_x.transpose(0, 1), mask.transpose(0, 1)[..., None]))
-    return ys.transpose(0, 1), h, c
+def _char_cnn(
+    cnn: CharCNNEncoder, chars: torch.Tensor, n_chars: torch.Tensor, max_chars: int
+) -> torch.Tensor:
+    """`cnn`'s encodings (U, D) of chars (U, W) holding n_chars (U,) ids
+    each, marks included, for any W from the batch's need (the longest row
+    plus the widest filter - 1) to max_chars: what `CharCNNEncoder` gives,
+    without its branch on W. With unmasked ids (bilm-tf's), a token is
+    pooled as if padded to max_chars: a window wholly in the padding joins
+    its max where it has one (n_chars + filter width <= max_chars), whatever W."""
+    embedded = cnn.embed(chars).transpose(1, 2)  # (U, char_dim, W)
+    if not cnn.masked:
+        padding = cnn.embed.weight[cnn.padding][None, :, None]  # (1, char_dim, 1)
+    pooled = []
+    for conv in cnn.convs:
+        width = conv.kernel_size[0]
+        windows = conv(embedded)  # (U, n, W - width + 1)
+        if cnn.masked:
+            starts = torch.arange(windows.shape[2], device=windows.device)
+            outside = starts[None, None, :] >= n_chars[:, None, None]
+            best = windows.masked_fill(outside, float("-inf")).amax(-1)
+        else:
+            best = windows.amax(-1)
+            all_padding = conv(padding.expand(-1, -1, width))[:, :, 0]  # (1, n)
+            has_one = (n_chars + width <= max_chars)[:, None]
+            best = torch.where(has_one, torch.maximum(best, all_padding), best)
+        pooled.append(cnn.activation(best))
+    return cnn.projection(cnn.highway(torch.cat(pooled, dim=-1)))
 
 
 def serving_inputs(
@@ -220,32 +305,29 @@ def serving_inputs(
     """The inputs of an exported `bilm` for tokenised sentences, as numpy
     arrays by input name (see the module docstring), zero states included
     with `with_states`: what a server computes from tokens (inputs.json
-    says how)."""
+    says how). The batch's distinct tokens (its types) are encoded once
+    each, in the order of their first appearance."""
     config = bilm.config
     steps = max((len(s) for s in sentences), default=0)
-    lengths = numpy.array([len(s) for s in sentences], dtype="int64")
+    rows: dict[str, int] = {}  # each type's row
+    type_ids = numpy.zeros((len(sentences), steps), dtype="int64")
+    for row, tokens in enumerate(sentences):
+        type_ids[row, : len(tokens)] = [rows.setdefault(t, len(rows)) for t in tokens]
+    types = list(rows)
     inputs: dict[str, numpy.ndarray] = {}
     if config.encoder != "word":
-        char_ids = numpy.full(
-            (len(sentences), steps, config.max_chars), bilm.chars.padding, dtype="int64"
-        )
-        for row, tokens in enumerate(sentences):
-            if tokens:
-                ids, _ = bilm.chars.char_ids(list(tokens))
-                char_ids[row, : len(tokens), : ids.shape[1]] = ids[2:].numpy()
-        inputs["char_ids"] = char_ids
+        ids, _ = bilm.chars.char_ids(types)  # <S>, </S>, then the types, as wide as they need
+        inputs["char_ids"] = ids[2:].numpy()
     if config.encoder != "char_cnn":
         cut = config.max_chars - 2 if config.char_ids == "char_vocab" else None
-        word_ids = numpy.zeros((len(sentences), steps), dtype="int64")
-        for row, tokens in enumerate(sentences):
-            looked_up = [t[:cut] for t in tokens] if cut else list(tokens)
-            word_ids[row, : len(tokens)] = bilm.vocab.word_ids(looked_up)[2:].numpy()
-        inputs["word_ids"] = word_ids
-    inputs["lengths"] = lengths
+        looked_up = [t[:cut] for t in types] if cut else types
+        inputs["word_ids"] = bilm.vocab.word_ids(looked_up)[2:].numpy()
+    inputs["type_ids"] = type_ids
+    inputs["lengths"] = numpy.array([len(s) for s in sentences], dtype="int64")
     if with_states:
-        rows = 2 * config.n_layers
-        inputs["initial_h"] = numpy.zeros((rows, len(sentences), config.projection_dim), "float32")
-        inputs["initial_c"] = numpy.zeros((rows, len(sentences), config.lstm_dim), "float32")
+        n = 2 * config.n_layers
+        inputs["initial_h"] = numpy.zeros((n, len(sentences), config.projection_dim), "float32")
+        inputs["initial_c"] = numpy.zeros((n, len(sentences), config.lstm_dim), "float32")
     return inputs
 
 
@@ -257,16 +339,24 @@ def export_bilm(
     initial_states: States | None = None,
     with_states: bool = False,
     dtype: torch.dtype = torch.float32,
+    quantize: str | None = None,
 ) -> list[Path]:
     """Write `bilm` to the folder `output` (which the caller owns) as the
     given `formats` ("onnx": bilm.onnx, "torch-export": bilm.pt2, load with
     `torch.export.load(path).module()`), with inputs.json and, for word
     encoders, vocab.txt. Returns the files written. `dtype`: of the weights,
     states and layers (float64 shows a model whose float32 rounding moves
-    its outputs computing what the network computes)."""
+    its outputs computing what the network computes). `quantize`: None, or
+    "int8": bilm.onnx's products (the LSTMs' inside the scan included, the
+    char CNN's highway and projection) in int8 by onnxruntime's dynamic
+    quantization (`quantize_int8`); the torch-export program stays float32."""
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise ElmoSpacyError(f"Export formats {unknown}: use {', '.join(FORMATS)}")
+    if quantize not in QUANTIZATIONS:
+        raise ElmoSpacyError(f"Quantization {quantize!r}: use None or int8")
+    if quantize and ("onnx" not in formats or dtype != torch.float32):
+        raise ElmoSpacyError("int8 quantizes the float32 ONNX model: export the onnx format")
     missing = [name for name in ("onnx", "onnxscript") if importlib.util.find_spec(name) is None]
     if "onnx" in formats and missing:
         raise ElmoSpacyError(
@@ -280,7 +370,9 @@ def export_bilm(
         torch.from_numpy(sample[name]).to(dtype if name.startswith("initial") else torch.int64)
         for name in module.input_names
     )
-    dynamic = _dynamic_shapes(module.input_names)
+    config = bilm.config  # the char ids: at least <S>'s 3 and the widest filter - 1
+    min_chars = min(config.max_chars, 2 + max(width for width, _ in config.filters))
+    dynamic = _dynamic_shapes(module.input_names, min_chars, config.max_chars)
     written = []
     with torch.no_grad(), _quiet_exporter():
         program = torch.export.export(module, args, dynamic_shapes=dynamic)
@@ -299,8 +391,12 @@ def export_bilm(
             )
             onnx_program.save(str(output / ONNX_FILE))
             written.append(output / ONNX_FILE)
+    if quantize:
+        quantize_int8(output / ONNX_FILE)
     state = "zero" if initial_states is None else "primed"  # the state the program holds
     description = inputs_description(bilm, module, state, str(dtype).removeprefix("torch."))
+    if quantize:
+        description["onnx_products"] = INT8_PRODUCTS
     (output / INPUTS_FILE).write_text(json.dumps(description, indent=2) + "\n")
     written.append(output / INPUTS_FILE)
     if module.reads_words:
@@ -308,6 +404,48 @@ def export_bilm(
         (output / VOCAB_FILE).write_text(words, encoding="utf-8", errors="surrogatepass")
         written.append(output / VOCAB_FILE)
     return written
+
+
+def quantize_int8(path: Path) -> None:
+    """Rewrite the ONNX model at `path` with its products (MatMul, Gemm) in
+    int8: onnxruntime's dynamic quantization (weights int8 per tensor,
+    activations uint8 quantized per product at run time), in the scan's
+    body as well (its subgraphs, which `quantize_dynamic` leaves alone
+    unless asked). The convolutions stay float32: onnxruntime's ConvInteger
+    is slower than its float32 Conv on the CPU."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantized = path.with_suffix(".int8.onnx")
+    root = logging.getLogger()  # where quantize_dynamic advises pre-processing (for static ranges)
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        quantize_dynamic(
+            path,
+            quantized,
+            op_types_to_quantize=["MatMul", "Gemm"],
+            weight_type=QuantType.QInt8,
+            extra_options={"EnableSubgraph": True},
+        )
+    finally:
+        root.setLevel(level)
+    quantized.replace(path)
+
+
+def session_options(threads: int | None = None) -> Any:
+    """onnxruntime's `SessionOptions` for an exported biLM, as measured
+    fastest on the CPU (docs/results.md, "Serving outside Python"): every
+    graph optimisation, operators run one after the other (ORT_SEQUENTIAL:
+    the parallel mode was 2.6x slower), each on `threads` threads (default:
+    onnxruntime's, one per physical core)."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+    if threads:
+        options.intra_op_num_threads = threads
+    return options
 
 
 @contextlib.contextmanager
@@ -325,11 +463,16 @@ def _quiet_exporter() -> Iterator[None]:
         registration.setLevel(level)
 
 
-def _dynamic_shapes(names: Sequence[str]) -> dict[str, tuple[dict[int, Any], ...]]:
-    batch, tokens = torch.export.Dim("batch"), torch.export.Dim("tokens")
+def _dynamic_shapes(
+    names: Sequence[str], min_chars: int, max_chars: int
+) -> dict[str, tuple[dict[int, Any], ...]]:
+    batch, tokens = torch.export.Dim("batch", min=1), torch.export.Dim("tokens")
+    types = torch.export.Dim("types")
+    chars = torch.export.Dim("chars", min=min_chars, max=max_chars)
     shapes = {
-        "char_ids": {0: batch, 1: tokens},
-        "word_ids": {0: batch, 1: tokens},
+        "char_ids": {0: types, 1: chars},
+        "word_ids": {0: types},
+        "type_ids": {0: batch, 1: tokens},
         "lengths": {0: batch},
         "initial_h": {1: batch},
         "initial_c": {1: batch},
@@ -346,9 +489,13 @@ def inputs_description(
     inputs: dict[str, Any] = {}
     if module.reads_chars:
         chars = bilm.chars
+        widest = max(width for width, _ in config.filters)
         inputs["char_ids"] = {
-            "shape": ["batch", "tokens", config.max_chars],
+            "shape": ["types", "chars"],
             "dtype": "int64",
+            "rows": "the batch's distinct tokens (types), each once, in any order",
+            "chars": f"from the longest row (at least 3) + {widest - 1} up to "
+            f"{config.max_chars} (max_chars): the same layers for each",
             "scheme": chars.scheme,
             "units": "characters" if chars.scheme == "char_vocab" else "UTF-8 bytes",
             "unit_id": {
@@ -361,7 +508,7 @@ def inputs_description(
             "padding": chars.padding,
             "max_units": config.max_chars - 2,
             "layout": "[begin_of_word, unit ids (the first max_units), end_of_word, "
-            "padding to max_chars]",
+            "padding to chars]",
             "sentence_boundary_tokens": {
                 token: [chars.begin_of_word, mark, chars.end_of_word]
                 for token, mark in chars.boundary_tokens.items()
@@ -371,12 +518,18 @@ def inputs_description(
             inputs["char_ids"]["char_vocab"] = bilm.char_vocab
     if module.reads_words:
         inputs["word_ids"] = {
-            "shape": ["batch", "tokens"],
+            "shape": ["types"],
             "dtype": "int64",
             "vocabulary": VOCAB_FILE,
             "id": "the token's line in vocabulary (from 0); unknown words: 1",
             "cut_words_at": config.max_chars - 2 if config.char_ids == "char_vocab" else None,
         }
+    inputs["type_ids"] = {
+        "shape": ["batch", "tokens"],
+        "dtype": "int64",
+        "meaning": "each token's type: its row in "
+        + " and ".join(name for name in ("char_ids", "word_ids") if name in inputs),
+    }
     inputs["lengths"] = {"shape": ["batch"], "dtype": "int64", "meaning": "tokens a sentence"}
     outputs = {
         "layers": {
@@ -392,7 +545,7 @@ def inputs_description(
             outputs[f"final_{name}"] = {"shape": shape, "dtype": dtype}
     tokenization = bilm.tokenization
     return {
-        "format": "elmo_spacy serving biLM, version 1",
+        "format": "elmo_spacy serving biLM, version 2",
         "encoder": config.encoder,
         "inputs": inputs,
         "outputs": outputs,
