@@ -18,7 +18,9 @@ the first 10% of the sentences (not timed); tokens/s counts real tokens,
 and the ONNX side's time includes making its inputs from the tokens. A
 second `Embedder` side runs without its type cache (each batch's distinct
 tokens encoded again, as the stateless graph encodes them). Prints one JSON
-line per side, then the ratios. --int8 adds the model exported with
+line per side, then the ratios; --profile, then the float32 model's time by
+operator (onnxruntime's profiler; a scan's own time includes the operators
+it runs, which are also counted under their own names). --int8 adds the model exported with
 --quantize int8 as a side, and a line per layer with how far its layers are
 from the float32 model's (max and mean absolute difference over the real
 positions, and the layer's largest absolute value).
@@ -72,6 +74,9 @@ def main() -> None:
     parser.add_argument("--latency", action="store_true", help="One sentence at a time")
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--tokens", type=int, default=20)
+    parser.add_argument(
+        "--profile", action="store_true", help="Where the float32 model's time goes, by operator"
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
     if args.bilm is not None:
@@ -81,7 +86,8 @@ def main() -> None:
         bilm, name = BiLM(config, WordVocab.specials_only(), with_softmax=False), args.shape
     threads = args.threads or torch.get_num_threads()
     with tempfile.TemporaryDirectory() as folder:
-        sessions = {"onnxruntime": export_session(bilm, Path(folder) / "float32", threads)}
+        float32 = export_session(bilm, Path(folder) / "float32", threads, args.profile)
+        sessions = {"onnxruntime": float32}
         if args.int8 or args.latency:
             sessions["onnxruntime-int8"] = export_session(bilm, Path(folder) / "int8", threads)
         if args.latency:
@@ -91,15 +97,36 @@ def main() -> None:
             throughput(bilm, sessions, args, name, threads)
 
 
-def export_session(bilm: BiLM, folder: Path, threads: int) -> onnxruntime.InferenceSession:
+def export_session(
+    bilm: BiLM, folder: Path, threads: int, profile: bool = False
+) -> onnxruntime.InferenceSession:
     """An onnxruntime session of `bilm` exported to `folder` (int8 where the
-    folder is named so)."""
+    folder is named so), with onnxruntime's profiler on where `profile`."""
     folder.mkdir()
     quantize = "int8" if folder.name == "int8" else None
     export_bilm(bilm, folder, formats=["onnx"], quantize=quantize)
+    options = session_options(threads)
+    if profile:
+        options.enable_profiling = True
+        options.profile_file_prefix = str(folder / "profile")
     return onnxruntime.InferenceSession(
-        str(folder / ONNX_FILE), session_options(threads), providers=["CPUExecutionProvider"]
+        str(folder / ONNX_FILE), options, providers=["CPUExecutionProvider"]
     )
+
+
+def print_profile(session: onnxruntime.InferenceSession) -> None:
+    """The time of each operator type in the session's profile (warm-up and
+    timed run together), the scans' own apart from the operators they run,
+    one JSON line each, the largest first."""
+    events = json.loads(Path(session.end_profiling()).read_text())
+    times: dict[str, float] = {}
+    for event in events:
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            name = event["args"].get("op_name", "?")
+            times[name] = times.get(name, 0.0) + event["dur"] / 1e3
+    total = sum(times.values())
+    for name, ms in sorted(times.items(), key=lambda item: -item[1]):
+        print(json.dumps({"profile": name, "ms": round(ms, 1), "share": round(ms / total, 3)}))
 
 
 def throughput(bilm: BiLM, sessions: dict, args, name: str, threads: int) -> None:
@@ -129,6 +156,8 @@ def throughput(bilm: BiLM, sessions: dict, args, name: str, threads: int) -> Non
         line = {"side": side, "biLM": name, "sentences": len(timed), "tokens": n_tokens}
         line.update(seconds=round(seconds, 2), tokens_per_second=round(n_tokens / seconds))
         print(json.dumps(line), flush=True)
+    if args.profile:
+        print_profile(sessions["onnxruntime"])
     if "onnxruntime-int8" in layers:
         for layer, gaps in enumerate(distances(layers["onnxruntime-int8"], layers["onnxruntime"])):
             print(json.dumps({"int8_against_float32": f"layer {layer}", **gaps}), flush=True)

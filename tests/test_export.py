@@ -235,8 +235,8 @@ def test_an_int8_export_quantizes_every_product(tmp_path):
     bilm = tiny("char_cnn", True)
     export_bilm(bilm, tmp_path, formats=["onnx"], quantize="int8")
     counts = matmuls(onnx.load(str(tmp_path / "bilm.onnx")).graph)
-    # the input products, the highway and projection, and per step and direction the
-    # recurrent product and the projection: all int8, none left in float32
+    # each layer's input products (both directions at once), the highway and projection, and per
+    # step and direction the recurrent product and the projection: all int8, none in float32
     assert counts == {"MatMulInteger": 4, "body MatMulInteger": 8}, counts
     assert "int8" in json.loads((tmp_path / "inputs.json").read_text())["onnx_products"]
     (layers,) = onnx_layers(tmp_path / "bilm.onnx", serving_inputs(bilm, SENTENCES))

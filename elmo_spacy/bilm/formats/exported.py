@@ -11,8 +11,8 @@ tokens (to float32 rounding).
 The token encoder runs once per distinct token of the batch (a type), as
 `Embedder` runs it once per distinct word: the inputs are the types' ids and,
 per position, a type's row. Each LSTM layer runs both directions in one
-scan; the input products of all its steps come first, in one batched
-product, so that each step does only the recurrent product, ELMo's cell
+scan; the input products of all its steps come first, so that each step
+does only the recurrent product, ELMo's cell
 (`lstm_step`: cell clip, projection, projection clip) and the masks.
 
 Inputs, by encoder (B sentences, T tokens, U types, W char columns):
@@ -84,12 +84,22 @@ class ServingBiLM(nn.Module):
     initial_states: the state every sentence starts from, per direction and
         layer (h (1, P), c (1, H)), e.g. `Runner.initial_states()`; None:
         zeros. Not with `with_states`, which takes the states as inputs.
+    batched_input_products: each LSTM layer's input products for both
+        directions as one batched product, then the bias (onnxruntime's
+        dynamic int8 quantization runs it faster); else one 2-D product a
+        direction with its bias, which onnxruntime fuses into one Gemm
+        (faster in float32: docs/results.md, "Serving outside Python").
     """
 
     def __init__(
-        self, bilm: BiLM, initial_states: States | None = None, with_states: bool = False
+        self,
+        bilm: BiLM,
+        initial_states: States | None = None,
+        with_states: bool = False,
+        batched_input_products: bool = False,
     ) -> None:
         super().__init__()
+        self.batched_input_products = batched_input_products
         if with_states and initial_states is not None:
             raise ElmoSpacyError("A program with state inputs starts from the states it is given")
         config = bilm.config
@@ -224,8 +234,8 @@ class ServingBiLM(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Layer i of both directions over x (2, B, T, I), forward then
         backward, each from its state in h0 (2, B, P), c0 (2, B, H), in one
-        `scan` over time: the input products of all steps come first, in one
-        batched product, so that each step does, per direction, the recurrent
+        `scan` over time: the input products of all steps come first (see
+        `batched_input_products`), so that each step does, per direction, the recurrent
         product, ELMo's cell (`lstm_step`) and the projection. Positions
         where `mask` (B, T) is false give zeros. Returns y (2, B, T, P) and
         the final state h (2, B, P), c (2, B, H): with states, each row's
@@ -236,8 +246,15 @@ class ServingBiLM(nn.Module):
         weight_ih, bias = getattr(self, f"weight_ih{i}"), getattr(self, f"bias{i}")
         weight_hh = [getattr(self, f"{d}_hh{i}") for d in ("forward", "backward")]
         weight_hr = [getattr(self, f"{d}_hr{i}", None) for d in ("forward", "backward")]
-        gates_x = x.reshape(directions, batch * steps, width) @ weight_ih + bias  # (2, B * T, 4H)
-        gates_x = gates_x.reshape(directions, batch, steps, -1).transpose(1, 2)  # (2, T, B, 4H)
+        if self.batched_input_products:  # (2, T, B, 4H)
+            gates_x = x.reshape(directions, batch * steps, width) @ weight_ih + bias
+            gates_x = gates_x.reshape(directions, batch, steps, -1).transpose(1, 2)
+        else:  # each direction's (T, B, 4H), time-major before the product (the narrow side)
+            x = x.transpose(1, 2).reshape(directions, steps * batch, width)  # (2, T * B, I)
+            gates_x = [
+                torch.addmm(bias[d, 0], x[d], weight_ih[d]).reshape(steps, batch, -1)
+                for d in range(directions)
+            ]
         cell_clip, proj_clip, with_states = self.cell_clip, self.proj_clip, self.with_states
 
         def products(d: int) -> tuple[Product, Product | None]:
@@ -364,7 +381,9 @@ def export_bilm(
             "pip install 'elmo_spacy[export]', or export the torch-export format alone (--format torch-export)"
         )
     bilm = copy.deepcopy(bilm).to(device="cpu", dtype=dtype).eval()
-    module = ServingBiLM(bilm, initial_states, with_states).to(dtype).eval()
+    # int8 runs the input products faster batched; float32, a direction at a time (see ServingBiLM)
+    batched = quantize == "int8"
+    module = ServingBiLM(bilm, initial_states, with_states, batched).to(dtype).eval()
     sample = serving_inputs(bilm, [["A", "sentence", "."], ["Two", "."]], with_states)
     args = tuple(
         torch.from_numpy(sample[name]).to(dtype if name.startswith("initial") else torch.int64)
