@@ -9,12 +9,14 @@ A new fast path is one more row of IMPLEMENTATIONS.
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 import elmo_spacy.bilm.runtime.recurrence as recurrence
-from elmo_spacy.bilm.formats.exported import _lstm_layer as exported_layer
+from elmo_spacy.bilm.formats.exported import ServingBiLM
 from elmo_spacy.bilm.model.lstm import lstm_step, plain_product, run_fused_layer, run_lstm_layer
 from elmo_spacy.bilm.runtime.cell_steps import TritonCellSteps, triton_available
 from elmo_spacy.bilm.runtime.graphs import GraphCache
@@ -100,10 +102,32 @@ def graphed(layer, x, lengths, initial, cell_clip, proj_clip):
     )
 
 
-def exported(layer, x, lengths, initial, cell_clip, proj_clip):
+def exported(layer, x, lengths, initial, cell_clip, proj_clip, batched=False):
+    """Layer 0 of the exported graph (`ServingBiLM._lstm_layer`), `layer` in
+    both of its directions, with state inputs (each row's state stops at its
+    last position); the forward direction's results."""
+
+    def both(weight: torch.Tensor) -> torch.Tensor:  # (2, in, out), as x @ w takes it
+        return torch.stack([weight.detach().T] * 2).contiguous()
+
+    graph = SimpleNamespace(
+        weight_ih0=both(layer.weight_ih_l0),
+        bias0=both((layer.bias_ih_l0 + layer.bias_hh_l0)[None, :]).mT,
+        # each direction's own copy: the scan refuses two inputs that alias
+        forward_hh0=layer.weight_hh_l0.detach().T.clone(),
+        backward_hh0=layer.weight_hh_l0.detach().T.clone(),
+        forward_hr0=layer.weight_hr_l0.detach().T.clone() if layer.proj_size else None,
+        backward_hr0=layer.weight_hr_l0.detach().T.clone() if layer.proj_size else None,
+        projects=bool(layer.proj_size),
+        cell_clip=cell_clip,
+        proj_clip=proj_clip,
+        with_states=True,
+        batched_input_products=batched,
+    )
     mask = torch.arange(x.shape[1])[None, :] < lengths[:, None]
-    y, h, c = exported_layer(layer, x, mask, *initial, cell_clip, proj_clip)
-    return y, (h, c)
+    h0, c0 = (torch.stack([state] * 2) for state in initial)
+    y, h, c = ServingBiLM._lstm_layer(graph, 0, torch.stack([x, x]), mask, h0, c0)
+    return y[0], (h[0], c[0])
 
 
 @dataclass
@@ -168,6 +192,12 @@ IMPLEMENTATIONS = {
     "exported": Implementation(
         exported,
         "a scan over time: an ONNX Loop, for serving without Python",
+        gradients=False,
+        precisions=("float32",),
+    ),
+    "exported, batched input products": Implementation(
+        partial(exported, batched=True),
+        "the input products of both directions at once (the int8 export's form)",
         gradients=False,
         precisions=("float32",),
     ),
