@@ -174,6 +174,7 @@ def test_data_parallel_losses_reach_every_parameter():
             assert not parameter.grad.any(), name  # a zero gradient: no change to training
 
 
+@pytest.mark.slow  # the two-launcher test below trains the same in the default run
 def test_two_ranks_train_the_single_process_model(tmp_path, prepared, single_process_run):
     log = run_pretrain(tmp_path, prepared, 2)
     assert_same_weights(single_process_run / "model-last", tmp_path / "model-last")
@@ -236,6 +237,7 @@ def test_two_machines_sharing_a_filesystem_train_the_single_process_model(
     assert_same_weights(single_process_run / "model-last", tmp_path / "run" / "model-last")
 
 
+@pytest.mark.slow  # two more runs: make test-slow
 def test_two_machines_with_disks_of_their_own_train_and_resume_on_one(
     tmp_path, corpus_dir, single_process_run
 ):

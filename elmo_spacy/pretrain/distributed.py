@@ -37,8 +37,8 @@ class Workers:
     world_size: int = 1
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     # Rank -> the lowest rank that sees the same output folder (`folder_groups`);
-    # all 0 where every rank sees one filesystem.
-    folder_leaders: tuple[int, ...] = (0,)
+    # None (or all 0) where every rank sees rank 0's.
+    folder_leaders: tuple[int, ...] | None = None
 
     @property
     def is_main(self) -> bool:
@@ -76,12 +76,22 @@ class Workers:
     def prepares(self) -> bool:
         """Whether this rank prepares text for the ranks that see its folder
         (the lowest rank of its group), while they wait."""
-        return self.folder_leaders[self.rank] == self.rank
+        return self.folder_leader == self.rank
 
     @property
     def sees_main_folder(self) -> bool:
         """Whether this rank sees the files rank 0 writes (its checkpoints)."""
-        return self.folder_leaders[self.rank] == 0
+        return self.folder_leader == 0
+
+    @property
+    def folder_leader(self) -> int:
+        """The lowest rank that sees this rank's output folder."""
+        return 0 if self.folder_leaders is None else self.folder_leaders[self.rank]
+
+    @property
+    def folders_shared(self) -> bool:
+        """Whether every rank sees rank 0's output folder."""
+        return self.folder_leaders is None or not any(self.folder_leaders)
 
     def gather(self, value) -> list:
         """`value` (any picklable object) of every rank, in rank order."""
@@ -119,7 +129,7 @@ def start_workers(gpu_id: int = -1) -> Workers:
         torch.cuda.set_device(device)
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return Workers(dist.get_rank(), dist.get_world_size(), device, (0,) * dist.get_world_size())
+    return Workers(dist.get_rank(), dist.get_world_size(), device)
 
 
 def stop_workers(workers: Workers) -> None:
@@ -160,7 +170,7 @@ def send_folder(workers: Workers, source: Path | None, into: Path) -> Path | Non
     folder; on the others, a copy sent by rank 0 and written to
     `into / source.name`. Every rank calls it; where every rank sees rank
     0's folder, nothing is sent."""
-    if all(leader == 0 for leader in workers.folder_leaders):
+    if workers.folders_shared:
         return source
     sent = None
     if workers.is_main and source is not None:

@@ -256,8 +256,9 @@ def _check_same_corpora(workers: Workers, corpus: Corpus, dev: Corpus | None) ->
 def _ranks_by_folder(workers: Workers) -> list[list[int]]:
     """The ranks in groups that see one output folder: [[0, 1, ...]] where
     all share a filesystem, a group a machine where none is shared."""
+    leaders = workers.folder_leaders or (0,) * workers.world_size
     groups: dict[int, list[int]] = {}
-    for rank, leader in enumerate(workers.folder_leaders):
+    for rank, leader in enumerate(leaders):
         groups.setdefault(leader, []).append(rank)
     return list(groups.values())
 
