@@ -151,12 +151,15 @@ def folder_groups(workers: Workers, folder: Path) -> Workers:
     place = Path(folder).absolute().parent
     place.mkdir(parents=True, exist_ok=True)
     token = workers.from_main(uuid.uuid4().hex)
-    probe = place / f".elmo-spacy-{token}-{{}}"
-    mine = Path(str(probe).format(workers.rank))
+
+    def probe(rank: int) -> Path:
+        return place / f".elmo-spacy-{token}-{rank}"
+
+    mine = probe(workers.rank)
     mine.touch()
     try:
         workers.wait_for_all()
-        leader = min(r for r in range(workers.world_size) if Path(str(probe).format(r)).exists())
+        leader = min(r for r in range(workers.world_size) if probe(r).exists())
         leaders = tuple(workers.gather(leader))
         workers.wait_for_all()  # every rank has looked before any file goes
     finally:
