@@ -274,8 +274,9 @@ def test_machines_that_see_other_text_under_the_same_path_are_refused(tmp_path, 
     machines = machines_with_text(tmp_path, corpus_dir)
     text = machines[1] / "pretrain.txt"
     text.write_text(text.read_text(encoding="utf-8") + "one more doc\n", encoding="utf-8")
-    with pytest.raises(pytest.fail.Exception, match="reads another corpus than rank 0"):
+    with pytest.raises(pytest.fail.Exception, match="reads another corpus than rank 0") as failed:
         run_on_two_machines(machines, "pretrain.txt", "run", rendezvous="static")
+    assert "The 2 ranks see 2 different output folders" in str(failed.value)  # rank 0 says so
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")

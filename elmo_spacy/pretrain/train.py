@@ -115,6 +115,13 @@ def pretrain(
     folder = RunFolder(output_dir)
     folder.check(resume=resume, overwrite=overwrite)  # before any work
     workers = folder_groups(workers or Workers(), folder.path)
+    if show_progress and workers.is_main and not workers.folders_shared:
+        groups = _ranks_by_folder(workers)
+        tqdm.write(
+            f"The {workers.world_size} ranks see {len(groups)} different output folders (no "
+            f"shared filesystem; ranks by folder: {groups}): the first rank of each prepares "
+            f"text, and {folder.path} on rank 0's machine holds the checkpoints, models and log."
+        )
     init_bilm = _bilm_to_train_further(init_bilm, bilm_config, init_vectors)
     bilm_config = init_bilm.config if init_bilm is not None else bilm_config
     new_folder = not folder.path.exists()
