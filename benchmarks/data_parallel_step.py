@@ -41,13 +41,11 @@ from elmo_spacy.pretrain.loop import ShareLoss, training_step
 from elmo_spacy.pretrain.train import new_optimizer
 
 
-class SearchedLoss(ShareLoss):
+def searched_loss(bilm: BiLM, world_size: int) -> ShareLoss:
     """The share's loss without the zero terms: parameters can go unused."""
-
-    def scaled(self, batch, factors):
-        loss = self.bilm.lm_loss(batch, every_parameter=False)
-        nll = loss.forward_nll + loss.backward_nll
-        return nll * factors[0], nll.detach() * factors[1]
+    loss = ShareLoss(bilm, world_size)
+    loss.every_parameter = False
+    return loss
 
 
 def main() -> None:
@@ -79,7 +77,7 @@ def main() -> None:
         batches.append((build(share if len(share) else pieces.take(slice(0, 1))), pieces))
     modes = {
         "search": lambda: DistributedDataParallel(
-            SearchedLoss(bilm, workers.world_size), find_unused_parameters=True
+            searched_loss(bilm, workers.world_size), find_unused_parameters=True
         ),
         "every parameter": lambda: DistributedDataParallel(
             ShareLoss(bilm, workers.world_size), find_unused_parameters=False

@@ -299,6 +299,9 @@ class ShareLoss(nn.Module):
         super().__init__()
         self.bilm = bilm
         self.world_size = world_size
+        # Data-parallel: every parameter's gradient at every step, so that
+        # DistributedDataParallel need not search for unused ones.
+        self.every_parameter = world_size > 1
 
     def forward(
         self, batch: TokenBatch, batch_tokens: int, weight: float
@@ -318,8 +321,7 @@ class ShareLoss(nn.Module):
 
     def scaled(self, batch: TokenBatch, factors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """`forward`'s results for a batch and `factors` on the biLM's device."""
-        # Data-parallel: every parameter's gradient at every step (no search for unused ones).
-        loss = self.bilm.lm_loss(batch, every_parameter=self.world_size > 1)
+        loss = self.bilm.lm_loss(batch, every_parameter=self.every_parameter)
         nll = loss.forward_nll + loss.backward_nll
         return nll * factors[0], nll.detach() * factors[1]
 

@@ -306,15 +306,16 @@ def _start(
     docs trained on, word vectors from `init_vectors`), in the precision
     `config` asks for."""
     fingerprint = corpus.fingerprint + ("" if dev is None else f"+{dev.fingerprint}")
-    checkpoint = folder.latest_checkpoint() if resume and workers.sees_main_folder else None
-    with tempfile.TemporaryDirectory(prefix="elmo-spacy-checkpoint-") as received:
-        # Ranks on machines that do not see rank 0's folder get its checkpoint sent.
-        checkpoint = send_folder(workers, checkpoint, Path(received)) if resume else None
-        if checkpoint is not None:
-            loaded = load_checkpoint(checkpoint, bilm_config, config, workers.device)
+    checkpoint = None
+    if resume:  # ranks that cannot see rank 0's folder are sent its latest checkpoint
+        latest = folder.latest_checkpoint() if workers.sees_main_folder else None
+        with tempfile.TemporaryDirectory(prefix="elmo-spacy-checkpoint-") as received:
+            checkpoint = send_folder(workers, latest, Path(received))
+            if checkpoint is not None:
+                loaded = load_checkpoint(checkpoint, bilm_config, config, workers.device)
+                checkpoint = folder.path / checkpoint.name  # as rank 0 names it
     if checkpoint is not None:
         bilm, optimizer, state = loaded
-        checkpoint = folder.path / checkpoint.name if not workers.sees_main_folder else checkpoint
         _check_same_corpus(checkpoint, state, fingerprint, corpus, dev)
         _warn_of_other_batching(checkpoint, state, config, say=workers.is_main)
         if show_progress and workers.is_main:
