@@ -292,6 +292,17 @@ def test_pretrain_into_an_earlier_run_needs_resume_or_overwrite(tmp_path):
     ]
 
 
+def test_pretrain_resume_with_no_checkpoint_says_to_run_without_it(tmp_path):
+    (tmp_path / "text.txt").write_text("Some text.\nMore text.\n", encoding="utf-8")
+    (tmp_path / "out").mkdir()
+    args = ("pretrain", CONFIGS / "bilm_tiny.cfg", tmp_path / "text.txt", tmp_path / "out")
+    code, output = elmo_spacy(*args, "--resume")
+    assert code == 1, output
+    assert f"Nothing to resume in {tmp_path / 'out'}: it holds no latest-checkpoint" in output
+    assert "Run the same command without --resume to start a new run" in output
+    assert list((tmp_path / "out").iterdir()) == []
+
+
 def tiny_bilm():
     from elmo_spacy.bilm import BiLM, WordVocab
 

@@ -10,6 +10,7 @@ import torch
 
 import elmo_spacy.pretrain.loop as loop_module
 from elmo_spacy.bilm import BiLMConfig, WordVocab, load_bilm
+from elmo_spacy.errors import ElmoSpacyError
 from elmo_spacy.pretrain import PretrainConfig, pretrain
 from elmo_spacy.pretrain.checkpoint import load_checkpoint
 from elmo_spacy.pretrain.run_folder import LATEST, PROGRESS_FILE, RunFolder
@@ -264,6 +265,36 @@ def test_a_finished_run_is_replaced_only_when_asked(tmp_path):
     (tmp_path / LATEST).unlink()
     with pytest.raises(FileExistsError, match=f"no {LATEST} to resume from"):
         pretrain(corpus_of(DOCS), BILM, one_epoch, tmp_path, show_progress=False, resume=True)
+
+
+def test_resume_with_nothing_to_resume_is_refused_before_any_work(tmp_path, corpus_dir):
+    """--resume into a folder with no checkpoint (missing, or empty) does not
+    start a new run: it says so and what to run, and leaves nothing behind."""
+    (tmp_path / "empty").mkdir()
+    text = [str(corpus_dir / "pretrain.txt")]
+    for folder in (tmp_path / "missing", tmp_path / "empty"):
+        with pytest.raises(ElmoSpacyError) as refused:
+            pretrain(text, BILM, SETTINGS, folder, show_progress=False, resume=True)
+        assert str(refused.value).startswith(f"Nothing to resume in {folder}: it ")
+        assert "Run the same command without --resume to start a new run" in str(refused.value)
+    assert not (tmp_path / "missing").exists()
+    assert list((tmp_path / "empty").iterdir()) == []  # no text prepared either
+
+
+def test_two_ranks_with_nothing_to_resume_both_refuse(tmp_path, corpus_dir):
+    """Under torchrun rank 0's folder decides, and every rank says why it stops."""
+    import subprocess
+
+    from .test_distributed import ENV, pretrain_command, rank_logs
+
+    output = tmp_path / "run"
+    command = pretrain_command(output, corpus_dir / "pretrain.txt", 2, "--resume")
+    done = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=300)
+    assert done.returncode != 0
+    said = [log.read_text() for log in sorted(rank_logs(output).glob("**/stderr.log"))]
+    assert len(said) == 2
+    assert all(f"Nothing to resume in {output}: it does not exist" in text for text in said)
+    assert not output.exists()
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o027])

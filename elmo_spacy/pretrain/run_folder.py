@@ -115,6 +115,22 @@ class RunFolder:
                 "deleted), or choose another output folder."
             )
 
+    def nothing_to_resume(self) -> str | None:
+        """Why a run cannot go on from this folder (`--resume`), or None where
+        it holds a checkpoint to go on from: what `pretrain` refuses, every
+        rank alike, as rank 0 sees it."""
+        try:
+            if self.latest_checkpoint() is not None:
+                return None
+        except ElmoSpacyError as err:  # a pointer to a checkpoint that is gone
+            return str(err)
+        found = "does not exist" if not self.path.is_dir() else f"holds no {LATEST}"
+        return (
+            f"Nothing to resume in {self.path}: it {found}, so no run there wrote a "
+            "checkpoint. Run the same command without --resume to start a new run, or give "
+            "the output folder of the run to go on from."
+        )
+
     def remove_earlier_run(self) -> None:
         """Delete what an earlier run left (and nothing else)."""
         for name in self.earlier_run():

@@ -85,9 +85,10 @@ def pretrain(
     With `resume`, training goes on from the latest checkpoint in `output_dir`
     (weights, Adam state, step, random state, position in the epoch) and ends
     with the same weights as an uninterrupted run on the CPU; a checkpoint of
-    another corpus is refused. An `output_dir` that holds an earlier run is
-    refused unless `resume` goes on from it or `overwrite` replaces it (see
-    `RunFolder.check`). A folder this call made is removed again if the run
+    another corpus is refused, and so is `resume` where `output_dir` (rank
+    0's) holds no checkpoint: nothing to resume. An `output_dir` that holds
+    an earlier run is refused unless `resume` goes on from it or `overwrite`
+    replaces it (see `RunFolder.check`). A folder this call made is removed again if the run
     fails before training (a user error, a damaged corpus), prepared text and all.
     `init_vectors` (word -> vector of width word_dim, or the path of a spaCy
     pipeline or vectors folder) start the word encoder's embeddings of a
@@ -115,6 +116,10 @@ def pretrain(
     folder = RunFolder(output_dir)
     folder.check(resume=resume, overwrite=overwrite)  # before any work
     workers = folder_groups(workers or Workers(), folder.path)
+    if resume:  # rank 0's folder decides, so that every rank refuses alike
+        nothing = workers.from_main(folder.nothing_to_resume() if workers.is_main else None)
+        if nothing is not None:
+            raise ElmoSpacyError(nothing)
     if show_progress and workers.is_main and not workers.folders_shared:
         groups = _ranks_by_folder(workers)
         tqdm.write(
