@@ -191,15 +191,27 @@ class BiLM(BiLMNetwork):
         self.weights_changed()  # kept encodings and packed weights are of one precision
 
     @in_precision
-    def forward(self, batch: TokenBatch, initial_states: States | None = None) -> torch.Tensor:
-        """(L + 1, B, T, 2P) layers of the batch (see `BiLMNetwork.forward`).
+    def forward(
+        self,
+        batch: TokenBatch,
+        initial_states: States | None = None,
+        *,
+        boundaries: bool = False,
+        types: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """(L + 1, B, T, 2P) layers of the batch (see `BiLMNetwork.forward`):
+        zero past each doc's length, where `batch.mask()` is False.
 
         initial_states: each direction's per-layer (h (R, P), c (R, H)) to
             start every row from, R = B or R = 1 (one state for every row,
             e.g. `primed_states`); None starts from zeros. Not with `stateful`,
             which starts from the carried states.
+        boundaries: keep <S> and </S>: (L + 1, B, T + 2, 2P), the positions
+            of `batch.mask(boundaries=True)`.
+        types: the (U, P) encodings of the batch's types, to run in place of
+            the token encoder (e.g. kept for a word list); None encodes them.
         """
-        return self._layers(batch, initial_states, final=self.stateful)[0]
+        return self._layers(batch, initial_states, self.stateful, boundaries, types)[0]
 
     @in_precision
     def forward_with_states(
@@ -210,6 +222,16 @@ class BiLM(BiLMNetwork):
         direction's after the row's </S>, the backward direction's after its
         <S> (what `stateful` mode carries to the next batch)."""
         return self._layers(batch, initial_states, final=True)
+
+    @in_precision
+    def token_encodings(self, batch: TokenBatch) -> torch.Tensor:
+        """(B, T + 2, P) context-independent encodings of <S>, each token and
+        </S> of each doc (the token encoder's output, before the LSTMs), zero
+        past each doc's </S>."""
+        _check_batch(batch)
+        batch = batch.to(self._device)
+        types = encode_types(self.encoder, self.chars, batch, self.inference_cache())
+        return types[batch.index].masked_fill(~batch.mask(boundaries=True)[:, :, None], 0.0)
 
     @in_precision
     def lm_loss(self, batch: TokenBatch, every_parameter: bool = False) -> LMLoss:
@@ -225,21 +247,34 @@ class BiLM(BiLMNetwork):
         return self.loss(batch, forward_layers, backward_layers, every_parameter)
 
     def _layers(
-        self, batch: TokenBatch, initial_states: States | None, final: bool
+        self,
+        batch: TokenBatch,
+        initial_states: States | None,
+        final: bool,
+        boundaries: bool = False,
+        types: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, States]:
+        _check_batch(batch)
         initial_states = self.carried.starting_states(len(batch.lengths), initial_states)
+        batch = batch.to(self._device)
         encoded, forward_layers, backward_layers, finals = self._run(
-            batch.to(self._device), initial_states, final
+            batch, initial_states, final, types
         )
         self.carried.keep(finals)
-        return self.layers(encoded, forward_layers, backward_layers), finals
+        layers = self.layers(encoded, forward_layers, backward_layers, batch.lengths, boundaries)
+        return layers, finals
 
     def _run(
-        self, batch: TokenBatch, initial: States | None = None, final: bool = False
+        self,
+        batch: TokenBatch,
+        initial: States | None = None,
+        final: bool = False,
+        types: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], States]:
         """The network's `run` on the runtime: the kernel that `choose_kernel`
         chooses for this call, and, at inference, what the cache keeps (the
-        types' encodings, packed weights, CUDA graphs)."""
+        types' encodings, packed weights, CUDA graphs). `types`: the (U, P)
+        encodings of the batch's types, if they are given."""
         cache = self.inference_cache()
         packed = packed_weights(cache, self.forward_lstm.layers[0].weight_ih_l0)
         graphs = cache.graphs if cache is not None and self._device.type == "cuda" else None
@@ -251,7 +286,8 @@ class BiLM(BiLMNetwork):
             packed=packed is not None,
             graphs=graphs is not None,
         )
-        types = encode_types(self.encoder, self.chars, batch, cache)
+        if types is None:
+            types = encode_types(self.encoder, self.chars, batch, cache)
         return self.run(batch, types, initial, final, stacks_runner(kernel, packed, graphs))
 
     @property
@@ -262,3 +298,13 @@ class BiLM(BiLMNetwork):
         if mode:  # a training step is coming, which may change the weights
             self.weights_changed()
         return super().train(mode)
+
+
+def _check_batch(batch: object) -> None:
+    """Refuse what is not a `TokenBatch`, naming the way in."""
+    if not isinstance(batch, TokenBatch):
+        raise ElmoSpacyError(
+            f"A BiLM runs on a TokenBatch, not a {type(batch).__name__}: make one with "
+            "bilm.batch(token_lists). For AllenNLP's character-id tensors (batch_to_ids), use "
+            "elmo_spacy.allennlp.Elmo or ElmoBiLm, which take them."
+        )

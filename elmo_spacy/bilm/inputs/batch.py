@@ -91,6 +91,14 @@ class TokenBatch:
     def to(self, device: torch.device, non_blocking: bool = False) -> "TokenBatch":
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
+    def mask(self, boundaries: bool = False) -> torch.Tensor:
+        """(B, T) bool, True at each doc's tokens: the positions of the
+        biLM's layers that hold vectors (the others are zero). With
+        `boundaries`, (B, T + 2): <S>, the tokens and </S> of each doc."""
+        extra = 2 if boundaries else 0
+        steps = torch.arange(self.index.shape[1] - 2 + extra, device=self.lengths.device)
+        return steps[None, :] < (self.lengths + extra)[:, None]
+
     def pin_memory(self) -> "TokenBatch":
         """The batch in page-locked memory, so that copies to a GPU run
         asynchronously (`to(..., non_blocking=True)`)."""

@@ -37,9 +37,11 @@ class LstmStack(nn.Module):
         projected output to [-proj_clip, proj_clip] at every step
         (TensorFlow's LSTMCell, as bilm-tf trains it); 0 or None: no clipping.
     forget_bias: None trains both biases, as torch's LSTM does. A number
-        fixes `bias_hh` at that value on the forget gate and 0 elsewhere and
-        never trains it: one trained bias plus the constant forget bias that
-        TensorFlow's LSTMCell adds (1.0 in bilm-tf).
+        makes `bias_hh` a buffer, not a parameter: that value on the forget
+        gate and 0 elsewhere, a constant that no optimizer and no
+        `requires_grad_(True)` can reach: one trained bias plus the constant
+        forget bias that TensorFlow's LSTMCell adds (1.0 in bilm-tf). Its
+        name in the state dict is the parameter's, `layers.i.bias_hh_l0`.
 
     Sequences are right-padded: positions after a row's length never affect
     the positions before it, so no packing is needed.
@@ -70,21 +72,16 @@ class LstmStack(nn.Module):
         self.skip_connections = skip_connections
         self.forget_bias = forget_bias
         if forget_bias is not None:
+            constant = torch.zeros(4 * cell_dim)
+            constant[cell_dim : 2 * cell_dim] = forget_bias
             for layer in self.layers:
-                with torch.no_grad():
-                    layer.bias_hh_l0.zero_()
-                    layer.bias_hh_l0[cell_dim : 2 * cell_dim] = forget_bias
-                layer.bias_hh_l0.requires_grad_(False)
+                del layer.bias_hh_l0
+                layer.register_buffer("bias_hh_l0", constant.clone())
+                layer._init_flat_weights()  # torch's LSTM reads its weights from this list
 
     @property
     def clipped(self) -> bool:
         return bool(self.cell_clip or self.proj_clip)
-
-    def trained_parameters(self, i: int) -> list[tuple[str, nn.Parameter]]:
-        """Layer i's parameters that training changes, by their names in the
-        layer: all of them but a fixed forget bias (`bias_hh_l0`)."""
-        fixed = {"bias_hh_l0"} if self.forget_bias is not None else set()
-        return [(n, p) for n, p in self.layers[i].named_parameters() if n not in fixed]
 
     def forward(
         self,

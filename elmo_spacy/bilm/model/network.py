@@ -88,15 +88,14 @@ class BiLMNetwork(nn.Module):
     def layer_parameters(self) -> list[list[tuple[str, nn.Parameter]]]:
         """The parameters behind each output layer, bottom up, by their names
         in the network (L + 1 lists): [0] the token encoder's, [i] LSTM layer
-        i's in both directions. In none: the softmax's, and what the network
-        never trains (`LstmStack.trained_parameters`)."""
+        i's in both directions. In none: the softmax's."""
         groups = [list(self.encoder.named_parameters(prefix="encoder"))]
         for i in range(self.config.n_layers):
             groups.append(
                 [
                     (f"{stack}.layers.{i}.{name}", parameter)
                     for stack in ("forward_lstm", "backward_lstm")
-                    for name, parameter in getattr(self, stack).trained_parameters(i)
+                    for name, parameter in getattr(self, stack).layers[i].named_parameters()
                 ]
             )
         return groups
@@ -112,12 +111,13 @@ class BiLMNetwork(nn.Module):
     def forward(self, batch: TokenBatch, initial_states: States | None = None) -> torch.Tensor:
         """(L + 1, B, T, 2P) layers of the batch: layer 0 is the token
         encoding repeated as [x; x], layers 1..L are [forward; backward] LSTM
-        outputs, the boundary positions stripped.
+        outputs, the boundary positions stripped, zero past each row's
+        length (`TokenBatch.mask`).
 
         initial_states: each direction's per-layer (h (B, P), c (B, H)) to
             start from; None starts from zeros."""
         types = self.encoder(batch.type_inputs, batch.type_chars, batch.type_word_ids)
-        return self.layers(*self.run(batch, types, initial_states)[:3])
+        return self.layers(*self.run(batch, types, initial_states)[:3], batch.lengths)
 
     def lm_loss(self, batch: TokenBatch, every_parameter: bool = False) -> LMLoss:
         """Language-model loss: every word and the closing </S> is predicted
@@ -163,11 +163,22 @@ class BiLMNetwork(nn.Module):
         encoded: torch.Tensor,
         forward_layers: list[torch.Tensor],
         backward_layers: list[torch.Tensor],
+        lengths: torch.Tensor,
+        boundaries: bool = False,
     ) -> torch.Tensor:
-        """The (L + 1, B, T, 2P) output layers of `run`'s results."""
+        """The (L + 1, B, T, 2P) output layers of `run`'s results for docs
+        of `lengths` (B,) tokens, zero past each doc's length; with
+        `boundaries`, (L + 1, B, T + 2, 2P) with <S> at position 0 and </S>
+        at lengths[b] + 1 (AllenNLP's `_ElmoBiLm` activations)."""
         layers = [torch.cat([encoded, encoded], dim=-1)]
         layers += [torch.cat(fb, dim=-1) for fb in zip(forward_layers, backward_layers)]
-        return torch.stack(layers)[:, :, 1:-1]
+        layers = torch.stack(layers)
+        if not boundaries:
+            layers = layers[:, :, 1:-1]
+        extra = 2 if boundaries else 0
+        steps = torch.arange(layers.shape[2], device=layers.device)
+        outside = steps[None, :] >= (lengths.to(layers.device) + extra)[:, None]  # (B, T)
+        return layers.masked_fill(outside[None, :, :, None], 0.0)
 
     def loss(
         self,

@@ -88,7 +88,10 @@ def repeat_states(states: States, n_rows: int) -> States:
 
 
 def _rows(state: torch.Tensor, n_rows: int) -> torch.Tensor:
-    """The first n_rows rows of a (R, D) state, zero rows appended past R."""
+    """The first n_rows rows of a (R, D) state, zero rows appended past R.
+    A state kept under torch.inference_mode is copied for use outside it."""
+    if state.is_inference() and not torch.is_inference_mode_enabled():
+        state = state.clone()
     if n_rows <= len(state):
         return state[:n_rows]
     return torch.cat([state, state.new_zeros(n_rows - len(state), state.shape[1])])
