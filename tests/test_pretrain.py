@@ -3,6 +3,7 @@
 import json
 import os
 import warnings
+from dataclasses import replace
 
 import numpy
 import pytest
@@ -79,6 +80,54 @@ def test_a_finished_run_goes_on_when_resumed_with_more_epochs_and_says_when_it_c
     assert resumed["steps"] == uninterrupted["steps"]
     a = load_bilm(tmp_path / "a" / "model-last").state_dict()
     b = load_bilm(tmp_path / "b" / "model-last").state_dict()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6, msg=key)
+
+
+def test_checkpoint_minutes_checkpoint_within_an_epoch_and_the_run_resumes_from_one(
+    tmp_path, monkeypatch
+):
+    """With no checkpoints by steps (checkpoint_every = 0, as the tiny preset),
+    checkpoint_minutes writes one mid-epoch at the first flush (every
+    log_every steps) after that much time; a run killed after it resumes to
+    the uninterrupted weights. 0 writes none but at the epochs' ends."""
+    by_time = PretrainConfig(
+        max_epochs=1, batch_tokens=300, patience=0, checkpoint_every=0, log_every=2
+    )
+    real_save = loop_module.save_checkpoint
+    saved = []
+
+    def save_then_crash(output_dir, bilm, optimizer, state):
+        saved.append((state.step, state.batch))
+        path = real_save(output_dir, bilm, optimizer, state)
+        if crash and state.batch:
+            raise Crash
+        return path
+
+    monkeypatch.setattr(loop_module, "save_checkpoint", save_then_crash)
+    crash = False
+    off = pretrain(
+        corpus_of(DOCS), BILM, replace(by_time, checkpoint_minutes=0), tmp_path / "off",
+        show_progress=False,
+    )  # fmt: skip
+    assert saved == [(off["steps"], 0)] and off["steps"] > 4  # the epoch's end only
+    saved.clear()
+    crash = True
+    often = replace(by_time, checkpoint_minutes=1e-9)  # past at every flush
+    with pytest.raises(Crash):
+        pretrain(corpus_of(DOCS), BILM, often, tmp_path / "killed", show_progress=False)
+    assert saved == [(2, 2)]  # the first flush, mid-epoch
+    assert (tmp_path / "killed" / LATEST).read_text().strip() == "checkpoint-2"
+    crash = False
+    resumed = pretrain(
+        corpus_of(DOCS), BILM, often, tmp_path / "killed", show_progress=False, resume=True
+    )
+    assert resumed["resumed_from"].endswith("checkpoint-2")
+    mid_epoch = [step for step, batch in saved[1:] if batch]
+    assert mid_epoch == list(range(4, off["steps"] + 1, 2))  # at every flush
+    assert saved[-1] == (off["steps"], 0)  # and at the epoch's end
+    a = load_bilm(tmp_path / "off" / "model-last").state_dict()
+    b = load_bilm(tmp_path / "killed" / "model-last").state_dict()
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6, msg=key)
 

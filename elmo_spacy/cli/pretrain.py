@@ -141,12 +141,14 @@ def _how_to_resume(folder, overwrite: bool) -> str:
         again = " with --overwrite" if folder.earlier_run() else ""
         return (
             f"\nInterrupted before the first checkpoint in {folder.path}: nothing to resume. "
-            f"Run the command again{again} to start over."
+            f"Run the command again{again} to start over ([training] checkpoint_minutes and "
+            "checkpoint_every set how soon one is written)."
         )
     instead = " instead of --overwrite" if overwrite else ""
     return (
         f"\nInterrupted. Run the same command with --resume{instead} to go on from the last "
-        f"checkpoint, {checkpoint} ([training] checkpoint_every sets how often one is written)."
+        f"checkpoint, {checkpoint} ([training] checkpoint_every and checkpoint_minutes set how "
+        "often one is written)."
     )
 
 

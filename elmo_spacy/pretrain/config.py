@@ -41,9 +41,16 @@ class PretrainConfig:
         model-last/ and, when better, model-best/ (0: at each epoch's end
         only; an epoch's end always measures it).
     eval_batch_tokens: padded tokens per batch when measuring perplexity.
-    checkpoint_every: steps between checkpoints (0 = only at epoch ends).
+    checkpoint_every: steps between checkpoints (0: none by steps).
+    checkpoint_minutes: minutes of wall time between checkpoints: one is
+        written at the first point where the time is checked (every
+        `log_every` steps) after this many minutes since the last checkpoint
+        or the start, so that a killed run loses minutes at most, however
+        long its epochs or steps (0: none by time). Each epoch's end writes
+        one as well. The ranks agree on it as on `max_hours`.
     log_every: steps between the progress bar's loss figures, and the points
-        where the time budget is checked: each costs a wait on the device.
+        where the time budget and `checkpoint_minutes` are checked: each
+        costs a wait on the device.
     precision: "float32", "bfloat16" to compute in bfloat16 under autocast
         where the hardware multiplies in it faster than in float32 (float32
         master weights, loss and log-softmax in float32; see
@@ -74,6 +81,7 @@ class PretrainConfig:
     eval_every: int = 0
     eval_batch_tokens: int = 8000
     checkpoint_every: int = 500
+    checkpoint_minutes: float = 10.0
     log_every: int = 20
     precision: str = "float32"
     shape_buckets: int = 0
@@ -105,6 +113,7 @@ class PretrainConfig:
             "patience": 0,
             "eval_every": 0,
             "checkpoint_every": 0,
+            "checkpoint_minutes": 0,
             "log_every": 1,
             "shape_buckets": 0,
         }

@@ -1,8 +1,9 @@
 """The biLM training loop, top to bottom: each step trains on a planned batch
 (Adam, gradient clipping), the figures come to the host every `log_every`
 steps, dev perplexity is measured at each epoch's end (and every
-`eval_every` steps), checkpoints are written for a killed run to resume from,
-and the run stops where `limits.limits_reached` says. What the loop runs
+`eval_every` steps), checkpoints are written for a killed run to resume from
+(every `checkpoint_every` steps, every `checkpoint_minutes` and at each
+epoch's end), and the run stops where `limits.limits_reached` says. What the loop runs
 with (the corpus, the biLM, its optimizer, the state of a resumed run) is
 set up by `train.pretrain`."""
 
@@ -67,6 +68,8 @@ class Pretraining:
     first_step: float | None = None  # seconds from `started` to the first step
     _pending_nll: torch.Tensor | None = None
     _clock: float = field(default_factory=time.perf_counter)
+    _checkpointed: float = field(default_factory=time.perf_counter)  # the last checkpoint's time
+    _checkpoint_due: bool = False  # checkpoint_minutes passed on some rank (`flush`)
 
     def run(self) -> None:
         while not self.state.finished:
@@ -136,7 +139,9 @@ class Pretraining:
                     self.evaluate()
                     if state.finished:  # patience ran out
                         break
-                if config.checkpoint_every and state.step % config.checkpoint_every == 0:
+                if self._checkpoint_due or (
+                    config.checkpoint_every and state.step % config.checkpoint_every == 0
+                ):
                     self.save_checkpoint()
         bar.close()
         self.end_epoch(stopped)
@@ -145,12 +150,19 @@ class Pretraining:
         """Bring the figures kept on the device to the host (one wait, one
         collective): the NLL summed since the last flush, over all ranks, and
         the training time. Returns whether a limit checked here (the hours)
-        is reached on any rank, so that all stop at the same step."""
+        is reached on any rank, so that all stop at the same step; and notes
+        whether `checkpoint_minutes` have passed on any rank since the last
+        checkpoint, so that all write it at the same step."""
         now = time.perf_counter()
         self.state.epoch_seconds += now - self._clock
         self.state.train_seconds += now - self._clock
         over = bool(limits_reached(self.state, self.config, at="flush"))
-        nll, over_anywhere = self.workers.sum([self._pending_nll, float(over)])
+        minutes = self.config.checkpoint_minutes
+        due = bool(minutes) and now - self._checkpointed >= 60 * minutes
+        nll, over_anywhere, due_anywhere = self.workers.sum(
+            [self._pending_nll, float(over), float(due)]
+        )
+        self._checkpoint_due = due_anywhere > 0
         self.state.epoch_nll += nll
         self._pending_nll.zero_()
         self._clock = time.perf_counter()
@@ -234,7 +246,8 @@ class Pretraining:
         if self.workers.is_main:
             save_checkpoint(self.folder, self.bilm, self.optimizer, self.state)
         self.workers.wait_for_all()
-        self._clock = time.perf_counter()
+        self._clock = self._checkpointed = time.perf_counter()
+        self._checkpoint_due = False
 
 
 def training_step(
