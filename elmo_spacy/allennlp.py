@@ -1,0 +1,768 @@
+"""AllenNLP's ELMo API on today's PyTorch, with AllenNLP's names, arguments
+and numbers, over this package's biLM:
+
+    from elmo_spacy.allennlp import Elmo, batch_to_ids   # was allennlp.modules.elmo
+    from elmo_spacy.allennlp import ElmoEmbedder         # was allennlp.commands.elmo (0.9)
+
+- `Elmo`: ELMo as a torch module inside a model: the biLM's layers mixed by
+  one `ScalarMix` per representation, dropout on the output;
+- `ElmoBiLm` (`_ElmoBiLm`): the biLM's L + 1 activations with <S> and </S>;
+- `ElmoCharacterEncoder` (`_ElmoCharacterEncoder`): the token encodings;
+- `batch_to_ids`: tokens to AllenNLP's character ids;
+- `ScalarMix`: AllenNLP's mix of layers;
+- `ElmoEmbedder`: arrays per sentence, and `allennlp elmo`'s HDF5 files.
+
+As in AllenNLP, the biLM is stateful: each batch row starts from the LSTM
+state that the previous batch left in that row (`state="carried"`), which is
+how the published models were trained and their published outputs computed.
+`state="zero"` (every sentence from zeros) and `state="primed"` (from the
+state a warm-up text leaves; `elmo_spacy.Embedder`'s and the `elmo` pipe's
+choices) make a sentence's vectors independent of what ran before.
+
+Beyond AllenNLP, opt-in: the same classes take any biLM that
+`elmo_spacy.bilm.load_bilm` reads (a biLM folder of `elmo-spacy pretrain`,
+an ELMoForManyLangs model: give it as `options_file`, with `weight_file`
+None) or a `BiLM`; lists of token lists wherever a character-id tensor goes;
+a `precision` ("bfloat16", "float16"); CUDA through `.to(device)` or
+`cuda_device`. docs/allennlp.md is the migration guide, name by name.
+"""
+
+import contextlib
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
+from pathlib import Path
+from typing import IO
+
+import numpy
+import torch
+from torch import nn
+
+from .bilm import BiLM, load_bilm
+from .bilm.inputs.batch import BOS_TYPE, EOS_TYPE, TokenBatch
+from .bilm.inputs.chars import BilmTfCharIds
+from .bilm.model import States
+from .bilm.runner import DEFAULT_WARMUP, warmup_tokens
+from .errors import ElmoSpacyError
+from .files import write_file
+from .hdf5 import check_sentence_keys, sentence_to_index, write_hdf5
+
+STATES = ("carried", "zero", "primed")
+DEFAULT_BATCH_SIZE = 64  # sentences a batch in ElmoEmbedder, as in AllenNLP
+OUTPUT_FORMATS = ("all", "top", "average")  # ElmoEmbedder.embed_file's, as in AllenNLP
+
+ModelFile = str | Path | BiLM | None
+Tokens = Sequence[Sequence[str]]
+
+
+class ConfigurationError(ElmoSpacyError):
+    """A wrong argument, where AllenNLP raised its ConfigurationError."""
+
+
+# -- character ids ---------------------------------------------------------------
+
+
+class ELMoCharacterMapper:
+    """AllenNLP's character ids of a token: its UTF-8 bytes (invalid ones
+    dropped, at most 48) between begin- and end-of-word marks, padded to 50,
+    every id shifted by one so that 0 pads whole tokens. The tokens <S> and
+    </S> are the sentence marks; `tokens_to_add` maps more tokens to one
+    id each (an int below 256)."""
+
+    max_word_length = 50
+    beginning_of_sentence_character = 256
+    end_of_sentence_character = 257
+    beginning_of_word_character = 258
+    end_of_word_character = 259
+    padding_character = 260
+    bos_token = "<S>"
+    eos_token = "</S>"
+
+    def __init__(self, tokens_to_add: dict[str, int] | None = None) -> None:
+        self.tokens_to_add = tokens_to_add or {}
+
+    def convert_word_to_char_ids(self, word: str) -> list[int]:
+        """The 50 ids of `word`, each bilm-tf's id + 1."""
+        if word in self.tokens_to_add:
+            units = [self.tokens_to_add[word]]
+        elif word == self.bos_token:
+            units = [self.beginning_of_sentence_character]
+        elif word == self.eos_token:
+            units = [self.end_of_sentence_character]
+        else:
+            units = list(word.encode("utf-8", "ignore")[: self.max_word_length - 2])
+        ids = [self.beginning_of_word_character, *units, self.end_of_word_character]
+        ids += [self.padding_character] * (self.max_word_length - len(ids))
+        return [i + 1 for i in ids]
+
+
+def batch_to_ids(batch: Tokens) -> torch.Tensor:
+    """(B, T, 50) int64 character ids of B tokenised sentences, T the longest,
+    shorter ones padded with rows of 0: AllenNLP's ids exactly."""
+    mapper = ELMoCharacterMapper()
+    known: dict[str, list[int]] = {}
+    steps = max((len(sentence) for sentence in batch), default=0)
+    ids = numpy.zeros((len(batch), steps, mapper.max_word_length), dtype="int64")
+    for row, sentence in enumerate(batch):
+        if isinstance(sentence, str):
+            raise ConfigurationError(
+                f"Sentence {row} is a string ({sentence!r:.40}): give each sentence as a list "
+                "of tokens, e.g. text.split()"
+            )
+        for position, token in enumerate(sentence):
+            if token not in known:
+                known[token] = mapper.convert_word_to_char_ids(token)
+            ids[row, position] = known[token]
+    return torch.from_numpy(ids)
+
+
+def remove_sentence_boundaries(
+    tensor: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """AllenNLP's: tensor (B, T + 2, D) and mask (B, T + 2) of sentences
+    framed by <S> and </S> -> (B, T, D) without them, zero past each
+    sentence, and its (B, T) bool mask."""
+    inner = mask[:, 2:].bool()
+    return tensor[:, 1:-1] * inner[:, :, None], inner
+
+
+def _char_id_batch(inputs: torch.Tensor, chars: BilmTfCharIds) -> TokenBatch:
+    """The TokenBatch of AllenNLP's character ids (B, T, C): the rows with any
+    id are the tokens (right-padded), each distinct row one type, bilm-tf's
+    ids (AllenNLP's - 1) cut to the columns the batch needs."""
+    inputs = inputs.detach().to("cpu", torch.int64)
+    if inputs.shape[-1] != chars.max_chars:
+        raise ConfigurationError(
+            f"Character ids of {inputs.shape[-1]} a token, but this biLM reads "
+            f"{chars.max_chars} (its max_characters_per_token)"
+        )
+    present = (inputs > 0).any(-1)  # (B, T)
+    lengths = present.sum(-1)
+    steps = torch.arange(inputs.shape[1])
+    if not torch.equal(present, steps[None, :] < lengths[:, None]):
+        row = int((present != (steps[None, :] < lengths[:, None])).any(-1).nonzero()[0])
+        raise ConfigurationError(
+            f"Row {row} of the character ids has a padding token (all 0) before a real one: "
+            "the tokens of a sentence come first, then the padding (as batch_to_ids makes them)"
+        )
+    rows, inverse = torch.unique(inputs[present] - 1, dim=0, return_inverse=True)
+    boundaries, boundary_chars = chars.char_ids([])  # <S>, </S>: 3 ids each
+    columns = torch.arange(rows.shape[1])
+    n_chars = torch.where(rows != chars.padding, columns + 1, 0).amax(-1)  # marks included
+    longest = max([3, *n_chars.tolist()])
+    width = min(chars.max_chars, longest + chars.min_width - 1)  # as CharIds.char_ids cuts
+    type_inputs = torch.full((2 + len(rows), width), chars.padding, dtype=torch.int64)
+    type_inputs[:2, : boundaries.shape[1]] = boundaries[:, :width]
+    type_inputs[2:] = rows[:, :width]
+    index = torch.full((len(inputs), inputs.shape[1] + 2), EOS_TYPE, dtype=torch.int64)
+    index[:, 0] = BOS_TYPE
+    inner = index[:, 1:-1]
+    inner[present] = inverse + 2
+    return TokenBatch(
+        type_inputs,
+        torch.cat([boundary_chars, n_chars]),
+        torch.zeros(2 + len(rows), dtype=torch.int64),
+        index,
+        lengths,
+    )
+
+
+def _tokens_of_char_ids(inputs: torch.Tensor) -> list[list[str]]:
+    """The tokens that AllenNLP's character ids (B, T, 50) stand for (rows of
+    0 pad), for a biLM that reads tokens in a scheme of its own."""
+    mapper = ELMoCharacterMapper()
+    inputs = inputs.detach().cpu()
+    present = (inputs > 0).any(-1)
+    rows, inverse = torch.unique(inputs[present], dim=0, return_inverse=True)
+    tokens = []
+    for row in (rows - 1).tolist():
+        token = _token_of(row, mapper)
+        if token is None:
+            raise ConfigurationError(
+                f"Character ids {row[:12]}... are no token's: this biLM reads tokens in its own "
+                "scheme, so it takes the token lists themselves (elmo(sentences) in place of "
+                "elmo(batch_to_ids(sentences)))"
+            )
+        tokens.append(token)
+    positions = inverse.tolist()
+    sentences, start = [], 0
+    for n in present.sum(-1).tolist():
+        sentences.append([tokens[k] for k in positions[start : start + n]])
+        start += n
+    return sentences
+
+
+def _token_of(ids: list[int], mapper: ELMoCharacterMapper) -> str | None:
+    """The token whose bilm-tf character ids these are, or None."""
+    if ids[0] != mapper.beginning_of_word_character or mapper.end_of_word_character not in ids:
+        return None
+    end = ids.index(mapper.end_of_word_character)
+    units = ids[1:end]
+    if any(i != mapper.padding_character for i in ids[end + 1 :]):
+        return None
+    if units == [mapper.beginning_of_sentence_character]:
+        return mapper.bos_token
+    if units == [mapper.end_of_sentence_character]:
+        return mapper.eos_token
+    try:
+        return bytes(units).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+# -- the biLM ----------------------------------------------------------------------
+
+
+def _load(options_file: ModelFile, weight_file: str | Path | None) -> BiLM:
+    """The biLM of AllenNLP's (options_file, weight_file) pair, or of any
+    path `load_bilm` reads (weight_file None), or a BiLM as it is."""
+    if isinstance(options_file, BiLM):
+        return options_file
+    if options_file is None:
+        raise ConfigurationError(
+            "Give the model: options_file and weight_file (a bilm-tf model's two files), or a "
+            "folder that load_bilm reads as options_file with weight_file=None"
+        )
+    for name in (options_file, weight_file):
+        if name is not None and str(name).startswith(("http://", "https://", "s3://")):
+            raise ConfigurationError(
+                f"{name} is a URL: download the file once and give its local path (nothing is "
+                "downloaded at run time)"
+            )
+    if weight_file is None:
+        return load_bilm(options_file, with_softmax=False)
+    return load_bilm((options_file, weight_file), with_softmax=False)
+
+
+class ElmoCharacterEncoder(nn.Module):
+    """AllenNLP's `_ElmoCharacterEncoder`: the biLM's context-independent
+    token encodings (char CNN, highway layers, projection).
+
+    `forward(inputs)` takes character ids (B, T, 50) (`batch_to_ids`) or a
+    list of B token lists and returns {"token_embedding": (B, T + 2, P),
+    "mask": (B, T + 2) bool}, <S> and </S> added around each sentence; zero
+    where the mask is False (AllenNLP's are the encoding of an empty token
+    there).
+    """
+
+    def __init__(
+        self,
+        options_file: ModelFile = None,
+        weight_file: str | Path | None = None,
+        requires_grad: bool = False,
+        *,
+        precision: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.bilm = _load(options_file, weight_file)
+        self.bilm.eval()
+        self.bilm.requires_grad_(requires_grad)
+        if precision is not None:
+            self.bilm.precision = precision
+
+    def get_output_dim(self) -> int:
+        return self.bilm.config.projection_dim
+
+    def forward(self, inputs: torch.Tensor | Tokens) -> dict[str, torch.Tensor]:
+        batch = token_batch(self.bilm, inputs)
+        with _frozen_scope(self.bilm):
+            embedding = self.bilm.token_encodings(batch)
+        return {"token_embedding": embedding, "mask": batch.mask(True).to(embedding.device)}
+
+    @classmethod
+    def of(cls, bilm: BiLM) -> "ElmoCharacterEncoder":
+        """The encoder of `bilm` as it is (its settings untouched)."""
+        encoder = cls.__new__(cls)
+        nn.Module.__init__(encoder)
+        encoder.bilm = bilm
+        return encoder
+
+    def train(self, mode: bool = True) -> "ElmoCharacterEncoder":
+        super().train(mode)
+        self.bilm.eval()  # ELMo's encoder has no dropout: it runs alike in training
+        return self
+
+
+def token_batch(bilm: BiLM, inputs: torch.Tensor | Tokens) -> TokenBatch:
+    """The biLM's TokenBatch of AllenNLP's character ids (B, T, 50) or of B
+    token lists."""
+    if not isinstance(inputs, torch.Tensor):
+        return bilm.batch([list(sentence) for sentence in inputs])
+    if inputs.dim() != 3:
+        raise ConfigurationError(
+            f"Character ids of shape {tuple(inputs.shape)}: give (batch, tokens, 50), as "
+            "batch_to_ids makes them (Elmo takes more leading dimensions)"
+        )
+    if isinstance(bilm.chars, BilmTfCharIds):
+        return _char_id_batch(inputs, bilm.chars)
+    return bilm.batch(_tokens_of_char_ids(inputs))
+
+
+def _frozen_scope(bilm: BiLM, *more: torch.Tensor | None) -> contextlib.AbstractContextManager:
+    """torch.no_grad() where nothing of the biLM trains (its parameters, the
+    tensors `more`): the biLM then runs as at inference (its caches kept),
+    and its outputs need no graph."""
+    trains = any(p.requires_grad for p in bilm.parameters()) or any(
+        t is not None and t.requires_grad for t in more
+    )
+    return contextlib.nullcontext() if trains else torch.no_grad()
+
+
+class ElmoBiLm(nn.Module):
+    """AllenNLP's `_ElmoBiLm`: the biLM's L + 1 layers over sentences framed
+    by <S> and </S>.
+
+    options_file, weight_file: a bilm-tf model's two files, as AllenNLP takes
+        them; or any biLM `elmo_spacy.bilm.load_bilm` reads (a folder, an
+        NLPL .zip) as options_file with weight_file None; or a `BiLM`.
+    requires_grad: whether the biLM's weights train (AllenNLP's default,
+        False, leaves them frozen). TensorFlow's constant forget bias is a
+        buffer: no setting trains it.
+    vocab_to_cache: a word list whose token encodings are computed once
+        (`create_cached_cnn_embeddings`); `forward`'s `word_inputs` (B, T)
+        then index into it (0 pads) in place of running the char CNN. A
+        batch with an id outside the list runs the char CNN on `inputs`, as
+        AllenNLP's does.
+    state: "carried" (AllenNLP's): batch row b starts from the state the
+        previous batch left in row b (`reset_states` forgets it); "zero":
+        every sentence starts from zeros; "primed": from the state that
+        reading `warmup` leaves (default `elmo_spacy.bilm.runner.DEFAULT_WARMUP`).
+    precision: "float32" (conformant; the default for a path), "bfloat16" or
+        "float16"; None keeps a given BiLM's.
+
+    `forward(inputs, word_inputs=None)` takes character ids (B, T, 50)
+    (`batch_to_ids`) or B token lists and returns {"activations": L + 1
+    tensors (B, T + 2, 2P) (layer 0 the token encoding twice, [x; x]; then
+    each LSTM layer, [forward; backward]), "mask": (B, T + 2) bool}, zero
+    where the mask is False. One call at a time runs per module (a lock):
+    the carried state is the module's.
+    """
+
+    def __init__(
+        self,
+        options_file: ModelFile = None,
+        weight_file: str | Path | None = None,
+        requires_grad: bool = False,
+        vocab_to_cache: Sequence[str] | None = None,
+        *,
+        state: str = "carried",
+        warmup: Sequence[str | Sequence[str]] | None = None,
+        precision: str | None = None,
+    ) -> None:
+        super().__init__()
+        if state not in STATES:
+            raise ConfigurationError(f"state = {state!r}: use one of {', '.join(STATES)}")
+        self.bilm = _load(options_file, weight_file)
+        self.bilm.eval()
+        self.bilm.requires_grad_(requires_grad)
+        if precision is not None:
+            self.bilm.precision = precision
+        self.bilm.stateful = state == "carried"
+        self.bilm.reset_state()
+        self.state = state
+        self.warmup = warmup_tokens(warmup or DEFAULT_WARMUP, "warmup: ")
+        self._requires_grad = requires_grad
+        self._word_embedding: nn.Embedding | None = None
+        self._lock = threading.Lock()
+        if vocab_to_cache:
+            self.create_cached_cnn_embeddings(list(vocab_to_cache))
+
+    @property
+    def num_layers(self) -> int:
+        """L + 1: the token encoding and each LSTM layer."""
+        return self.bilm.config.n_output_layers
+
+    def get_output_dim(self) -> int:
+        """2P, the width of each activation."""
+        return self.bilm.config.width
+
+    @property
+    def _token_embedder(self) -> ElmoCharacterEncoder:
+        """The token encoder, on this module's biLM (AllenNLP's attribute)."""
+        return ElmoCharacterEncoder.of(self.bilm)
+
+    @property
+    def _elmo_lstm(self) -> "ElmoBiLm":
+        """What holds the carried state: `_elmo_lstm.reset_states()`, as in AllenNLP."""
+        return self
+
+    def reset_states(self) -> None:
+        """Forget the carried state: the next batch starts from zeros."""
+        self.bilm.reset_state()
+
+    def create_cached_cnn_embeddings(self, tokens: list[str]) -> None:
+        """Compute the token encodings of `tokens` once: `word_inputs` id i
+        (0 pads) looks up tokens[i]'s. They train with the biLM
+        (`requires_grad`), as in AllenNLP."""
+        with torch.no_grad():
+            encoded = [
+                self.bilm.token_encodings(self.bilm.batch([tokens[i : i + 1024]]))[0]
+                for i in range(0, max(len(tokens), 1), 1024)
+            ]
+        boundaries = encoded[0][[0, -1]]  # <S>, </S>
+        table = torch.cat([e[1:-1] for e in encoded]).float()
+        self._word_embedding = nn.Embedding(len(tokens), table.shape[1], padding_idx=0)
+        self._word_embedding.weight = nn.Parameter(table, requires_grad=self._requires_grad)
+        self.register_buffer("_boundary_embeddings", boundaries.float(), persistent=False)
+
+    def forward(
+        self, inputs: torch.Tensor | Tokens, word_inputs: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor | list[torch.Tensor]]:
+        with self._lock:
+            batch, types = self._batch(inputs, word_inputs)
+            with _frozen_scope(self.bilm, types):
+                layers = self.bilm(batch, self._initial_states(), boundaries=True, types=types)
+        mask = batch.mask(boundaries=True).to(layers.device)
+        return {"activations": list(layers.unbind(0)), "mask": mask}
+
+    def _batch(
+        self, inputs: torch.Tensor | Tokens, word_inputs: torch.Tensor | None
+    ) -> tuple[TokenBatch, torch.Tensor | None]:
+        """The batch to run, and the (U, P) encodings of its types where the
+        word cache gives them."""
+        table = self._word_embedding
+        if table is None or word_inputs is None:
+            return token_batch(self.bilm, inputs), None
+        word_inputs = word_inputs.detach().to("cpu", torch.int64)
+        if bool(((word_inputs < 0) | (word_inputs >= table.num_embeddings)).any()):
+            return token_batch(self.bilm, inputs), None  # a word the cache lacks
+        present = word_inputs > 0
+        lengths = present.sum(-1)
+        index = torch.full((len(word_inputs), word_inputs.shape[1] + 2), EOS_TYPE)
+        index[:, 0] = BOS_TYPE
+        index[:, 1:-1] = torch.where(present, word_inputs + 2, EOS_TYPE)
+        empty = torch.zeros(0, dtype=torch.int64)
+        batch = TokenBatch(empty, empty, empty, index, lengths)
+        types = torch.cat([self._boundary_embeddings, table.weight])
+        return batch, types
+
+    def _initial_states(self) -> States | None:
+        if self.state == "primed":
+            return self.bilm.primed_states(self.warmup)
+        return None
+
+    def train(self, mode: bool = True) -> "ElmoBiLm":
+        super().train(mode)
+        self.bilm.eval()  # ELMo's biLM has no dropout: it runs alike in training
+        return self
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        self._lock = threading.Lock()
+
+
+class ScalarMix(nn.Module):
+    """AllenNLP's ScalarMix: gamma * sum_k softmax(s)_k * tensor_k, of N
+    tensors of one shape (B, T, D).
+
+    do_layer_norm: normalise each tensor first by the mean and variance of
+        its elements where `mask` (B, T) is True, over the whole batch (as
+        AllenNLP does), 1e-13 added to the variance (1e-4 in float16).
+    initial_scalar_parameters: the N scalars s (default zeros: equal weights).
+    trainable: whether s and gamma train.
+
+    Parameters as AllenNLP names them: `scalar_parameters` (N of shape (1,))
+    and `gamma` (1,), so that code that sets them by hand runs unchanged.
+    """
+
+    def __init__(
+        self,
+        mixture_size: int,
+        do_layer_norm: bool = False,
+        initial_scalar_parameters: Sequence[float] | None = None,
+        trainable: bool = True,
+    ) -> None:
+        super().__init__()
+        self.mixture_size = mixture_size
+        self.do_layer_norm = do_layer_norm
+        if initial_scalar_parameters is None:
+            initial_scalar_parameters = [0.0] * mixture_size
+        elif len(initial_scalar_parameters) != mixture_size:
+            raise ConfigurationError(
+                f"initial_scalar_parameters has {len(initial_scalar_parameters)} values for "
+                f"{mixture_size} layers: give one per layer"
+            )
+        self.scalar_parameters = nn.ParameterList(
+            nn.Parameter(torch.tensor([float(s)]), requires_grad=trainable)
+            for s in initial_scalar_parameters
+        )
+        self.gamma = nn.Parameter(torch.tensor([1.0]), requires_grad=trainable)
+
+    def forward(
+        self, tensors: Sequence[torch.Tensor], mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        if len(tensors) != self.mixture_size:
+            raise ConfigurationError(
+                f"{len(tensors)} tensors for a ScalarMix of {self.mixture_size}: give one per layer"
+            )
+        weights = torch.softmax(torch.cat(list(self.scalar_parameters)), dim=0).split(1)
+        if not self.do_layer_norm:
+            return self.gamma * sum(w * t for w, t in zip(weights, tensors))
+        if mask is None:
+            raise ConfigurationError("ScalarMix(do_layer_norm=True) needs the mask")
+        broadcast_mask = mask.unsqueeze(-1)
+        n = torch.sum(mask) * tensors[0].size(-1)
+        tiny = 1e-4 if tensors[0].dtype == torch.float16 else 1e-13
+
+        def normed(tensor: torch.Tensor) -> torch.Tensor:
+            masked = tensor * broadcast_mask
+            mean = torch.sum(masked) / n
+            variance = torch.sum(((masked - mean) * broadcast_mask) ** 2) / n
+            return (tensor - mean) / torch.sqrt(variance + tiny)
+
+        return self.gamma * sum(w * normed(t) for w, t in zip(weights, tensors))
+
+
+class Elmo(nn.Module):
+    """AllenNLP's `Elmo`: `num_output_representations` mixes of the biLM's
+    layers (one `ScalarMix` each), with dropout, for a model to consume.
+
+    options_file, weight_file, requires_grad, vocab_to_cache: as `ElmoBiLm`'s.
+    do_layer_norm: normalise each layer in the mixes (see `ScalarMix`).
+    dropout: applied to each representation.
+    keep_sentence_boundaries: keep <S> and </S> in the representations.
+    scalar_mix_parameters: fixed (untrained) scalars for every mix, one per
+        layer, e.g. [-9e10, 1, -9e10] for the middle layer alone; None:
+        trainable, starting equal.
+    module: an `ElmoBiLm` to use (then options_file and weight_file are None).
+    state, warmup, precision: as `ElmoBiLm`'s (beyond AllenNLP).
+
+    `forward(inputs, word_inputs=None)`: inputs (B, T, 50) character ids
+    (`batch_to_ids`), or (..., T, 50) with more leading dimensions, or B
+    token lists; word_inputs (B, T) (or (..., T)) ids into `vocab_to_cache`.
+    Returns {"elmo_representations": `num_output_representations` tensors
+    (B, T, 2P) (T + 2 with the boundaries), "mask": (B, T) bool}, in the
+    leading dimensions of the input.
+    """
+
+    def __init__(
+        self,
+        options_file: ModelFile = None,
+        weight_file: str | Path | None = None,
+        num_output_representations: int = 1,
+        requires_grad: bool = False,
+        do_layer_norm: bool = False,
+        dropout: float = 0.5,
+        vocab_to_cache: Sequence[str] | None = None,
+        keep_sentence_boundaries: bool = False,
+        scalar_mix_parameters: Sequence[float] | None = None,
+        module: ElmoBiLm | None = None,
+        *,
+        state: str = "carried",
+        warmup: Sequence[str | Sequence[str]] | None = None,
+        precision: str | None = None,
+    ) -> None:
+        super().__init__()
+        if module is not None:
+            if options_file is not None or weight_file is not None:
+                raise ConfigurationError("Don't provide options_file or weight_file with module")
+            self._elmo_lstm = module
+        else:
+            self._elmo_lstm = ElmoBiLm(
+                options_file,
+                weight_file,
+                requires_grad=requires_grad,
+                vocab_to_cache=vocab_to_cache,
+                state=state,
+                warmup=warmup,
+                precision=precision,
+            )
+        self._has_cached_vocab = vocab_to_cache is not None
+        self._keep_sentence_boundaries = keep_sentence_boundaries
+        self._dropout = nn.Dropout(p=dropout)
+        self._scalar_mixes: list[ScalarMix] = []
+        for k in range(num_output_representations):
+            mix = ScalarMix(
+                self._elmo_lstm.num_layers,
+                do_layer_norm=do_layer_norm,
+                initial_scalar_parameters=scalar_mix_parameters,
+                trainable=scalar_mix_parameters is None,
+            )
+            self.add_module(f"scalar_mix_{k}", mix)
+            self._scalar_mixes.append(mix)
+
+    def get_output_dim(self) -> int:
+        return self._elmo_lstm.get_output_dim()
+
+    def forward(
+        self, inputs: torch.Tensor | Tokens, word_inputs: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor | list[torch.Tensor]]:
+        shape = inputs.shape if isinstance(inputs, torch.Tensor) else None
+        if shape is not None and len(shape) > 3:
+            inputs = inputs.reshape(-1, *shape[-2:])
+        word_shape = None if word_inputs is None else word_inputs.shape
+        if word_inputs is not None:
+            if not self._has_cached_vocab:
+                word_inputs = None  # AllenNLP warns and runs the char CNN
+            elif len(word_shape) > 2:
+                word_inputs = word_inputs.reshape(-1, word_shape[-1])
+        output = self._elmo_lstm(inputs, word_inputs)
+        activations, mask_with_boundaries = output["activations"], output["mask"]
+        representations = []
+        for k in range(len(self._scalar_mixes)):
+            mixed = getattr(self, f"scalar_mix_{k}")(activations, mask_with_boundaries)
+            if self._keep_sentence_boundaries:
+                mask = mask_with_boundaries
+            else:
+                mixed, mask = remove_sentence_boundaries(mixed, mask_with_boundaries)
+            representations.append(self._dropout(mixed))
+        if word_inputs is not None and len(word_shape) > 2:
+            mask = mask.view(word_shape)
+            representations = [r.view(*word_shape, -1) for r in representations]
+        elif shape is not None and len(shape) > 3:
+            mask = mask.view(shape[:-1])
+            representations = [r.view(*shape[:-1], -1) for r in representations]
+        return {"elmo_representations": representations, "mask": mask}
+
+
+# -- arrays and files (AllenNLP 0.9's allennlp.commands.elmo) ---------------------
+
+
+class ElmoEmbedder:
+    """AllenNLP 0.9's `ElmoEmbedder`: the biLM's L + 1 layers of tokenised
+    sentences as numpy arrays, and `embed_file`, `allennlp elmo`'s HDF5 files.
+
+    options_file, weight_file: as `ElmoBiLm`'s (there is no default model to
+        download: give one).
+    cuda_device: a GPU index, or -1 for the CPU.
+    state, warmup, precision: as `ElmoBiLm`'s; the default is AllenNLP's
+        carried state, so a sentence's vectors depend on the batches before
+        it (state="zero" or "primed" for vectors that do not).
+
+    Thread-safe: calls from several threads run one batch at a time (see
+    `ElmoBiLm`).
+    """
+
+    def __init__(
+        self,
+        options_file: ModelFile = None,
+        weight_file: str | Path | None = None,
+        cuda_device: int = -1,
+        *,
+        state: str = "carried",
+        warmup: Sequence[str | Sequence[str]] | None = None,
+        precision: str | None = None,
+    ) -> None:
+        self.elmo_bilm = ElmoBiLm(
+            options_file, weight_file, state=state, warmup=warmup, precision=precision
+        )
+        if cuda_device >= 0:
+            self.elmo_bilm = self.elmo_bilm.cuda(device=cuda_device)
+        self.elmo_bilm.eval()
+        self.cuda_device = cuda_device
+
+    def batch_to_embeddings(self, batch: Tokens) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, L + 1, T, 2P) activations of B sentences, zero past each one,
+        and the (B, T) bool mask."""
+        with torch.inference_mode():
+            output = self.elmo_bilm(_checked(batch))
+        layers = torch.stack(output["activations"], dim=1)[:, :, 1:-1]
+        return layers, output["mask"][:, 2:]
+
+    def embed_sentence(self, sentence: Sequence[str]) -> numpy.ndarray:
+        """(L + 1, n, 2P) float32 vectors of one sentence of n tokens."""
+        return self.embed_batch([sentence])[0]
+
+    def embed_batch(self, batch: Tokens) -> list[numpy.ndarray]:
+        """One (L + 1, n, 2P) float32 array per sentence, in one batch; an
+        empty sentence gives (L + 1, 0, 2P)."""
+        if not batch:
+            return []
+        layers = self.batch_to_embeddings(batch)[0].float().cpu().numpy()
+        return [layers[i, :, : len(sentence)] for i, sentence in enumerate(batch)]
+
+    def embed_sentences(
+        self, sentences: Iterable[Sequence[str]], batch_size: int = DEFAULT_BATCH_SIZE
+    ) -> Iterator[numpy.ndarray]:
+        """`embed_batch` over `sentences`, `batch_size` at a time, in order."""
+        sentences = iter(sentences)
+        while batch := list(islice(sentences, batch_size)):
+            yield from self.embed_batch(batch)
+
+    def embed_file(
+        self,
+        input_file: IO[str] | str | Path,
+        output_file_path: str | Path,
+        output_format: str = "all",
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        forget_sentences: bool = False,
+        use_sentence_keys: bool = False,
+    ) -> None:
+        """Embed a file of sentences, one a line, tokens separated by white
+        space, into an HDF5 file of `allennlp elmo`'s layout: a dataset per
+        line keyed by its index (from 0) or, with `use_sentence_keys`, by the
+        sentence; unless `forget_sentences`, `sentence_to_index` (the JSON
+        of sentence -> key). output_format: "all" (L + 1, n, 2P), "top"
+        (n, 2P) or "average" (n, 2P) of the layers. `input_file` is a path
+        or an open text file (closed when read, as AllenNLP did). The file
+        appears once complete; a file with blank lines, or with a repeated
+        sentence under use_sentence_keys, is refused before anything is
+        written."""
+        if output_format not in OUTPUT_FORMATS:
+            raise ConfigurationError(
+                f"output_format = {output_format!r}: use one of {', '.join(OUTPUT_FORMATS)}"
+            )
+        if isinstance(input_file, (str, Path)):
+            with open(input_file, encoding="utf-8") as file:
+                lines = [line.strip() for line in file]
+        else:
+            with input_file:
+                lines = [line.strip() for line in input_file]
+        blank = [i + 1 for i, line in enumerate(lines) if not line]
+        if blank:
+            shown = ", ".join(map(str, blank[:20])) + (" ..." if len(blank) > 20 else "")
+            raise ConfigurationError(
+                f"{getattr(input_file, 'name', input_file)} has empty lines (lines {shown}, "
+                "from 1): remove them, since each line is one sentence"
+            )
+        indices = range(len(lines))
+        if use_sentence_keys:
+            check_sentence_keys(lines, indices, "use_sentence_keys")
+        keys = lines if use_sentence_keys else [str(i) for i in indices]
+        index = None if forget_sentences or use_sentence_keys else sentence_to_index(lines, indices)
+
+        def vectors() -> Iterator[tuple[int, numpy.ndarray]]:
+            from tqdm import tqdm
+
+            sentences = (line.split() for line in lines)
+            embedded = self.embed_sentences(sentences, batch_size)
+            for i, layers in enumerate(tqdm(embedded, total=len(lines), unit=" sentences")):
+                if output_format == "top":
+                    layers = layers[-1]
+                elif output_format == "average":
+                    layers = layers.mean(axis=0)
+                yield i, layers
+
+        write_file(output_file_path, lambda path: write_hdf5(path, keys, vectors, index))
+
+
+def _checked(batch: Tokens) -> Tokens:
+    if isinstance(batch, str) or any(isinstance(sentence, str) for sentence in batch):
+        raise ConfigurationError(
+            "Give sentences as lists of tokens (e.g. [text.split()]), not strings"
+        )
+    return batch
+
+
+# AllenNLP's names, underscores included, which code in the wild imports.
+_ElmoBiLm = ElmoBiLm
+_ElmoCharacterEncoder = ElmoCharacterEncoder
+
+__all__ = [
+    "ConfigurationError",
+    "ELMoCharacterMapper",
+    "Elmo",
+    "ElmoBiLm",
+    "ElmoCharacterEncoder",
+    "ElmoEmbedder",
+    "ScalarMix",
+    "_ElmoBiLm",
+    "_ElmoCharacterEncoder",
+    "batch_to_ids",
+    "remove_sentence_boundaries",
+]

@@ -1,0 +1,59 @@
+"""Sentence vectors in AllenNLP's HDF5 layout (what `allennlp elmo` wrote): one
+float32 dataset per sentence under its key (its line index, or the sentence
+itself), and `sentence_to_index`, the JSON of the sentence -> key map.
+`elmo-spacy embed` and `elmo_spacy.allennlp.ElmoEmbedder.embed_file` write it."""
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import numpy
+
+from .errors import ElmoSpacyError
+
+
+def write_hdf5(
+    path: Path,
+    keys: Sequence[str],
+    vectors: Callable[[], Iterable[tuple[int, numpy.ndarray]]],
+    sentence_to_index: dict[str, str] | None,
+) -> None:
+    """Write the (position, array) pairs that `vectors()` yields, each under
+    keys[position], and `sentence_to_index` as a (1,) string dataset of its
+    JSON (unless None)."""
+    import h5py
+
+    with h5py.File(path, "w") as file:
+        for position, output in vectors():
+            file.create_dataset(keys[position], output.shape, dtype="float32", data=output)
+        if sentence_to_index is not None:
+            dataset = file.create_dataset(
+                "sentence_to_index", (1,), dtype=h5py.special_dtype(vlen=str)
+            )
+            dataset[0] = json.dumps(sentence_to_index)
+
+
+def check_sentence_keys(lines: Sequence[str], indices: Iterable[int], flag: str) -> None:
+    """Sentences as HDF5 keys: refuse what AllenNLP would fail on half way (a
+    repeated sentence), and what HDF5 cannot name (an empty line, a "/").
+    `flag` names the setting that asked for sentence keys."""
+    seen: dict[str, int] = {}
+    for i in indices:
+        sentence = lines[i]
+        if not sentence or sentence == "." or "/" in sentence:
+            raise ElmoSpacyError(
+                f"Line {i + 1} ({sentence!r:.60}) cannot be an HDF5 key (empty, '.' or with a "
+                f"'/'): drop {flag} to key the datasets by line index"
+            )
+        if sentence in seen:
+            raise ElmoSpacyError(
+                f"Lines {seen[sentence] + 1} and {i + 1} hold the same sentence, so {flag} "
+                "would give two datasets one key: drop it to key them by line index"
+            )
+        seen[sentence] = i
+
+
+def sentence_to_index(lines: Sequence[str], indices: Iterable[int]) -> dict[str, str]:
+    """Sentence -> key (its line index) in line order: a repeated sentence maps
+    to its last line, as in AllenNLP."""
+    return {lines[i]: str(i) for i in indices}
