@@ -7,6 +7,7 @@ from spacy.util import registry
 from thinc.api import Model, Optimizer, concatenate
 from thinc.types import Floats2d, Floats3d
 
+from .bilm.formats.locate import BiLMPath
 from .bilm.runner import RUN_DEFAULTS, RunSettings
 from .layers import (
     ElmoListener,
@@ -102,7 +103,7 @@ def ElmoTok2Vec_v1(
     mix: Model[list[Floats3d], list[Floats2d]],
     grad_factor: float = 1.0,
     width: int | None = None,
-    bilm_path: str | None = None,
+    bilm_path: BiLMPath | None = None,
     layers: list[int] | None = None,
     state: str | None = None,
     warmup: list[str] | None = None,
@@ -113,7 +114,8 @@ def ElmoTok2Vec_v1(
     as `elmo_spacy.ElmoListener.v1` does. What a listener becomes when
     spaCy's `replace_listeners` replaces it (its biLM then travels with the
     pipe's model); in a config of its own, for one pipe that needs no shared
-    `elmo` pipe, `bilm_path` is the pretrained biLM that `initialize` reads.
+    `elmo` pipe, `bilm_path` is the pretrained biLM that `initialize` reads
+    (a path, or a bilm-tf model's two files as a list, [options, weights]).
     grad_factor scales the gradient sent to the biLM (0 keeps it frozen; see
     `elmo_spacy.ElmoListener.v1`); the biLM's rates are its `fine_tuning`.
     layers, state, warmup, precision: deprecated, set them in the `bilm`

@@ -3,13 +3,13 @@
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
-from pathlib import Path
 
 import numpy
 import torch
 
 from .bilm import BiLM
 from .bilm.formats.directory import load_bilm
+from .bilm.formats.locate import BiLMPath
 from .bilm.inputs.batch import length_runs
 from .bilm.inputs.tokenization import Tokenization
 from .bilm.model import States
@@ -29,8 +29,10 @@ class Embedder:
     `state` and windows).
 
     path: a biLM in any layout `elmo_spacy.bilm.load_bilm` reads
-        (`elmo_spacy.bilm.formats.locate.LAYOUTS`), or a `BiLM` already
-        loaded.
+        (`elmo_spacy.bilm.formats.locate.LAYOUTS`): a path, or a bilm-tf
+        model's two files as a pair, `(options_json, weights_hdf5)`, of any
+        names in any folders (what AllenNLP's `ElmoEmbedder(options_file,
+        weight_file)` took); or a `BiLM` already loaded.
     layers: keep only these layers (indices into 0..L, negative ones from the
         top), in this order; None keeps all L + 1 (0 = the token encoding,
         1..L the biLSTM layers, each [forward; backward]).
@@ -58,7 +60,7 @@ class Embedder:
 
     def __init__(
         self,
-        path: str | Path | BiLM,
+        path: BiLMPath | BiLM,
         *,
         layers: Sequence[int] | None = RUN_DEFAULTS.layers,
         state: str = RUN_DEFAULTS.state,

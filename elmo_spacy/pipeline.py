@@ -19,6 +19,7 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from .bilm.formats.directory import bilm_from_bytes, bilm_to_bytes, load_bilm, save_bilm
+from .bilm.formats.locate import BiLMPath
 from .bilm.runner import RunSettings, resolve_layers
 from .cache import FrozenOutputCache
 from .errors import ElmoSpacyError
@@ -351,11 +352,13 @@ class Elmo(TrainablePipe):
         get_examples: Callable[[], Iterable[Example]],
         *,
         nlp: Language | None = None,
-        bilm_path: str | Path | None = None,
+        bilm_path: BiLMPath | None = None,
         untrained: bool = False,
     ) -> None:
         """Load the pretrained biLM at `bilm_path`, in any layout `load_bilm`
-        reads (`elmo_spacy.bilm.formats.locate.LAYOUTS`). Only with
+        reads (`elmo_spacy.bilm.formats.locate.LAYOUTS`): a path, or a
+        bilm-tf model's two files as a pair, in a config a list of two
+        paths (`bilm_path = ["elmo/options.json", "weights/elmo.hdf5"]`). Only with
         `untrained = true` (and a warning) is a biLM of random weights built
         instead, from the model's `bilm` settings and a vocabulary of the
         example docs."""

@@ -1,10 +1,13 @@
-"""What `load_bilm`, the `elmo` pipe's bilm_path and `elmo-spacy convert-elmo`
-accept: the layouts people download (published bilm-tf files, AllenNLP's
-folder, NLPL's folders and .zip archives), and what each wrong path says."""
+"""What `load_bilm`, `Embedder`, the `elmo` pipe's bilm_path and the commands
+(`convert-elmo`, `embed`) accept: the layouts people download (published
+bilm-tf files, AllenNLP's folder, NLPL's folders and .zip archives), a
+bilm-tf model's two files as a pair, and what each wrong path says."""
 
 import functools
 import json
 import shutil
+import subprocess
+import sys
 import tempfile
 import zipfile
 from pathlib import Path
@@ -19,7 +22,13 @@ from typer.testing import CliRunner
 from elmo_spacy.bilm import BiLM, load_bilm, save_bilm
 from elmo_spacy.bilm.formats.bilm_tf import read_bilm_tf, write_bilm_tf
 from elmo_spacy.bilm.formats.directory import BiLMLoadError
-from elmo_spacy.bilm.formats.locate import BILM_DIR, BILM_TF, BILM_TF_ZIP, resolve_bilm_path
+from elmo_spacy.bilm.formats.locate import (
+    BILM_DIR,
+    BILM_TF,
+    BILM_TF_PAIR,
+    BILM_TF_ZIP,
+    resolve_bilm_path,
+)
 from elmo_spacy.cli import app
 
 from .conftest import tokenize
@@ -190,7 +199,9 @@ def test_convert_elmo_says_what_is_wrong(tmp_path, source):
     result = convert(tmp_path / "nowhere", tmp_path / "out")
     assert result.exit_code == 1 and "does not exist" in result.output
     result = convert(source[0], tmp_path / "out")
-    assert result.exit_code == 1 and "is a file, not a biLM" in result.output
+    assert result.exit_code == 1 and "is a bilm-tf options file, without its weights" in " ".join(
+        result.output.split()
+    )
     result = convert(source[0], source[1].parent, tmp_path / "out")
     assert result.exit_code == 1 and "is a folder" in result.output
     result = convert(source[0], source[1], tmp_path / "a", tmp_path / "out")
@@ -297,7 +308,7 @@ def test_a_file_that_is_not_a_zip_says_a_biLM_is_a_folder(tmp_path, source):
     message = refusal(tmp_path / "model.tar.gz")
     assert "is a file, not a biLM: a biLM path is a folder, or an NLPL ELMo .zip" in message
     folder = folder_of(tmp_path / "pair", {"options.json": source[0], "weights.hdf5": source[1]})
-    assert f"Point to the folder that holds it, {folder}." in refusal(folder / "weights.hdf5")
+    assert f"Or point to the folder that holds it, {folder}." in refusal(folder / "weights.hdf5")
 
 
 def test_a_bilm_tf_model_has_no_softmax_to_load(tmp_path, source):
@@ -368,3 +379,215 @@ def test_shapes_are_checked_one_way_for_every_format():
         ElmoSpacyError, match=r"missing b; a has shape \(3, 7\) where d calls for \(2, 'any'\)"
     ):
         check({"a": (3, 7)})
+
+
+# -- a bilm-tf model's two files as a pair -------------------------------------
+
+
+def pair_apart(tmp_path: Path, source: tuple[Path, Path]) -> tuple[Path, Path]:
+    """The two files in different folders, under names no folder search would
+    pair: how AllenNLP users hold a published model."""
+    options = tmp_path / "downloads" / "elmo_small_opts.json"
+    weights = tmp_path / "weights" / "2019" / "trained.h5"
+    for copy, original in ((options, source[0]), (weights, source[1])):
+        copy.parent.mkdir(parents=True)
+        shutil.copyfile(original, copy)
+    return options, weights
+
+
+def folder_form(tmp_path: Path, source: tuple[Path, Path]) -> Path:
+    return folder_of(tmp_path / "folder", {"options.json": source[0], "weights.hdf5": source[1]})
+
+
+def test_load_bilm_takes_the_pair_as_a_tuple_or_list_of_paths_or_strings(tmp_path, source):
+    options, weights = pair_apart(tmp_path, source)
+    expected = outputs(load_bilm(folder_form(tmp_path, source)))
+    for pair in [(options, weights), [str(options), str(weights)], (str(options), weights)]:
+        location = resolve_bilm_path(pair)
+        assert location.kind == BILM_TF_PAIR
+        assert (location.options, location.weights) == (str(options), str(weights))
+        assert torch.equal(outputs(load_bilm(pair)), expected), pair
+
+
+def test_embedder_takes_the_pair(tmp_path, source):
+    from elmo_spacy import Embedder
+
+    pair = pair_apart(tmp_path, source)
+    expected = Embedder(folder_form(tmp_path, source)).embed(SENTENCES)
+    for got, want in zip(Embedder(pair).embed(SENTENCES), expected, strict=True):
+        assert numpy.array_equal(got, want)
+
+
+def test_embed_takes_the_options_file_and_weight_file(tmp_path, source):
+    options, weights = pair_apart(tmp_path, source)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(" ".join(s) for s in SENTENCES) + "\n", encoding="utf-8")
+    runner = CliRunner()
+    result = runner.invoke(
+        app,
+        [
+            "embed",
+            str(options),
+            str(corpus),
+            str(tmp_path / "pair.hdf5"),
+            "--weight-file",
+            str(weights),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    folder = folder_form(tmp_path, source)
+    result = runner.invoke(app, ["embed", str(folder), str(corpus), str(tmp_path / "folder.hdf5")])
+    assert result.exit_code == 0, result.output
+    with h5py.File(tmp_path / "pair.hdf5") as pair, h5py.File(tmp_path / "folder.hdf5") as whole:
+        assert set(pair) == set(whole) == {"0", "1", "sentence_to_index"}
+        for key in ("0", "1"):
+            assert numpy.array_equal(pair[key][...], whole[key][...])
+    result = runner.invoke(
+        app,
+        [
+            "embed",
+            str(options),
+            str(corpus),
+            str(tmp_path / "x.hdf5"),
+            "--weight-file",
+            str(weights.parent / "trained.hdf5"),
+        ],
+    )
+    message = " ".join(result.output.split())
+    assert result.exit_code == 1 and "The weights file of the bilm-tf pair" in message
+    assert f"{weights.parent / 'trained.hdf5'} does not exist" in message
+    assert f"Did you mean {weights}?" in message
+    result = runner.invoke(app, ["embed", str(options), str(corpus), str(tmp_path / "x.hdf5")])
+    message = " ".join(result.output.split())
+    assert result.exit_code == 1 and "is a bilm-tf options file, without its weights" in message
+    assert "--weight-file WEIGHTS_HDF5" in message
+    assert not (tmp_path / "x.hdf5").exists()
+
+
+PAIR_PREDICT = """
+import json, sys, numpy, spacy
+nlp = spacy.load(sys.argv[1])
+for i, doc in enumerate(nlp.pipe(json.loads(sys.argv[2]))):
+    numpy.save(f"{sys.argv[1]}-{i}-elmo.npy", doc._.elmo)
+    numpy.save(f"{sys.argv[1]}-{i}-tensor.npy", doc.tensor)
+"""
+
+
+def pipeline_of_a_pair(pair: list[str]):
+    """An elmo pipe whose [initialize] bilm_path is `pair`, and a tok2vec pipe
+    (ElmoTok2Vec.v1, owning its biLM) whose model block's bilm_path is `pair`,
+    initialised."""
+    from spacy.tokens import Doc
+    from spacy.training import Example
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    tok2vec = {
+        "@architectures": "elmo_spacy.ElmoTok2Vec.v1",
+        "bilm": {"@architectures": "elmo_spacy.ElmoBiLM.v1"},
+        "mix": {"@architectures": "elmo_spacy.ScalarMix.v1"},
+        "width": 8,
+        "bilm_path": pair,
+    }
+    nlp.add_pipe("tok2vec", config={"model": tok2vec})
+    nlp.config["initialize"]["components"]["elmo"] = {"bilm_path": pair}
+    doc = Doc(nlp.vocab, words=SENTENCES[0])
+    nlp.initialize(lambda: [Example(doc, doc)])
+    return nlp
+
+
+def test_the_pipe_and_its_own_tok2vec_take_the_pair_in_a_config_and_save_the_biLM_inside(
+    tmp_path, source
+):
+    """bilm_path = [options, weights] for the elmo pipe ([initialize]) and for
+    an ElmoTok2Vec.v1 that owns its biLM (its model block): both read the
+    pair as the folder, and the saved pipeline carries the biLM: it loads
+    with the two files gone."""
+    from elmo_spacy.layers import get_bilm
+
+    options, weights = pair_apart(tmp_path, source)
+    pair = [str(options), str(weights)]
+    nlp = pipeline_of_a_pair(pair)
+    from_folder = spacy.blank("en")
+    from_folder.add_pipe("elmo").initialize(lambda: [], bilm_path=folder_form(tmp_path, source))
+    texts = [" ".join(s) for s in SENTENCES]
+    docs = list(nlp.pipe(texts))
+    for ours, theirs in zip(docs, from_folder.pipe(texts), strict=True):
+        assert numpy.array_equal(ours._.elmo, theirs._.elmo)
+    folder_bilm = get_bilm(from_folder.get_pipe("elmo").model).state_dict()
+    owned = [node for node in nlp.get_pipe("tok2vec").model.walk() if node.name == "elmo_own_bilm"]
+    owned_bilm = get_bilm(owned[0].layers[0]).state_dict()
+    assert owned_bilm.keys() == folder_bilm.keys()
+    assert all(torch.equal(owned_bilm[k], folder_bilm[k]) for k in folder_bilm)
+
+    nlp.to_disk(tmp_path / "pipeline")
+    saved = spacy.util.load_config(tmp_path / "pipeline" / "config.cfg")
+    assert saved["initialize"]["components"]["elmo"]["bilm_path"] == pair
+    assert saved["components"]["tok2vec"]["model"]["bilm_path"] == pair
+    shutil.rmtree(tmp_path / "downloads")
+    shutil.rmtree(tmp_path / "weights")
+    loaded = spacy.load(tmp_path / "pipeline")
+    for doc, again in zip(docs, loaded.pipe(texts), strict=True):
+        assert numpy.array_equal(doc._.elmo, again._.elmo)
+        assert numpy.array_equal(doc.tensor, again.tensor)
+
+
+@pytest.mark.slow  # a process of its own: about 8 s
+def test_a_pipeline_initialised_from_a_pair_loads_in_a_fresh_process(tmp_path):
+    """What the test above shows in this process, by `spacy.load` in a new one."""
+    options, weights = pair_apart(tmp_path, write_bilm_tf(tiny_elmo(), tmp_path / "tf"))
+    nlp = pipeline_of_a_pair([str(options), str(weights)])
+    texts = [" ".join(s) for s in SENTENCES]
+    docs = list(nlp.pipe(texts))
+    path = str(tmp_path / "pipeline")
+    nlp.to_disk(path)
+    shutil.rmtree(tmp_path / "downloads")
+    shutil.rmtree(tmp_path / "weights")
+    result = subprocess.run(
+        [sys.executable, "-c", PAIR_PREDICT, path, json.dumps(texts)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    for i, doc in enumerate(docs):
+        assert numpy.load(f"{path}-{i}-elmo.npy").tobytes() == doc._.elmo.tobytes()
+        assert numpy.load(f"{path}-{i}-tensor.npy").tobytes() == doc.tensor.tobytes()
+
+
+def test_a_pair_that_is_not_one_says_what_is_wrong(tmp_path, source):
+    options, weights = pair_apart(tmp_path, source)
+    missing = options.with_name("elmo_small_options.json")
+    message = refusal((missing, weights))
+    assert (
+        f"The options file of the bilm-tf pair (OPTIONS_JSON, WEIGHTS_HDF5): {missing} does not exist"
+        in message
+    )
+    assert f"Did you mean {options}?" in message
+    message = refusal((options, tmp_path / "weights" / "2019" / "trained.hdf5"))
+    assert "The weights file of the bilm-tf pair" in message and "does not exist" in message
+    assert "is a folder" in refusal((options, weights.parent))
+    assert "the wrong way round" in refusal((weights, options))
+    assert "holds 3 paths" in refusal([options, weights, weights])
+    assert "holds 1 path:" in refusal([options])
+    assert "is of type int" in refusal(3)
+    message = refusal(options)
+    assert f"{options} is a bilm-tf options file, without its weights" in message
+    assert "load_bilm((OPTIONS_JSON, WEIGHTS_HDF5))" in message
+    assert 'bilm_path = ["OPTIONS_JSON", "WEIGHTS_HDF5"]' in message
+    message = refusal(weights)
+    assert f"{weights} holds a bilm-tf model's weights, without its options" in message
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    nlp.config["initialize"]["components"]["elmo"] = {"bilm_path": [str(options)]}
+    with pytest.raises(BiLMLoadError, match="holds 1 path"):
+        nlp.initialize()
+
+
+def test_the_pair_is_a_layout_of_its_own_read_as_bilm_tf():
+    from elmo_spacy.bilm.formats.directory import READERS
+    from elmo_spacy.bilm.formats.locate import LAYOUTS
+
+    (layout,) = [layout for layout in LAYOUTS if layout.kind == BILM_TF_PAIR]
+    assert "pair" in layout.name and "--weight-file" in layout.files
+    assert READERS[BILM_TF_PAIR] is READERS[BILM_TF]

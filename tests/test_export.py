@@ -292,3 +292,33 @@ def test_the_export_command_quantizes_to_int8_on_request(bilm_dir, tmp_path):
     )
     assert program_only.returncode != 0 and "--format onnx" in program_only.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_export_takes_a_bilm_tf_pair_with_weight_file(tmp_path):
+    """The options file as MODEL and --weight-file, apart and named
+    otherwise: the exported model gives the layers Embedder gives from the
+    folder of the two."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from elmo_spacy.bilm.formats.bilm_tf import write_bilm_tf
+    from elmo_spacy.cli import app
+
+    from .test_elmo_format import tiny_elmo
+
+    folder = write_bilm_tf(tiny_elmo(), tmp_path / "tf")[0].parent
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    options = shutil.copyfile(folder / "options.json", tmp_path / "a" / "elmo_opts.json")
+    weights = shutil.copyfile(folder / "weights.hdf5", tmp_path / "b" / "trained.h5")
+    args = ["export", str(options), str(tmp_path / "served"), "--format", "onnx"]
+    result = CliRunner().invoke(app, [*args, "--weight-file", str(weights)])
+    assert result.exit_code == 0, result.output
+    bilm = load_bilm(folder)
+    (layers,) = onnx_layers(tmp_path / "served" / "bilm.onnx", serving_inputs(bilm, SENTENCES))
+    assert_close(per_sentence(layers, SENTENCES), Embedder(folder).embed(SENTENCES))
+    result = CliRunner().invoke(app, [*args[:2], str(tmp_path / "other")])
+    assert result.exit_code == 1
+    assert "is a bilm-tf options file, without its weights" in " ".join(result.output.split())
+    assert not (tmp_path / "other").exists()

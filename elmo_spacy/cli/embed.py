@@ -27,13 +27,21 @@ def embed_command(
     bilm_path: Path = typer.Argument(
         ...,
         exists=True,
-        help="A biLM: " + layouts_help(),
+        help="A biLM: "
+        + layouts_help()
+        + ": then BILM_PATH is its options .json, and --weight-file its weights",
     ),
     input_file: Path = typer.Argument(
         ..., exists=True, dir_okay=False, help="UTF-8 text, one sentence per line"
     ),
     output_file: Path = typer.Argument(
         ..., dir_okay=False, help="The HDF5 (or .spacy, or with --engine ray .parquet) to write"
+    ),
+    weight_file: Path = typer.Option(
+        None,
+        "--weight-file",
+        help="The weights .hdf5 of the bilm-tf model whose options .json is BILM_PATH, as "
+        "`allennlp elmo --weight-file` took them (any names, any folders)",
     ),
     all_layers: bool = typer.Option(
         False, "--all", help="Every layer: (L + 1, n, D) per line (the default)"
@@ -117,6 +125,10 @@ def embed_command(
     and a `sentence_to_index` dataset (JSON: sentence -> key). An empty line
     gives an empty dataset. The file appears only once it is complete.
 
+    BILM_PATH is a biLM path, or with --weight-file the options .json of a
+    bilm-tf model's two files (as `allennlp elmo` took --options-file and
+    --weight-file).
+
     With --engine ray the lines run on a pool of Ray actors (--actors) and
     land in one Parquet file, a row per line in line order: line (the
     index), text, tokens, vectors (a tensor per row)."""
@@ -136,6 +148,14 @@ def embed_command(
             "--ray-address": ray_address,
         }
         output_format = _check_engine(engine, output_format, gpu_id, dtype, ray_options)
+        bilm_source = bilm_path if weight_file is None else (bilm_path, weight_file)
+        if engine == "ray" and weight_file is not None:
+            raise ElmoSpacyError(
+                "--weight-file with --engine ray: the Ray actors each load the biLM from one "
+                "path. Put the two files in a folder of their own and give that folder, or "
+                "convert them once (elmo-spacy convert-elmo OPTIONS_JSON WEIGHTS_HDF5 OUTPUT_DIR) "
+                "and give OUTPUT_DIR."
+            )
         settings = RunSettings(  # the options checked before any file is read
             layers=_parse_layers(layers),
             state=state,
@@ -147,7 +167,7 @@ def embed_command(
         keep, of = parse_part(deprecated_part(part, shard))
         _check_output(output_file, overwrite)
         lines = read_lines(input_file)
-        bilm = load_bilm(bilm_path, with_softmax=False)
+        bilm = load_bilm(bilm_source, with_softmax=False)
         tokenization = _tokenization(tokenize, lang, bilm.tokenization)
         lang = tokenization.lang or lang or "en"
         tokenizer = tokenizer_for(tokenization)

@@ -16,9 +16,17 @@ def export_command(
         ...,
         exists=True,
         metavar="MODEL",
-        help="A biLM: " + layouts_help(),
+        help="A biLM: "
+        + layouts_help()
+        + ": then MODEL is its options .json, and --weight-file its weights",
     ),
     output_dir: Path = typer.Argument(..., metavar="OUTPUT_DIR", help="The folder to write"),
+    weight_file: Path = typer.Option(
+        None,
+        "--weight-file",
+        help="The weights .hdf5 of the bilm-tf model whose options .json is MODEL (any names, "
+        "any folders)",
+    ),
     formats: list[str] = typer.Option(
         ["onnx", "torch-export"],
         "--format",
@@ -53,7 +61,10 @@ def export_command(
     and give the (L + 1, batch, tokens, 2P) layers in float32, and
     inputs.json, which says how to make the ids from tokens (the character
     scheme, the vocabulary in vocab.txt for encoders that read words) and how
-    the biLM's text was tokenised. The folder appears once it is complete."""
+    the biLM's text was tokenised. The folder appears once it is complete.
+
+    MODEL is a biLM path, or with --weight-file the options .json of a
+    bilm-tf model's two files."""
     from ..bilm import load_bilm
     from ..bilm.formats.exported import FORMATS, export_bilm
     from ..bilm.runner import Runner, RunSettings
@@ -73,7 +84,9 @@ def export_command(
             raise ElmoSpacyError("--with-states takes the states as inputs: leave --state zero")
         warmup = None if warmup_file is None else [line for line in read_lines(warmup_file)]
         settings = RunSettings(state=state, warmup=warmup or None, origin="--")
-        bilm = load_bilm(bilm_path, with_softmax=False)
+        bilm = load_bilm(
+            bilm_path if weight_file is None else (bilm_path, weight_file), with_softmax=False
+        )
         initial_states = Runner(bilm, settings).initial_states()
         written: list[Path] = []
 

@@ -27,6 +27,7 @@ from thinc.types import Floats3d
 
 from ..bilm import BiLM, BiLMConfig, WordVocab
 from ..bilm.formats.directory import bilm_from_bytes, bilm_to_bytes, load_bilm
+from ..bilm.formats.locate import BiLMPath
 from ..bilm.runner import Runner, RunSettings
 from ..errors import ElmoSpacyError
 from .dims import N_OUTPUT_LAYERS
@@ -290,13 +291,16 @@ def no_backprop(d_outputs: ElmoOutput) -> list[Doc]:
 
 
 def own_bilm(
-    bilm_model: Model[list[Doc], ElmoOutput], grad_factor: float, bilm_path: str | None = None
+    bilm_model: Model[list[Doc], ElmoOutput],
+    grad_factor: float,
+    bilm_path: BiLMPath | None = None,
 ) -> Model[list[Doc], ElmoOutput]:
     """A downstream pipe's own biLM, in the place of a listener: `bilm_model`
     (`build_bilm_model`) run in training with its gradient scaled by
     `grad_factor` (0: the biLM only predicts and never changes), in
     prediction as the `elmo` pipe runs it. `bilm_path`: where `initialize`
-    reads the pretrained biLM, if none is attached yet."""
+    reads the pretrained biLM, if none is attached yet (anything `load_bilm`
+    reads: a path, or a bilm-tf model's two files as a pair)."""
     model = Model(
         "elmo_own_bilm",
         _own_forward,

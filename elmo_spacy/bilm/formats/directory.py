@@ -8,7 +8,8 @@ vocabulary (a converted ELMoForManyLangs model), {"words": [...], "chars": [...]
 safetensors holds raw tensors only, so loading a biLM never unpickles
 anything. Pretraining writes this layout and the `elmo` pipe reads it;
 `load_bilm` also reads the bilm-tf layouts that `locate` finds (published,
-AllenNLP and NLPL ELMo models, folders or .zip archives).
+AllenNLP and NLPL ELMo models, folders or .zip archives, or a model's two
+files given as a pair) and ELMoForManyLangs folders.
 """
 
 import json
@@ -32,6 +33,7 @@ from .locate import (
     BILM_DIR,
     BILM_FILES,
     BILM_TF,
+    BILM_TF_PAIR,
     BILM_TF_ZIP,
     CONFIG_FILE,
     EFML,
@@ -39,6 +41,7 @@ from .locate import (
     VOCAB_FILE,
     BiLMLoadError,
     BiLMLocation,
+    BiLMPath,
     bilm_tf_files,
     resolve_bilm_path,
 )
@@ -71,15 +74,21 @@ def write_bilm_files(bilm: BiLM, state: dict[str, torch.Tensor], folder: Path) -
         )
 
 
-def load_bilm(path: str | Path, with_softmax: bool | None = None) -> BiLM:
+def load_bilm(path: BiLMPath, with_softmax: bool | None = None) -> BiLM:
     """Read the biLM at `path`, in any layout of
     `elmo_spacy.bilm.formats.locate.LAYOUTS`: a biLM directory written by
     `save_bilm` (`elmo-spacy pretrain`'s model-best/, `convert-elmo`'s
     output), a bilm-tf model folder (the published ELMo files, AllenNLP's,
-    NLPL's), an NLPL .zip archive, or an ELMoForManyLangs model folder.
+    NLPL's), an NLPL .zip archive, or an ELMoForManyLangs model folder; or a
+    bilm-tf model's two files as a pair, `(options_json, weights_hdf5)` (a
+    2-tuple or list of paths or strings, of any names in any folders, as
+    AllenNLP's `Elmo(options_file, weight_file, ...)` takes them):
 
-    Any other path is refused with a `BiLMLoadError` that says what is there
-    and what to point to.
+        load_bilm("models/elmo-original")
+        load_bilm(("downloads/elmo_options.json", "weights/elmo_weights.hdf5"))
+
+    Any other path (an options file alone, too) is refused with a
+    `BiLMLoadError` that says what is there and what to point to.
 
     with_softmax: None loads the softmax head where the directory has one;
         False leaves it out (the `elmo` pipe does not need it); True requires it.
@@ -112,6 +121,7 @@ def _read_bilm_tf(location: BiLMLocation, progress: DatasetProgress) -> BiLM:
 # (location, progress) -> BiLM, without a softmax head.
 READERS = {
     BILM_TF: _read_bilm_tf,
+    BILM_TF_PAIR: _read_bilm_tf,
     BILM_TF_ZIP: _read_bilm_tf,
     EFML: lambda location, progress: read_efml(location.path),
 }

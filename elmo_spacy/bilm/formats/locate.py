@@ -1,8 +1,13 @@
-"""What a biLM path points to: the layouts that `load_bilm`, the `elmo` pipe's
-`bilm_path` and `elmo-spacy convert-elmo` accept, found by looking (file
-names, and the keys of small JSON files) before any weights are read.
+"""What a biLM path points to: the layouts that `load_bilm`, `Embedder`, the
+`elmo` pipe's `bilm_path` and the commands (`embed`, `export`,
+`convert-elmo`) accept, found by looking (file names, and the keys of small
+JSON files) before any weights are read.
 
-The layouts accepted are `LAYOUTS`, looked for in that order. In a folder,
+The layouts accepted are `LAYOUTS`: a path, looked for in that order, or a
+bilm-tf model's two files given as a pair, `(options, weights)` (a 2-tuple
+or list in Python, a list of two paths as a config's `bilm_path`, the
+options file and `--weight-file` on the command line; see `bilm_tf_pair`),
+as AllenNLP users hold them: any names, in any folders. In a folder,
 bilm-tf's two files are found by their published names first, else as
 exactly one options .json (a JSON object with an `lstm` or `char_cnn`
 section) and one weights .hdf5 of any names; in an NLPL .zip archive at its
@@ -16,10 +21,11 @@ what to point to instead. Nothing here imports spaCy.
 
 import difflib
 import json
+import os
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -41,6 +47,18 @@ MAX_OPTIONS_BYTES = 1 << 20  # options files are < 1 kB; larger JSON files are n
 PRETRAIN_OUTPUTS = ("model-best", "model-last")
 
 BILM_DIR, BILM_TF, BILM_TF_ZIP, EFML = "bilm", "bilm_tf", "bilm_tf_zip", "efml"
+BILM_TF_PAIR = "bilm_tf_pair"
+
+# Where a biLM is: a path (a folder, an NLPL .zip), or the pair of a bilm-tf
+# model's files, (options .json, weights .hdf5), as a 2-tuple or list.
+BiLMPath = str | os.PathLike | Sequence[str | os.PathLike]
+# How a pair is given, for the messages that ask for one.
+PAIR_FORMS = (
+    "load_bilm((OPTIONS_JSON, WEIGHTS_HDF5)) or Embedder((OPTIONS_JSON, WEIGHTS_HDF5)) in "
+    'Python, bilm_path = ["OPTIONS_JSON", "WEIGHTS_HDF5"] in a config, elmo-spacy embed '
+    "(or export) OPTIONS_JSON ... --weight-file WEIGHTS_HDF5 on the command line "
+    "(convert-elmo: OPTIONS_JSON WEIGHTS_HDF5 OUTPUT_DIR)"
+)
 
 
 @dataclass(frozen=True)
@@ -54,8 +72,9 @@ class Layout:
     files: str
 
 
-# Every layout, in the order they are looked for: the one list that
-# `load_bilm`, its error messages, `Embedder`, `embed`'s help and the pipe read.
+# Every layout: the paths in the order they are looked for, then the pair,
+# which is given rather than found. The one list that `load_bilm`, its error
+# messages, `Embedder`, the help of `embed` and `export`, and the pipe read.
 LAYOUTS = (
     Layout(
         BILM_DIR,
@@ -80,6 +99,12 @@ LAYOUTS = (
         "config.json + token_embedder.pkl + encoder.pkl + char.dic and/or word.dic, as "
         "unpacked from its archive",
     ),
+    Layout(
+        BILM_TF_PAIR,
+        "a bilm-tf model's two files as a pair, (options .json, weights .hdf5), of any names "
+        "in any folders (as AllenNLP's Elmo takes them)",
+        "the options file and the weights file, given as a pair: " + PAIR_FORMS,
+    ),
 )
 
 
@@ -95,9 +120,11 @@ class BiLMLoadError(ElmoSpacyError):
 @dataclass(frozen=True)
 class BiLMLocation:
     """Where a biLM is. `kind` is BILM_DIR (the biLM directory `path`),
-    BILM_TF (`options` and `weights` are the paths of a bilm-tf pair),
-    BILM_TF_ZIP (`options` and `weights` are members of the zip archive `path`)
-    or EFML (the ELMoForManyLangs model folder `path`)."""
+    BILM_TF (`options` and `weights` are the paths of a bilm-tf pair found in
+    the folder `path`), BILM_TF_PAIR (the paths of a pair given as such;
+    `path` is the options file's folder), BILM_TF_ZIP (`options` and
+    `weights` are members of the zip archive `path`) or EFML (the
+    ELMoForManyLangs model folder `path`)."""
 
     kind: str
     path: Path
@@ -121,10 +148,24 @@ class BiLMLocation:
         return self.options, self.weights
 
 
-def resolve_bilm_path(path: str | Path) -> BiLMLocation:
+def resolve_bilm_path(path: BiLMPath) -> BiLMLocation:
     """The biLM at `path`: a folder in one of the accepted layouts (see the
-    module's docstring) or an NLPL .zip archive. Raises `BiLMLoadError`,
-    saying what is there instead, for anything else."""
+    module's docstring) or an NLPL .zip archive, or a bilm-tf model's two
+    files as a pair, (options, weights) (a 2-tuple or list, see
+    `bilm_tf_pair`). Raises `BiLMLoadError`, saying what is there instead,
+    for anything else."""
+    if isinstance(path, (tuple, list)):
+        if len(path) != 2:
+            raise BiLMLoadError(
+                f"{_shown(path)} holds {len(path)} path{'' if len(path) == 1 else 's'}: a biLM is one path (a folder, an NLPL "
+                ".zip), or a bilm-tf model's two files as a pair, (OPTIONS_JSON, WEIGHTS_HDF5)."
+            )
+        return bilm_tf_pair(*path)
+    if not isinstance(path, (str, os.PathLike)):
+        raise BiLMLoadError(
+            f"{_shown(path)} is of type {type(path).__name__}, not a biLM path: give a folder (a str "
+            "or Path), or a bilm-tf model's two files as a pair, (OPTIONS_JSON, WEIGHTS_HDF5)."
+        )
     path = Path(path).expanduser()
     if not path.exists():
         raise BiLMLoadError(_missing_message(path))
@@ -135,18 +176,37 @@ def resolve_bilm_path(path: str | Path) -> BiLMLocation:
     raise BiLMLoadError(_not_a_folder_message(path))
 
 
-def bilm_tf_pair(options: str | Path, weights: str | Path) -> BiLMLocation:
-    """A bilm-tf model given as its two files, whatever their names."""
-    options, weights = Path(options).expanduser(), Path(weights).expanduser()
-    for file in (options, weights):
+def bilm_tf_pair(options: str | os.PathLike, weights: str | os.PathLike) -> BiLMLocation:
+    """A bilm-tf model given as its two files, whatever their names and
+    folders: `options` (the .json of its options) and `weights` (its .hdf5).
+    A missing file, a folder, or the two given the other way round is
+    refused with a `BiLMLoadError` that names the file."""
+    files = {}
+    for role, file in (("options", options), ("weights", weights)):
+        if not isinstance(file, (str, os.PathLike)):
+            raise BiLMLoadError(
+                f"The {role} file of the pair (OPTIONS_JSON, WEIGHTS_HDF5) is {_shown(file)}, "
+                f"of type {type(file).__name__}: give the path of each file (a str or Path)."
+            )
+        file = files[role] = Path(file).expanduser()
         if not file.exists():
-            raise BiLMLoadError(_missing_message(file))
+            raise BiLMLoadError(
+                f"The {role} file of the bilm-tf pair (OPTIONS_JSON, WEIGHTS_HDF5): "
+                + _missing_message(file)
+            )
         if not file.is_file():
             raise BiLMLoadError(
-                f"{file} is a folder: this form takes the two files of a bilm-tf model, "
-                "OPTIONS_JSON WEIGHTS_HDF5. For a folder or an NLPL .zip, give that path alone."
+                f"The {role} file of the bilm-tf pair (OPTIONS_JSON, WEIGHTS_HDF5), {file}, is a "
+                "folder: a pair names the two files of a bilm-tf model. For a folder or an NLPL "
+                ".zip, give that path alone."
             )
-    return BiLMLocation(BILM_TF, options.parent, str(options), str(weights))
+    options, weights = files["options"], files["weights"]
+    if not _is_options(_read_small(options)) and _is_options(_read_small(weights)):
+        raise BiLMLoadError(
+            f"The pair ({options}, {weights}) is the wrong way round: {weights} holds the "
+            "options. Give the options first, then the weights: (OPTIONS_JSON, WEIGHTS_HDF5)."
+        )
+    return BiLMLocation(BILM_TF_PAIR, options.parent, str(options), str(weights))
 
 
 @contextmanager
@@ -154,7 +214,7 @@ def bilm_tf_files(location: BiLMLocation) -> Iterator[tuple[Path, Path]]:
     """The options and weights files of a bilm-tf location, as paths to read
     while the context lasts: the files themselves, or copies of the members
     of a zip archive in a temporary folder that is removed afterwards."""
-    if location.kind == BILM_TF:
+    if location.kind in (BILM_TF, BILM_TF_PAIR):
         yield Path(location.options), Path(location.weights)
         return
     if location.kind != BILM_TF_ZIP:
@@ -355,7 +415,7 @@ def _several_pairs(where: str, pairs: list[tuple[str, str]]) -> BiLMLoadError:
     names = "; ".join(f"{o} + {w}" for o, w in pairs)
     return BiLMLoadError(
         f"{where} holds more than one candidate bilm-tf model ({names}): keep one pair in the "
-        "folder, or name the files: elmo-spacy convert-elmo OPTIONS_JSON WEIGHTS_HDF5 OUTPUT_DIR"
+        f"folder, or give the two files as a pair, (OPTIONS_JSON, WEIGHTS_HDF5): {PAIR_FORMS}."
     )
 
 
@@ -381,16 +441,25 @@ def _missing_message(path: Path) -> str:
 
 
 def _not_a_folder_message(path: Path) -> str:
-    message = (
-        f"{path} is a file, not a biLM: a biLM path is a folder, or an NLPL ELMo .zip "
-        f"archive. Accepted layouts: {_layouts_text()}."
-    )
+    suffix = path.suffix.lower()
+    if suffix == ".json" and _is_options(_read_small(path)):
+        message = (
+            f"{path} is a bilm-tf options file, without its weights: give the two files as a "
+            f"pair, (OPTIONS_JSON, WEIGHTS_HDF5): {PAIR_FORMS}."
+        )
+    elif suffix in WEIGHTS_SUFFIXES and _looks_like_weights(path):
+        message = (
+            f"{path} holds a bilm-tf model's weights, without its options: give the two files "
+            f"as a pair, (OPTIONS_JSON, WEIGHTS_HDF5): {PAIR_FORMS}."
+        )
+    else:
+        message = (
+            f"{path} is a file, not a biLM: a biLM path is a folder, or an NLPL ELMo .zip "
+            f"archive. Accepted layouts: {_layouts_text()}."
+        )
     if _holds_bilm(path.parent):
-        return message + f" Point to the folder that holds it, {path.parent}."
-    return message + (
-        " For a bilm-tf pair of files named otherwise: elmo-spacy convert-elmo OPTIONS_JSON "
-        "WEIGHTS_HDF5 OUTPUT_DIR, then point to OUTPUT_DIR."
-    )
+        return message + f" Or point to the folder that holds it, {path.parent}."
+    return message
 
 
 def _pretraining_message(folder: Path) -> str | None:
@@ -425,6 +494,12 @@ def _nothing_known_message(folder: Path) -> str:
 
 def _layouts_text() -> str:
     return "; ".join(f"({i}) {layout.name}: {layout.files}" for i, layout in enumerate(LAYOUTS, 1))
+
+
+def _shown(value: object, limit: int = 120) -> str:
+    """`value` as an error message shows it, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _listing(names: Iterable[str], limit: int = 12) -> str:
