@@ -749,6 +749,51 @@ def _checked(batch: Tokens) -> Tokens:
     return batch
 
 
+# Where AllenNLP kept each name that code imports: `as_allennlp_modules`.
+ALLENNLP_MODULES = {
+    "allennlp.modules.elmo": ("Elmo", "_ElmoBiLm", "_ElmoCharacterEncoder", "batch_to_ids"),
+    "allennlp.modules.scalar_mix": ("ScalarMix",),
+    "allennlp.commands.elmo": ("ElmoEmbedder", "DEFAULT_BATCH_SIZE"),
+    "allennlp.data.token_indexers.elmo_indexer": ("ELMoCharacterMapper",),
+    "allennlp.nn.util": ("remove_sentence_boundaries",),
+    "allennlp.common.checks": ("ConfigurationError",),
+}
+
+
+def as_allennlp_modules() -> None:
+    """Make `import allennlp.modules.elmo` (and the modules of
+    `ALLENNLP_MODULES`) import these classes, for code that imports AllenNLP
+    where its users cannot change the import lines (Flair's `ELMoEmbeddings`,
+    bio_embeddings): call it before importing that code. Opt-in, and only
+    where AllenNLP itself is not installed; the modules hold only the names
+    listed."""
+    import importlib.util
+    import sys
+    import types
+
+    if "allennlp" in sys.modules and not getattr(sys.modules["allennlp"], "elmo_spacy", False):
+        raise ElmoSpacyError("AllenNLP itself is imported already: use it, or a fresh process")
+    if "allennlp" not in sys.modules and importlib.util.find_spec("allennlp") is not None:
+        raise ElmoSpacyError(
+            "AllenNLP is installed: uninstall it (pip uninstall allennlp) to put elmo_spacy's "
+            "ELMo in its place, or import elmo_spacy.allennlp directly"
+        )
+    this = sys.modules[__name__]
+    for name, names in ALLENNLP_MODULES.items():
+        parts = name.split(".")
+        for depth in range(1, len(parts) + 1):
+            package = ".".join(parts[:depth])
+            if package not in sys.modules:
+                module = types.ModuleType(package, "elmo_spacy.allennlp in AllenNLP's place")
+                module.__path__ = []  # a package, so that its submodules import
+                module.elmo_spacy = True
+                sys.modules[package] = module
+                if depth > 1:
+                    setattr(sys.modules[".".join(parts[: depth - 1])], parts[depth - 1], module)
+        for attribute in names:
+            setattr(sys.modules[name], attribute, getattr(this, attribute))
+
+
 # AllenNLP's names, underscores included, which code in the wild imports.
 _ElmoBiLm = ElmoBiLm
 _ElmoCharacterEncoder = ElmoCharacterEncoder
@@ -763,6 +808,7 @@ __all__ = [
     "ScalarMix",
     "_ElmoBiLm",
     "_ElmoCharacterEncoder",
+    "as_allennlp_modules",
     "batch_to_ids",
     "remove_sentence_boundaries",
 ]

@@ -5,6 +5,8 @@ ElmoEmbedder's arrays and HDF5 files."""
 import copy
 import json
 import pickle
+import subprocess
+import sys
 import threading
 
 import h5py
@@ -510,3 +512,22 @@ def test_elmo_on_cuda(pair):
         ElmoEmbedder(*pair, state="zero").embed_sentence(SENTENCES[0]),
         atol=1e-5,
     )
+
+
+def test_code_that_imports_allennlp_runs_after_as_allennlp_modules(pair, tmp_path):
+    """What Flair's ELMoEmbeddings and bio_embeddings do: import AllenNLP's
+    modules by their names, in a process that has no AllenNLP."""
+    script = f"""
+import elmo_spacy.allennlp
+elmo_spacy.allennlp.as_allennlp_modules()
+import allennlp.commands.elmo
+from allennlp.modules.elmo import Elmo, _ElmoBiLm, batch_to_ids
+from allennlp.modules.scalar_mix import ScalarMix
+from allennlp.nn.util import remove_sentence_boundaries
+embedder = allennlp.commands.elmo.ElmoEmbedder({str(pair[0])!r}, {str(pair[1])!r}, -1)
+print(embedder.embed_sentence(["a", "b"]).shape)
+print(Elmo({str(pair[0])!r}, {str(pair[1])!r}, 1)(batch_to_ids([["a"]]))["mask"].shape)
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["(3, 2, 16)", "torch.Size([1, 1])"]
