@@ -2,6 +2,7 @@
 AllenNLP's HDF5 layout, shards, DocBin output, and no half-written file."""
 
 import json
+import sys
 from pathlib import Path
 
 import h5py
@@ -354,3 +355,101 @@ def test_a_fall_back_under_the_command_line_is_one_line_not_typers(
     warning = "RuntimeWarning: Embedder: precision = 'bfloat16' runs as 'float32': no."
     assert result.stderr.splitlines()[0] == warning  # then the progress bar
     assert "typer" not in result.stderr
+
+
+# -- the output file's suffix chooses its format --------------------------------
+
+
+def test_the_output_files_suffix_chooses_the_format(tiny_bilm_dir, embedder, corpus, tmp_path):
+    assert embed(tiny_bilm_dir, corpus, tmp_path / "out.spacy").exit_code == 0
+    docs = list(DocBin().from_disk(tmp_path / "out.spacy").get_docs(spacy.blank("en").vocab))
+    numpy.testing.assert_allclose(
+        docs[1]._.elmo, embedder.embed_sentence(LINES[1].split()), atol=1e-6
+    )
+    for name in ("out.h5", "out.HDF5", "out.vectors"):  # another suffix: the engine's, HDF5
+        assert embed(tiny_bilm_dir, corpus, tmp_path / name).exit_code == 0
+        with h5py.File(tmp_path / name) as file:
+            assert len(file) == len(LINES) + 1
+    assert (
+        embed(tiny_bilm_dir, corpus, tmp_path / "docs.bin", "--output-format", "spacy").exit_code
+        == 0
+    )
+    assert len(DocBin().from_disk(tmp_path / "docs.bin")) == len(LINES)
+
+
+@pytest.mark.parametrize(
+    "name, args, message",
+    [
+        (
+            "out.parquet",
+            [],
+            "out.parquet names a Parquet file, which --engine ray writes: add --engine ray, or "
+            "name it {tmp}/out.hdf5 (HDF5) or {tmp}/out.spacy (a DocBin)",
+        ),
+        (
+            "out.hdf5",
+            ["--output-format", "spacy"],
+            "--output-format spacy writes a DocBin, but {tmp}/out.hdf5 names an HDF5 file "
+            "(.hdf5): name it {tmp}/out.spacy, or drop --output-format to write HDF5",
+        ),
+        (
+            "out.spacy",
+            ["--output-format", "hdf5"],
+            "out.spacy names a DocBin (.spacy): name it {tmp}/out.hdf5, or drop --output-format",
+        ),
+        (
+            "out.hdf5",
+            ["--engine", "ray"],
+            "{tmp}/out.hdf5 names an HDF5 file (.hdf5), but --engine ray writes Parquet: name it "
+            "{tmp}/out.parquet, or use --engine local to write HDF5",
+        ),
+        (
+            "out.spacy",
+            ["--engine", "ray", "--output-format", "parquet"],
+            "names a DocBin (.spacy), but --engine ray writes Parquet: name it {tmp}/out.parquet",
+        ),
+        ("out.h5", ["--output-format", "csv"], "--output-format csv: use one of hdf5, spacy"),
+    ],
+)
+def test_a_suffix_that_names_another_format_is_refused_before_anything_runs(
+    tiny_bilm_dir, corpus, tmp_path, monkeypatch, name, args, message
+):
+    monkeypatch.setitem(sys.modules, "ray", None)  # refused before Ray would start
+    result = embed(tiny_bilm_dir, corpus, tmp_path / name, *args)
+    assert result.exit_code == 1
+    assert message.format(tmp=tmp_path) in " ".join(result.output.split())
+    assert list(tmp_path.iterdir()) == [corpus]
+
+
+def test_ray_writes_parquet_into_a_file_of_another_suffix(
+    tiny_bilm_dir, corpus, tmp_path, monkeypatch
+):
+    """With a suffix that names no format, --engine ray writes its Parquet
+    (`embed_to_parquet` recorded here: no Ray starts)."""
+    import elmo_spacy.ray_data
+
+    calls = []
+    monkeypatch.setattr(
+        elmo_spacy.ray_data,
+        "embed_to_parquet",
+        lambda *args, **kwargs: calls.append(args) or (7, 42),
+    )
+    result = embed(tiny_bilm_dir, corpus, tmp_path / "vectors.out", "--engine", "ray")
+    assert result.exit_code == 0, result.output
+    assert calls[0][3] == tmp_path / "vectors.out"
+
+
+def test_ray_refuses_a_pair_before_it_starts(tiny_bilm_dir, corpus, tmp_path, monkeypatch):
+    from elmo_spacy.bilm.formats.bilm_tf import write_bilm_tf
+
+    from .test_elmo_format import tiny_elmo
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    options, weights = write_bilm_tf(tiny_elmo(), tmp_path / "tf")
+    result = embed(
+        options, corpus, tmp_path / "out.parquet", "--engine", "ray", "--weight-file", weights
+    )
+    message = " ".join(result.output.split())
+    assert result.exit_code == 1 and "--weight-file with --engine ray" in message
+    assert "elmo-spacy convert-elmo OPTIONS_JSON WEIGHTS_HDF5 OUTPUT_DIR" in message
+    assert not (tmp_path / "out.parquet").exists()

@@ -1,6 +1,7 @@
 """`elmo-spacy embed`: a corpus, one sentence per line, to ELMo vectors in
 HDF5 (the layout of AllenNLP's `allennlp elmo`) or in a DocBin; or, with
-`--engine ray`, on a pool of Ray actors to Parquet (`elmo_spacy.ray_data`)."""
+`--engine ray`, on a pool of Ray actors to Parquet (`elmo_spacy.ray_data`).
+The output file's suffix says which, unless --output-format does."""
 
 import json
 import time
@@ -20,6 +21,10 @@ if TYPE_CHECKING:
 
 FORMATS = ("hdf5", "spacy", "parquet")
 ENGINES = ("local", "ray")
+# The output format each suffix names; what each format is, and its files.
+SUFFIXES = {".hdf5": "hdf5", ".h5": "hdf5", ".spacy": "spacy", ".parquet": "parquet"}
+FORMAT_NAMES = {"hdf5": "HDF5", "spacy": "a DocBin", "parquet": "Parquet"}
+FORMAT_FILES = {"hdf5": "an HDF5 file", "spacy": "a DocBin", "parquet": "a Parquet file"}
 
 
 @app.command("embed")
@@ -35,7 +40,10 @@ def embed_command(
         ..., exists=True, dir_okay=False, help="UTF-8 text, one sentence per line"
     ),
     output_file: Path = typer.Argument(
-        ..., dir_okay=False, help="The HDF5 (or .spacy, or with --engine ray .parquet) to write"
+        ...,
+        dir_okay=False,
+        help="The file to write: .hdf5 or .h5 (HDF5), .spacy (a DocBin), .parquet (--engine "
+        "ray); another suffix takes --output-format, or the engine's format",
     ),
     weight_file: Path = typer.Option(
         None,
@@ -76,8 +84,9 @@ def embed_command(
     ),
     output_format: str = typer.Option(
         None,
-        help="hdf5 (AllenNLP's layout; --engine local's default), spacy (a DocBin with "
-        "doc._.elmo set), or parquet (--engine ray's only)",
+        help="hdf5 (AllenNLP's layout), spacy (a DocBin with doc._.elmo set), or parquet "
+        "(--engine ray's only); default: what OUTPUT_FILE's suffix names, else hdf5 "
+        "(--engine local) or parquet (--engine ray)",
     ),
     use_sentence_keys: bool = typer.Option(
         False, help="Key each dataset by its sentence, not its line index (AllenNLP's flag)"
@@ -124,6 +133,8 @@ def embed_command(
     a float32 dataset per line, keyed by the line's index ("0", "1", ...),
     and a `sentence_to_index` dataset (JSON: sentence -> key). An empty line
     gives an empty dataset. The file appears only once it is complete.
+    OUTPUT_FILE's suffix chooses the format: .hdf5 or .h5, .spacy (a DocBin),
+    .parquet (--engine ray).
 
     BILM_PATH is a biLM path, or with --weight-file the options .json of a
     bilm-tf model's two files (as `allennlp elmo` took --options-file and
@@ -147,7 +158,8 @@ def embed_command(
             "--lines-per-batch": lines_per_batch,
             "--ray-address": ray_address,
         }
-        output_format = _check_engine(engine, output_format, gpu_id, dtype, ray_options)
+        _check_engine(engine, output_format, gpu_id, dtype, ray_options)
+        output_format = _output_format(output_file, output_format, engine)
         bilm_source = bilm_path if weight_file is None else (bilm_path, weight_file)
         if engine == "ray" and weight_file is not None:
             raise ElmoSpacyError(
@@ -320,8 +332,6 @@ def _output_mode(all_layers: bool, top: bool, average: bool) -> str:
 
 
 def _check_format(output_format: str, use_sentence_keys: bool, forget_sentences: bool) -> None:
-    if output_format not in FORMATS:
-        raise ElmoSpacyError(f"--output-format {output_format}: use one of {', '.join(FORMATS)}")
     if output_format != "hdf5" and (use_sentence_keys or forget_sentences):
         what = "a DocBin" if output_format == "spacy" else "the Parquet file"
         raise ElmoSpacyError(
@@ -332,9 +342,8 @@ def _check_format(output_format: str, use_sentence_keys: bool, forget_sentences:
 
 def _check_engine(
     engine: str, output_format: str | None, gpu_id: int, dtype: str, ray_options: dict
-) -> str:
-    """The output format (the engine's default where none is given), after
-    refusing the options that do not apply to `engine`."""
+) -> None:
+    """Refuse the options that do not apply to `engine`."""
     if engine not in ENGINES:
         raise ElmoSpacyError(f"--engine {engine}: use one of {', '.join(ENGINES)}")
     if dtype not in ("float32", "float16"):
@@ -350,7 +359,7 @@ def _check_engine(
             )
         if output_format == "parquet":
             raise ElmoSpacyError("--output-format parquet is --engine ray's: add --engine ray")
-        return output_format or "hdf5"
+        return
     if output_format not in (None, "parquet"):
         raise ElmoSpacyError(
             f"--engine ray writes Parquet, not {output_format}: drop --output-format (or give "
@@ -366,7 +375,41 @@ def _check_engine(
             raise ElmoSpacyError(f"{name} {ray_options[name]}: give a number above 0")
     if (ray_options["--gpus-per-actor"] or 0) < 0:
         raise ElmoSpacyError(f"--gpus-per-actor {ray_options['--gpus-per-actor']}: give 0 or more")
-    return "parquet"
+
+
+def _output_format(output_file: Path, output_format: str | None, engine: str) -> str:
+    """The format to write: --output-format, else the one OUTPUT_FILE's
+    suffix names (`SUFFIXES`), else the engine's (hdf5 for local, parquet for
+    ray). A suffix that names another format than the one chosen, or one
+    the engine does not write, is refused, so that no file holds what its
+    name does not say."""
+    if output_format is not None and output_format not in FORMATS:
+        raise ElmoSpacyError(f"--output-format {output_format}: use one of {', '.join(FORMATS)}")
+    suffix = output_file.suffix
+    named = SUFFIXES.get(suffix.lower())
+    if named is None:
+        return output_format or ("parquet" if engine == "ray" else "hdf5")
+    if engine == "ray" and named != "parquet":
+        raise ElmoSpacyError(
+            f"{output_file} names {FORMAT_FILES[named]} ({suffix}), but --engine ray writes "
+            f"Parquet: name it {output_file.with_suffix('.parquet')}, or use --engine local to "
+            f"write {FORMAT_NAMES[named]}"
+        )
+    if engine == "local" and named == "parquet":
+        raise ElmoSpacyError(
+            f"{output_file} names a Parquet file, which --engine ray writes: add --engine ray, "
+            f"or name it {output_file.with_suffix('.hdf5')} (HDF5) or "
+            f"{output_file.with_suffix('.spacy')} (a DocBin)"
+        )
+    if output_format is not None and output_format != named:
+        wanted = next(s for s, f in SUFFIXES.items() if f == output_format)
+        raise ElmoSpacyError(
+            f"--output-format {output_format} writes {FORMAT_NAMES[output_format]}, but "
+            f"{output_file} names {FORMAT_FILES[named]} ({suffix}): name it "
+            f"{output_file.with_suffix(wanted)}, or drop --output-format to write "
+            f"{FORMAT_NAMES[named]}"
+        )
+    return named
 
 
 def _parse_layers(layers: str | None) -> list[int] | None:
