@@ -4,7 +4,7 @@
 #
 #     bash benchmarks/gpu_session.sh [STEP ...]
 #
-# STEP: tests, elmo_shapes, pretrain_throughput, pretrain_throughput_original,
+# STEP: tests, elmo_shapes, allennlp_module, pretrain_throughput, pretrain_throughput_original,
 # profile_original_step, precision_perplexity, type_cache, profile_clipped
 # (default: all, in that order), or the recipe's (configs/bilm_lm1b.cfg, on
 # request): kernel_tests, recipe_step, recipe_profile, recipe_feed, recipe_buckets,
@@ -36,7 +36,7 @@
 set -uo pipefail
 logs=gpu-logs
 [ -n "${OUT:-}" ] && logs=/tmp/gpu-logs
-steps=${*:-tests elmo_shapes pretrain_throughput pretrain_throughput_original profile_original_step precision_perplexity type_cache profile_clipped}
+steps=${*:-tests elmo_shapes allennlp_module pretrain_throughput pretrain_throughput_original profile_original_step precision_perplexity type_cache profile_clipped}
 mkdir -p "$logs"
 export PYTHONUNBUFFERED=1
 if [ -d .whl ]; then
@@ -72,7 +72,10 @@ lm1b=configs/bilm_lm1b.cfg
 for name in $steps; do
     case $name in
     tests) step tests 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py \
-        tests/study/test_textcat_configs.py tests/test_lstm_implementations.py ;;
+        tests/study/test_textcat_configs.py tests/test_lstm_implementations.py \
+        tests/test_allennlp.py ;;
+    allennlp_module) step allennlp_module 150 python3 benchmarks/allennlp_module.py \
+        --device cuda --text $text/train.csv --batches 5 ;;
     elmo_shapes) step elmo_shapes 150 python3 benchmarks/elmo_shapes.py --device cuda \
         --text $text/train.csv --forwards clipped loop fused reference-style embedder ;;
     pretrain_throughput) step pretrain_throughput 90 python3 benchmarks/pretrain_throughput.py \
