@@ -322,3 +322,32 @@ def test_export_takes_a_bilm_tf_pair_with_weight_file(tmp_path):
     assert result.exit_code == 1
     assert "is a bilm-tf options file, without its weights" in " ".join(result.output.split())
     assert not (tmp_path / "other").exists()
+
+
+def test_export_into_an_earlier_export_needs_overwrite(tmp_path):
+    from typer.testing import CliRunner
+
+    from elmo_spacy.bilm.formats.bilm_tf import write_bilm_tf
+    from elmo_spacy.cli import app
+
+    from .test_elmo_format import tiny_elmo
+
+    bilm_dir = write_bilm_tf(tiny_elmo(), tmp_path / "tf")[0].parent
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "bilm.onnx").write_bytes(b"earlier")
+    (served / "inputs.json").write_text("{}")
+    result = CliRunner().invoke(app, ["export", str(bilm_dir), str(served), "--format", "onnx"])
+    message = " ".join(result.output.split())
+    assert result.exit_code == 1
+    assert (
+        f"{served} holds an earlier export (bilm.onnx, inputs.json): pass --overwrite to replace "
+        "it, or name another folder" in message
+    )
+    assert (served / "bilm.onnx").read_bytes() == b"earlier"
+    result = CliRunner().invoke(
+        app, ["export", str(bilm_dir), str(served), "--format", "onnx", "--overwrite"]
+    )
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in served.iterdir()) == ["bilm.onnx", "inputs.json"]
+    assert (served / "bilm.onnx").read_bytes() != b"earlier"

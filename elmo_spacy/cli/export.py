@@ -9,6 +9,9 @@ from ..bilm.formats.locate import layouts_help
 from ..bilm.runner import RUN_DEFAULTS
 from . import app, errors_to_exit
 
+# What an export folder holds: what an earlier export left, which --overwrite replaces.
+EXPORT_FILES = ("bilm.onnx", "bilm.pt2", "inputs.json", "vocab.txt")
+
 
 @app.command("export")
 def export_command(
@@ -26,6 +29,9 @@ def export_command(
         "--weight-file",
         help="The weights .hdf5 of the bilm-tf model whose options .json is MODEL (any names, "
         "any folders)",
+    ),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace an earlier export in OUTPUT_DIR"
     ),
     formats: list[str] = typer.Option(
         ["onnx", "torch-export"],
@@ -61,7 +67,8 @@ def export_command(
     and give the (L + 1, batch, tokens, 2P) layers in float32, and
     inputs.json, which says how to make the ids from tokens (the character
     scheme, the vocabulary in vocab.txt for encoders that read words) and how
-    the biLM's text was tokenised. The folder appears once it is complete.
+    the biLM's text was tokenised. The folder appears once it is complete;
+    an earlier export there is replaced only with --overwrite.
 
     MODEL is a biLM path, or with --weight-file the options .json of a
     bilm-tf model's two files."""
@@ -82,6 +89,7 @@ def export_command(
             raise ElmoSpacyError("--quantize int8 quantizes bilm.onnx: add --format onnx")
         if with_states and state != RUN_DEFAULTS.state:
             raise ElmoSpacyError("--with-states takes the states as inputs: leave --state zero")
+        _check_output_dir(output_dir, overwrite)
         warmup = None if warmup_file is None else [line for line in read_lines(warmup_file)]
         settings = RunSettings(state=state, warmup=warmup or None, origin="--")
         bilm = load_bilm(
@@ -102,8 +110,19 @@ def export_command(
                 )
             )
 
-        write_directory(
-            output_dir, write, owned=("bilm.onnx", "bilm.pt2", "inputs.json", "vocab.txt")
-        )
+        write_directory(output_dir, write, owned=EXPORT_FILES)
     for path in written:
         typer.echo(str(output_dir / path.name))
+
+
+def _check_output_dir(output_dir: Path, overwrite: bool) -> None:
+    """Refuse to replace an earlier export without --overwrite (other files
+    in the folder are refused, and kept, by `write_directory` either way)."""
+    if overwrite or not output_dir.is_dir():
+        return
+    earlier = sorted(p.name for p in output_dir.iterdir() if p.name in EXPORT_FILES)
+    if earlier:
+        raise FileExistsError(
+            f"{output_dir} holds an earlier export ({', '.join(earlier)}): pass --overwrite to "
+            "replace it, or name another folder"
+        )
