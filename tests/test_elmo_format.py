@@ -556,3 +556,36 @@ def test_each_variant_of_the_format_computes_what_bilm_tf_computes(tmp_path, var
         for name, array in weights.items():
             assert numpy.array_equal(file[name][...], array), name
     assert torch.equal(outputs(load_bilm(tmp_path / "again"), docs), mine)
+
+
+def test_the_fixed_forget_bias_is_a_constant_and_folders_saved_before_load():
+    """bilm-tf's forget bias is a buffer under the parameter's old name, so a
+    biLM folder saved when it was a frozen parameter loads and computes as
+    it did (tests/data/bilm_tf_saved_before: written by the code before)."""
+    saved = ROOT / "tests" / "data" / "bilm_tf_saved_before"
+    bilm = load_bilm(saved / "bilm")
+    layer = bilm.forward_lstm.layers[0]
+    assert "bias_hh_l0" in dict(layer.named_buffers())
+    assert "bias_hh_l0" not in dict(layer.named_parameters())
+    bilm.requires_grad_(True)
+    assert not [name for name, _ in bilm.named_parameters() if "bias_hh" in name]
+    with torch.inference_mode():
+        layers = bilm(bilm.batch([["The", "bank", "rose", "."], ["Hi"]]))
+    expected = numpy.load(saved / "layers.npy")
+    mask = bilm.batch([["The", "bank", "rose", "."], ["Hi"]]).mask().numpy()
+    numpy.testing.assert_array_equal(layers.numpy()[:, mask], expected[:, mask])
+    assert numpy.all(layers.numpy()[:, ~mask] == 0)  # padding: zero now
+
+
+def test_padded_positions_are_zero_and_the_mask_says_where_vectors_are():
+    bilm = tiny_elmo(scale=3.0)
+    batch = bilm.batch([["a", "b", "c"], ["d"], []])
+    assert batch.mask().tolist() == [[True] * 3, [True, False, False], [False] * 3]
+    assert batch.mask(boundaries=True).sum(1).tolist() == [5, 3, 2]
+    for boundaries in (False, True):
+        layers = bilm(batch, boundaries=boundaries)
+        mask = batch.mask(boundaries=boundaries)
+        assert layers.shape[2] == mask.shape[1]
+        assert layers[:, ~mask].abs().max() == 0 and layers[:, mask].abs().min() > 0
+    bilm.train()  # in training too
+    assert bilm(batch)[:, ~batch.mask()].abs().max() == 0
