@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy
 
+from .bilm.formats.locate import BiLMPath
 from .bilm.runner import RUN_DEFAULTS
 from .embedder import OUTPUTS, Embedder, shape_vectors, tokenizer_for
 from .errors import ElmoSpacyError
@@ -364,7 +365,7 @@ def tensors_to_numpy(column) -> list[numpy.ndarray]:
 
 
 def embed_to_parquet(
-    bilm_path: str | Path,
+    bilm_path: BiLMPath,
     lines: Sequence[str],
     indices: Sequence[int],
     output_file: str | Path,
@@ -415,7 +416,7 @@ def embed_to_parquet(
         dataset = ray.data.from_arrow(blocks or [table]).map_batches(
             EmbedBatches,
             fn_constructor_kwargs={
-                "path": str(bilm_path),
+                "path": _plain_path(bilm_path),
                 "tokens_column": "tokens",
                 **embed_options,
             },
@@ -479,3 +480,10 @@ def write_in_order(dataset, path: Path, indices: Sequence[int], empty) -> tuple[
             f"Ray gave {n_lines} of {len(indices)} lines: the output would lose lines (a bug)"
         )
     return n_lines, n_tokens
+
+
+def _plain_path(path: BiLMPath) -> str | list[str]:
+    """A biLM path (or a bilm-tf pair, as a list) as strings, for the actors."""
+    if isinstance(path, (tuple, list)):
+        return [str(p) for p in path]
+    return str(path)

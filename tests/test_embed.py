@@ -439,17 +439,24 @@ def test_ray_writes_parquet_into_a_file_of_another_suffix(
     assert calls[0][3] == tmp_path / "vectors.out"
 
 
-def test_ray_refuses_a_pair_before_it_starts(tiny_bilm_dir, corpus, tmp_path, monkeypatch):
+def test_ray_takes_a_pair(corpus, tmp_path, monkeypatch):
+    """The actors each load the two files: the pair reaches embed_to_parquet,
+    and its actors' constructor as a list of two strings."""
+    import elmo_spacy.ray_data
     from elmo_spacy.bilm.formats.bilm_tf import write_bilm_tf
 
     from .test_elmo_format import tiny_elmo
 
-    monkeypatch.setitem(sys.modules, "ray", None)
     options, weights = write_bilm_tf(tiny_elmo(), tmp_path / "tf")
+    calls = []
+    monkeypatch.setattr(
+        elmo_spacy.ray_data,
+        "embed_to_parquet",
+        lambda *args, **kwargs: calls.append(args) or (7, 42),
+    )
     result = embed(
         options, corpus, tmp_path / "out.parquet", "--engine", "ray", "--weight-file", weights
     )
-    message = " ".join(result.output.split())
-    assert result.exit_code == 1 and "--weight-file with --engine ray" in message
-    assert "elmo-spacy convert-elmo OPTIONS_JSON WEIGHTS_HDF5 OUTPUT_DIR" in message
-    assert not (tmp_path / "out.parquet").exists()
+    assert result.exit_code == 0, result.output
+    assert calls[0][0] == (options, weights)
+    assert elmo_spacy.ray_data._plain_path(calls[0][0]) == [str(options), str(weights)]

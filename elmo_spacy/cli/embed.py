@@ -3,9 +3,8 @@ HDF5 (the layout of AllenNLP's `allennlp elmo`) or in a DocBin; or, with
 `--engine ray`, on a pool of Ray actors to Parquet (`elmo_spacy.ray_data`).
 The output file's suffix says which, unless --output-format does."""
 
-import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +13,7 @@ import typer
 from ..bilm.formats.locate import layouts_help
 from ..bilm.runner import RUN_DEFAULTS
 from ..errors import ElmoSpacyError
+from ..hdf5 import check_sentence_keys, sentence_to_index, write_hdf5
 from . import app, deprecated_part, errors_to_exit, parse_part
 
 if TYPE_CHECKING:
@@ -161,13 +161,6 @@ def embed_command(
         _check_engine(engine, output_format, gpu_id, dtype, ray_options)
         output_format = _output_format(output_file, output_format, engine)
         bilm_source = bilm_path if weight_file is None else (bilm_path, weight_file)
-        if engine == "ray" and weight_file is not None:
-            raise ElmoSpacyError(
-                "--weight-file with --engine ray: the Ray actors each load the biLM from one "
-                "path. Put the two files in a folder of their own and give that folder, or "
-                "convert them once (elmo-spacy convert-elmo OPTIONS_JSON WEIGHTS_HDF5 OUTPUT_DIR) "
-                "and give OUTPUT_DIR."
-            )
         settings = RunSettings(  # the options checked before any file is read
             layers=_parse_layers(layers),
             state=state,
@@ -191,7 +184,7 @@ def embed_command(
             resolve_layers(settings.layers, bilm.config.n_layers + 1, "--")  # before Ray starts
             started = time.perf_counter()
             n_lines, n_tokens = _embed_on_ray(
-                bilm_path, lines, indices, output_file, ray_options, mode, dtype, settings,
+                bilm_source, lines, indices, output_file, ray_options, mode, dtype, settings,
                 warmup, tokenization,
             )  # fmt: skip
             _report(n_lines, n_tokens, time.perf_counter() - started, output_file)
@@ -202,7 +195,7 @@ def embed_command(
         else:
             sentences = tokenizer([lines[i] for i in indices])
         if use_sentence_keys:
-            _check_sentence_keys(lines, indices)
+            check_sentence_keys(lines, indices, "--use-sentence-keys")
         embedder = Embedder(
             bilm,
             layers=settings.layers,
@@ -219,9 +212,7 @@ def embed_command(
         else:
             keys = [lines[i] if use_sentence_keys else str(i) for i in indices]
             index = (
-                None
-                if use_sentence_keys or forget_sentences
-                else _sentence_to_index(lines, indices)
+                None if use_sentence_keys or forget_sentences else sentence_to_index(lines, indices)
             )
             write_file(output_file, lambda path: write_hdf5(path, keys, vectors, index))
     seconds = time.perf_counter() - started
@@ -288,27 +279,6 @@ def _embedded(embedder, sentences: list[list[str]], mode: str):
                 yield position, shape_vectors(layers, mode)
 
     return vectors
-
-
-def write_hdf5(
-    path: Path,
-    keys: Sequence[str],
-    vectors: Callable,
-    sentence_to_index: dict[str, str] | None,
-) -> None:
-    """AllenNLP's layout: one float32 dataset per sentence under its key, and
-    `sentence_to_index`, a (1,) string dataset holding the JSON of the
-    sentence -> key map (unless None)."""
-    import h5py
-
-    with h5py.File(path, "w") as file:
-        for position, output in vectors():
-            file.create_dataset(keys[position], output.shape, dtype="float32", data=output)
-        if sentence_to_index is not None:
-            dataset = file.create_dataset(
-                "sentence_to_index", (1,), dtype=h5py.special_dtype(vlen=str)
-            )
-            dataset[0] = json.dumps(sentence_to_index)
 
 
 def write_docbin(path: Path, docs: list, vectors: Callable) -> None:
@@ -428,31 +398,6 @@ def _check_output(output_file: Path, overwrite: bool) -> None:
         raise FileExistsError(f"{output_file} exists: pass --overwrite to replace it")
     if not output_file.parent.is_dir():
         raise FileNotFoundError(f"The folder of {output_file} does not exist: create it first")
-
-
-def _check_sentence_keys(lines: list[str], indices: list[int]) -> None:
-    """Sentences as HDF5 keys: refuse what AllenNLP would fail on half way (a
-    repeated sentence), and what HDF5 cannot name (an empty line, a "/")."""
-    seen: dict[str, int] = {}
-    for i in indices:
-        sentence = lines[i]
-        if not sentence or sentence == "." or "/" in sentence:
-            raise ElmoSpacyError(
-                f"Line {i + 1} ({sentence!r:.60}) cannot be an HDF5 key (empty, '.' or with a '/'): "
-                "drop --use-sentence-keys to key the datasets by line index"
-            )
-        if sentence in seen:
-            raise ElmoSpacyError(
-                f"Lines {seen[sentence] + 1} and {i + 1} hold the same sentence, so --use-sentence-keys "
-                "would give two datasets one key: drop the flag to key them by line index"
-            )
-        seen[sentence] = i
-
-
-def _sentence_to_index(lines: list[str], indices: list[int]) -> dict[str, str]:
-    """Sentence -> key (its line index) in line order: a repeated sentence maps
-    to its last line, as in AllenNLP."""
-    return {lines[i]: str(i) for i in indices}
 
 
 def _tokenization(tokenize: bool, lang: str | None, recorded) -> "Tokenization":
