@@ -45,7 +45,6 @@ from spacy.cli._util import parse_config_overrides
 
 from elmo_spacy.bilm import BiLM, TokenBatch
 from elmo_spacy.bilm.inputs.buckets import ShapeBuckets, step_shape
-from elmo_spacy.bilm.runtime import precision as precision_module
 from elmo_spacy.pretrain import load_pretrain_config, open_corpus
 from elmo_spacy.pretrain.batches import BatchBuilder, corpus_vocabulary
 from elmo_spacy.pretrain.memory import keep_freed_memory
@@ -183,7 +182,6 @@ def train(name: str, config, training, vocab, batches, steps: int, device) -> tu
 
 
 def main() -> None:
-    precision_module.TIME_CPU_BFLOAT16 = False  # bfloat16 where asked, faster than float32 or not
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("config")
     parser.add_argument("corpus", help="A prepared corpus, or a text file (prepared first)")

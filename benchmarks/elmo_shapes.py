@@ -75,7 +75,6 @@ from step_gemm_rates import int8_lstm_products
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm
 from elmo_spacy.bilm.runner import Runner, RunSettings
-from elmo_spacy.bilm.runtime import precision as precision_module
 
 FILTERS = [(1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024)]
 SHAPES = {
@@ -210,7 +209,6 @@ def _lstm_by_step(layer, x, lengths, cell_clip, proj_clip) -> torch.Tensor:
 
 
 def main() -> None:
-    precision_module.TIME_CPU_BFLOAT16 = False  # bfloat16 where asked, faster than float32 or not
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default_text = Path(__file__).parent.parent.parent / "shared/data/ag_news/train.csv"
     parser.add_argument("--text", type=Path, default=default_text, help="AG News CSV")

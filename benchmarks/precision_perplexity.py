@@ -31,7 +31,6 @@ import torch
 from spacy.cli._util import parse_config_overrides
 
 from elmo_spacy.bilm import BiLM, load_bilm
-from elmo_spacy.bilm.runtime import precision as precision_module
 from elmo_spacy.pretrain import evaluate_perplexity, load_pretrain_config, open_corpus, pretrain
 from elmo_spacy.pretrain.batches import (
     BatchBuilder,
@@ -45,7 +44,6 @@ PRECISIONS = ("float32", "bfloat16")
 
 
 def main() -> None:
-    precision_module.TIME_CPU_BFLOAT16 = False  # bfloat16 where asked, faster than float32 or not
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("config")
     parser.add_argument("corpus", help="A prepared corpus, or a text file (prepared first)")

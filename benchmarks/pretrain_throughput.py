@@ -49,7 +49,6 @@ from spacy.cli._util import parse_config_overrides
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, TokenBatch
 from elmo_spacy.bilm.inputs.buckets import ShapeBuckets, step_shape
-from elmo_spacy.bilm.runtime import precision as precision_module
 from elmo_spacy.pretrain import PretrainConfig, load_pretrain_config, open_corpus
 from elmo_spacy.pretrain.batches import (
     BatchBuilder,
@@ -233,7 +232,6 @@ def _clock(device: torch.device) -> float:
 
 
 def main() -> None:
-    precision_module.TIME_CPU_BFLOAT16 = False  # bfloat16 where asked, faster than float32 or not
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("config")
     parser.add_argument("corpus", help="A prepared corpus, or a text file (prepared first)")

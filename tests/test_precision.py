@@ -338,30 +338,37 @@ def test_bfloat16_instructions_are_found_on_each_kind_of_cpu(
 @pytest.mark.parametrize(
     "float32, bfloat16, pays", [(300.0, 170.0, False), (220.0, 440.0, True)], ids=["XEON-D", "EPYC"]
 )
-def test_bfloat16_instructions_pay_only_where_they_multiply_faster(
+def test_auto_takes_bfloat16_only_where_it_multiplies_faster_and_bfloat16_is_honoured(
     monkeypatch, float32, bfloat16, pays
 ):
     """Intel CPUs with AVX512-BF16 and no AMX multiply bfloat16 at about
     half their float32 rate (XEON-D in docs/results.md; AMD's with the same
-    instructions at twice): where the measured product says so, bfloat16
-    falls back to float32, saying why."""
+    instructions at twice): "auto" times both and takes the faster;
+    "bfloat16", asked for, runs bfloat16 whatever a timing says, warning
+    where the CPU may be slower."""
     monkeypatch.undo()  # the autouse fixture's bfloat16 everywhere
     monkeypatch.setattr(precision_module, "_cpu_bfloat16_unsupported", lambda: None)
     monkeypatch.setattr(precision_module, "cpu_product_rates", lambda: (float32, bfloat16))
     precision_module._cpu_bfloat16_slower.cache_clear()
     try:
-        reason = precision_module.bfloat16_unsupported("cpu")
-        monkeypatch.setattr(precision_module, "TIME_CPU_BFLOAT16", False)  # the benchmarks'
-        assert precision_module.bfloat16_unsupported("cpu") is None
+        auto = precision_module.resolve_precision("auto", "cpu")
+        for slower_kind, warns in ((True, True), (False, False)):
+            monkeypatch.setattr(
+                precision_module, "cpu_bfloat16_may_be_slower", lambda s=slower_kind: s
+            )
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                assert precision_module.resolve_precision("bfloat16", "cpu") == "bfloat16"
+            assert bool(caught) is warns
+            if warns:
+                assert "precision = 'auto' times both" in str(caught[0].message)
     finally:
         precision_module._cpu_bfloat16_slower.cache_clear()
-    if pays:
-        assert reason is None
-    else:
-        assert reason == (
-            "this CPU multiplies bfloat16 at 170 GFLOP/s, slower than float32 at 300 "
-            "(measured on a product of a biLM's size)"
-        )
+    assert auto == ("bfloat16" if pays else "float32")
+    monkeypatch.setattr(precision_module, "_cpu_bfloat16_unsupported", lambda: "no bfloat16 here")
+    assert precision_module.resolve_precision("auto", "cpu") == "float32"
+    with pytest.warns(RuntimeWarning, match="runs as 'float32': no bfloat16 here"):
+        assert precision_module.resolve_precision("bfloat16", "cpu") == "float32"
 
 
 def test_the_product_rates_are_measured_without_touching_torchs_generator():

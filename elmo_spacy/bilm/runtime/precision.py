@@ -25,12 +25,20 @@
   `PyTorchGradScaler` in the biLM's shim) and skips a step whose gradients
   overflowed. On the CPU, float16 runs as float32, with a warning.
 
-bfloat16 pays only where the hardware multiplies in it (x86 CPUs with
-AVX512-BF16 or AMX-BF16, GPUs from Ampere on) faster than in float32;
-elsewhere it is emulated and slower than float32, or (some CPUs with the
-instructions) slower anyway, as measured once a process
-(`cpu_product_rates`), so the biLM runs float32 instead, with a warning
-that says why and names float16 on a GPU that has it.
+bfloat16 runs where the hardware multiplies in it (x86 CPUs with
+AVX512-BF16 or AMX-BF16, GPUs from Ampere on); elsewhere it would be
+emulated, slower than float32, so the biLM runs float32 instead, with a
+warning that says why and names float16 on a GPU that has it. A precision
+asked for is honoured: on a CPU with AVX512-BF16 but no AMX, where bfloat16
+may multiply slower than float32, "bfloat16" still runs bfloat16, with a
+warning that names "auto".
+
+- "auto": the package chooses: bfloat16 on a GPU that has it natively, and
+  on a CPU that has the instructions and multiplies a product of a biLM's
+  size faster in bfloat16 than in float32, timed once a process
+  (`cpu_product_rates`, about 0.1 s); float32 elsewhere. The same command
+  may so choose differently on a loaded machine: name the precision where a
+  run must be repeatable.
 """
 
 import contextlib
@@ -48,14 +56,10 @@ import torch
 
 from ...errors import ElmoSpacyError
 
-PRECISIONS = ("float32", "bfloat16", "float16")
+PRECISIONS = ("float32", "bfloat16", "float16", "auto")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 # torch.cpu's checks (`_is_<name>_supported`) for x86 instructions that multiply bfloat16.
 X86_BF16_CHECKS = ("avx512_bf16", "amx_tile")
-# Whether bfloat16 on the CPU also needs to multiply faster than float32 (timed
-# once a process); the benchmarks that compare precisions turn it off, to time
-# bfloat16 wherever the CPU has the instructions.
-TIME_CPU_BFLOAT16 = True
 
 Method = TypeVar("Method", bound=Callable[..., Any])
 
@@ -84,10 +88,7 @@ def bfloat16_unsupported(device: torch.device | str = "cpu") -> str | None:
         return None
     if device.type != "cpu":
         return f"bfloat16 is not supported here on {device.type} devices"
-    unsupported = _cpu_bfloat16_unsupported()
-    if unsupported is None and TIME_CPU_BFLOAT16:
-        return _cpu_bfloat16_slower()
-    return unsupported
+    return _cpu_bfloat16_unsupported()
 
 
 def float16_unsupported(device: torch.device | str = "cpu") -> str | None:
@@ -111,6 +112,29 @@ def _cpu_bfloat16_unsupported() -> str | None:
         return (
             "this CPU has no bfloat16 instructions: bfloat16 would be emulated, slower than float32"
         )
+    return None
+
+
+def cpu_bfloat16_may_be_slower() -> bool:
+    """Whether this CPU's bfloat16 instructions may multiply slower than its
+    float32 ones: x86 with AVX512-BF16 but no AMX (an Intel Xeon of that
+    kind at about half its float32 rate; AMD's at twice)."""
+    has_amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+    return _cpu_vendor() == "GenuineIntel" and not has_amx
+
+
+def _cpu_vendor() -> str | None:
+    """The CPU's vendor as Linux names it (GenuineIntel, AuthenticAMD); None
+    where unknown."""
+    if platform.system() != "Linux":
+        return None
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("vendor_id"):
+            return line.split(":", 1)[1].strip()
     return None
 
 
@@ -183,10 +207,13 @@ def resolve_precision(
     where: str = "precision",
 ) -> str:
     """The precision a biLM will run in: `precision` (checked), or float32
-    with a warning where a reduced precision does not pay (or cannot run) on
-    `device`. The warning names `where` and points at the first line outside
-    this package (and torch) that led to it: the user's."""
+    with a warning where a reduced precision cannot run natively on
+    `device`; "auto" resolved as the module's docstring says. The warning
+    names `where` and points at the first line outside this package (and
+    torch) that led to it: the user's."""
     check_precision(precision, where)
+    if precision == "auto":
+        return _auto_precision(torch.device(device))
     reason = None
     if precision == "bfloat16":
         reason = bfloat16_unsupported(device)
@@ -201,7 +228,24 @@ def resolve_precision(
             stacklevel=_callers_stacklevel(),
         )
         return "float32"
+    if precision == "bfloat16" and torch.device(device).type == "cpu":
+        if cpu_bfloat16_may_be_slower():
+            warnings.warn(
+                f"{where} = 'bfloat16' on a CPU with AVX512-BF16 and no AMX, which may multiply "
+                "bfloat16 slower than float32: precision = 'auto' times both and takes the faster.",
+                RuntimeWarning,
+                stacklevel=_callers_stacklevel(),
+            )
     return precision
+
+
+def _auto_precision(device: torch.device) -> str:
+    """What precision = "auto" runs on `device`."""
+    if bfloat16_unsupported(device) is not None:
+        return "float32"
+    if device.type == "cpu" and _cpu_bfloat16_slower() is not None:
+        return "float32"
+    return "bfloat16"
 
 
 def _callers_stacklevel() -> int:
