@@ -77,11 +77,14 @@ class AllenNLPStyleElmo(torch.nn.Module):
                 x = y + x if i > 0 else y
                 outputs.append(x)
             if reverse:
-                outputs = [torch.stack([_flip(o[b], n) for b, n in enumerate(lengths)]) for o in outputs]
+                outputs = [
+                    torch.stack([_flip(o[b], n) for b, n in enumerate(lengths)]) for o in outputs
+                ]
             per_direction.append(outputs)
-        framed_mask = torch.arange(ids.shape[1] + 2, device=ids.device)[None] < torch.tensor(
-            lengths, device=ids.device
-        )[:, None]
+        framed_mask = (
+            torch.arange(ids.shape[1] + 2, device=ids.device)[None]
+            < torch.tensor(lengths, device=ids.device)[:, None]
+        )
         layers = [torch.cat([tokens, tokens], -1) * framed_mask[..., None]]
         layers += [torch.cat(pair, -1) for pair in zip(*per_direction)]
         mixed = self.mix(layers, framed_mask)
