@@ -15,7 +15,6 @@ from .layers import (
     build_learned_mix,
     build_scalar_mix,
     mixed_tok2vec,
-    move_run_settings,
     own_bilm,
 )
 from .layers.fine_tuning import FineTuning
@@ -44,8 +43,9 @@ def ElmoBiLM_v1(
     state: the LSTM state every doc starts from: "zero", or "primed" by
         reading `warmup` (null: a few sentences of news English shipped with
         the plugin), as the published ELMo models expect.
-    precision: what the biLM computes in: "float32" (conformant), "bfloat16"
-        or "float16" (see `elmo_spacy.bilm.runtime.precision`).
+    precision: what the biLM computes in: "float32" (conformant), "bfloat16",
+        "float16", or "auto" (the package chooses; see
+        `elmo_spacy.bilm.runtime.precision`).
     max_batch_tokens, window, window_overlap: docs run in length-sorted
         chunks of at most `max_batch_tokens` padded tokens; docs longer than
         `window` tokens in windows overlapping by 2 * `window_overlap`.
@@ -104,10 +104,6 @@ def ElmoTok2Vec_v1(
     grad_factor: float = 1.0,
     width: int | None = None,
     bilm_path: BiLMPath | None = None,
-    layers: list[int] | None = None,
-    state: str | None = None,
-    warmup: list[str] | None = None,
-    precision: str | None = None,
 ) -> Model[list[Doc], list[Floats2d]]:
     """A tok2vec that owns its biLM: `bilm` (an `elmo_spacy.ElmoBiLM.v1`
     block, with its run settings), mixed by `mix` and projected to `width`
@@ -117,12 +113,7 @@ def ElmoTok2Vec_v1(
     `elmo` pipe, `bilm_path` is the pretrained biLM that `initialize` reads
     (a path, or a bilm-tf model's two files as a list, [options, weights]).
     grad_factor scales the gradient sent to the biLM (0 keeps it frozen; see
-    `elmo_spacy.ElmoListener.v1`); the biLM's rates are its `fine_tuning`.
-    layers, state, warmup, precision: deprecated, set them in the `bilm`
-    block; given here (as configs saved by earlier versions do), they are
-    used, with a warning that names the block."""
-    former = {"layers": layers, "state": state, "warmup": warmup, "precision": precision}
-    move_run_settings(bilm, former, "elmo_spacy.ElmoTok2Vec.v1", "its bilm block")
+    `elmo_spacy.ElmoListener.v1`); the biLM's rates are its `fine_tuning`."""
     return mixed_tok2vec(own_bilm(bilm, grad_factor, bilm_path), mix, width)
 
 

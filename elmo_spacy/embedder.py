@@ -48,8 +48,9 @@ class Embedder:
     window, window_overlap: a sentence longer than `window` tokens runs in
         overlapping pieces (see `elmo_spacy.bilm.runner.windows`).
     device: where the biLM runs ("cpu", "cuda", "cuda:1", a torch.device).
-    precision: "float32" (conformant), "bfloat16" (faster where the hardware
-        multiplies in it faster than in float32) or "float16" (GPUs without bfloat16); see
+    precision: "float32" (conformant), "bfloat16" (where the hardware has
+        the instructions), "float16" (GPUs without bfloat16) or "auto" (the
+        faster of bfloat16 and float32, timed); see
         `elmo_spacy.bilm.runtime.precision`. None (the default): float32 for a
         path, a `BiLM`'s own setting for a `BiLM`. The arrays handed back are
         float32 either way.

@@ -53,9 +53,9 @@ class RunSettings:
         carried from batch to batch, expect).
     warmup: the warm-up sentences of "primed", each a tuple of tokens; None:
         `DEFAULT_WARMUP`.
-    precision: what the biLM computes in: "float32" (conformant), "bfloat16"
-        or "float16" (see `elmo_spacy.bilm.runtime.precision`). Outputs are
-        float32 either way.
+    precision: what the biLM computes in: "float32" (conformant), "bfloat16",
+        "float16", or "auto" (the package chooses; see
+        `elmo_spacy.bilm.runtime.precision`). Outputs are float32 either way.
     max_batch_tokens: at prediction, windows are sorted by length and run in
         chunks of at most this many padded tokens (a longer window alone).
     window, window_overlap: a sentence longer than `window` tokens runs in

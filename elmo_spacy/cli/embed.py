@@ -14,7 +14,7 @@ from ..bilm.formats.locate import layouts_help
 from ..bilm.runner import RUN_DEFAULTS
 from ..errors import ElmoSpacyError
 from ..hdf5 import check_sentence_keys, sentence_to_index, write_hdf5
-from . import app, deprecated_part, errors_to_exit, parse_part
+from . import app, errors_to_exit, parse_part
 
 if TYPE_CHECKING:
     from ..bilm.inputs.tokenization import Tokenization
@@ -65,8 +65,8 @@ def embed_command(
     ),
     precision: str = typer.Option(
         RUN_DEFAULTS.precision,
-        help="float32 (conformant), bfloat16 (faster on CPUs with bfloat16 units and on GPUs) "
-        "or float16 (GPUs without bfloat16)",
+        help="float32 (conformant), bfloat16 (CPUs with bfloat16 units, GPUs), float16 (GPUs "
+        "without bfloat16) or auto (the faster of bfloat16 and float32, timed)",
     ),
     warmup_file: Path = typer.Option(
         None,
@@ -99,7 +99,6 @@ def embed_command(
         metavar="K/N",
         help="Embed only lines i with i mod N = K (keys stay the line indices)",
     ),
-    shard: str = typer.Option(None, metavar="K/N", hidden=True, help="Deprecated: --part"),
     max_batch_tokens: int = typer.Option(
         RUN_DEFAULTS.max_batch_tokens, help="Padded tokens per biLM batch"
     ),
@@ -169,7 +168,7 @@ def embed_command(
             origin="--",
         )
         _check_format(output_format, use_sentence_keys, forget_sentences)
-        keep, of = parse_part(deprecated_part(part, shard))
+        keep, of = parse_part(part)
         _check_output(output_file, overwrite)
         lines = read_lines(input_file)
         bilm = load_bilm(bilm_source, with_softmax=False)
