@@ -136,16 +136,9 @@ def _char_id_batch(inputs: torch.Tensor, chars: BilmTfCharIds) -> TokenBatch:
             f"Character ids of {inputs.shape[-1]} a token, but this biLM reads "
             f"{chars.max_chars} (its max_characters_per_token)"
         )
-    present = (inputs > 0).any(-1)  # (B, T)
-    lengths = present.sum(-1)
-    steps = torch.arange(inputs.shape[1])
-    if not torch.equal(present, steps[None, :] < lengths[:, None]):
-        row = int((present != (steps[None, :] < lengths[:, None])).any(-1).nonzero()[0])
-        raise ConfigurationError(
-            f"Row {row} of the character ids has a padding token (all 0) before a real one: "
-            "the tokens of a sentence come first, then the padding (as batch_to_ids makes them)"
-        )
+    present = _tokens_present(inputs)
     rows, inverse = torch.unique(inputs[present] - 1, dim=0, return_inverse=True)
+    lengths = present.sum(-1)
     boundaries, boundary_chars = chars.char_ids([])  # <S>, </S>: 3 ids each
     columns = torch.arange(rows.shape[1])
     n_chars = torch.where(rows != chars.padding, columns + 1, 0).amax(-1)  # marks included
@@ -167,12 +160,27 @@ def _char_id_batch(inputs: torch.Tensor, chars: BilmTfCharIds) -> TokenBatch:
     )
 
 
+def _tokens_present(inputs: torch.Tensor) -> torch.Tensor:
+    """(B, T) bool: the positions of AllenNLP's character ids (B, T, C) that
+    hold a token (any id but 0), refusing a padding token before a real one."""
+    present = (inputs > 0).any(-1)
+    steps = torch.arange(inputs.shape[1])
+    leading = steps[None, :] < present.sum(-1)[:, None]
+    if not torch.equal(present, leading):
+        row = int((present != leading).any(-1).nonzero()[0])
+        raise ConfigurationError(
+            f"Row {row} of the character ids has a padding token (all 0) before a real one: "
+            "the tokens of a sentence come first, then the padding (as batch_to_ids makes them)"
+        )
+    return present
+
+
 def _tokens_of_char_ids(inputs: torch.Tensor) -> list[list[str]]:
     """The tokens that AllenNLP's character ids (B, T, 50) stand for (rows of
     0 pad), for a biLM that reads tokens in a scheme of its own."""
     mapper = ELMoCharacterMapper()
     inputs = inputs.detach().cpu()
-    present = (inputs > 0).any(-1)
+    present = _tokens_present(inputs)
     rows, inverse = torch.unique(inputs[present], dim=0, return_inverse=True)
     tokens = []
     for row in (rows - 1).tolist():
