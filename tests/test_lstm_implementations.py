@@ -2,9 +2,11 @@
 (`elmo_spacy.bilm.model.lstm.lstm_step`): outputs, final states and every
 gradient (of the inputs, the weights and the initial state), clipped and
 unclipped, projected and not, in float32, bfloat16 and float16, with a
-carried state wherever the implementation takes one.
+carried state wherever the implementation takes one (and left as given).
 
-A new fast path is one more row of IMPLEMENTATIONS.
+A new fast path is one more row of IMPLEMENTATIONS. Below the table: what
+one row cannot show (layers run together, which kernel runs when, the
+network alone against the biLM on its kernels, a graph shared by batches).
 """
 
 from collections.abc import Callable
@@ -15,18 +17,33 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import elmo_spacy.bilm.runtime.kernels as kernels
 import elmo_spacy.bilm.runtime.recurrence as recurrence
+from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab
 from elmo_spacy.bilm.formats.exported import ServingBiLM
-from elmo_spacy.bilm.model.lstm import lstm_step, plain_product, run_fused_layer, run_lstm_layer
+from elmo_spacy.bilm.model.dtypes import ROW_BLOCK, padded_rows
+from elmo_spacy.bilm.model.lstm import (
+    LstmStack,
+    lstm_step,
+    plain_product,
+    run_fused_layer,
+    run_lstm_layer,
+)
 from elmo_spacy.bilm.runtime.cell_steps import TritonCellSteps, triton_available
 from elmo_spacy.bilm.runtime.graphs import GraphCache
 from elmo_spacy.bilm.runtime.kernels import (
+    choose_kernel,
     masked_recurrence,
     packed_products,
     run_graphed_lstm_layer,
     run_training_layers,
+    stacks_runner,
 )
 from elmo_spacy.bilm.runtime.products import onednn_packing
+from elmo_spacy.bilm.runtime.recurrence import lstm_layer_for_training
+from elmo_spacy.errors import ElmoSpacyError
+
+from .conftest import TINY_BILM
 
 LENGTHS = [7, 3, 0, 5]  # rows of every length: full, short, empty, middle
 IN_DIM = 6
@@ -97,9 +114,9 @@ def masked(layer, x, lengths, initial, cell_clip, proj_clip):
 
 
 def graphed(layer, x, lengths, initial, cell_clip, proj_clip):
-    return run_graphed_lstm_layer(
-        layer, x, lengths, initial, cell_clip, proj_clip, True, GraphCache()
-    )
+    """Captured and replayed on a GPU; elsewhere the same fixed-shape work, run eagerly."""
+    graphs = GraphCache(capture=x.is_cuda)
+    return run_graphed_lstm_layer(layer, x, lengths, initial, cell_clip, proj_clip, True, graphs)
 
 
 def exported(layer, x, lengths, initial, cell_clip, proj_clip, batched=False):
@@ -142,10 +159,6 @@ class Implementation:
     device: Callable[[], str] = lambda: "cpu"  # where it runs in this test
 
 
-def needs_cuda() -> str | None:
-    return None if torch.cuda.is_available() else "runs on a CUDA GPU only"
-
-
 def cuda_if_there() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -153,6 +166,11 @@ def cuda_if_there() -> str:
 IMPLEMENTATIONS = {
     "loop": Implementation(
         loop, "rows leave the recurrence as they end: padding costs nothing (CPU inference, states)"
+    ),
+    "loop without gradients": Implementation(
+        loop,
+        "the cell step in place, no autograd graph kept (inference on any device)",
+        gradients=False,
     ),
     "loop on packed weights": Implementation(
         loop_on_packed_weights,
@@ -184,9 +202,8 @@ IMPLEMENTATIONS = {
     ),
     "CUDA graph": Implementation(
         graphed,
-        "one graph replay instead of ~10 launches a step (GPU inference)",
+        "one graph replay instead of ~10 launches a step (GPU inference; eager on the CPU)",
         gradients=False,
-        available=needs_cuda,
         device=cuda_if_there,
     ),
     "exported": Implementation(
@@ -213,7 +230,7 @@ def close(got: torch.Tensor, want: torch.Tensor, precision: str, what: str) -> N
 
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16", "float16"])
-@pytest.mark.parametrize("clips", [(0.0, 0.0), (0.4, 0.2)], ids=["unclipped", "clipped"])
+@pytest.mark.parametrize("clips", [(0.0, 0.0), (0.4, 0.05)], ids=["unclipped", "clipped"])
 @pytest.mark.parametrize("cell_dim", [8, 6], ids=["projected", "unprojected"])
 @pytest.mark.parametrize(
     "name",
@@ -256,6 +273,8 @@ def test_each_implementation_computes_the_reference_step(name, cell_dim, clips, 
     ref_y, ref_state = reference_layer(reference, ref_inputs[0], lengths, ref_inputs[1:], *clips)
     ref_tensors = [*ref_inputs, *reference.parameters()]
     ref_grads = torch.autograd.grad((ref_y * cotangent.double()).sum(), ref_tensors)
+    if clips[1] and cell_dim != dim:  # the clips cut a good share of the values
+        assert 0.1 < float((ref_y.abs().masked_select(real) == clips[1]).double().mean()) < 0.9
     layer = layer.float()
 
     # as in the biLM: the layer's input in the precision computed in (the
@@ -275,6 +294,7 @@ def test_each_implementation_computes_the_reference_step(name, cell_dim, clips, 
     if impl.states:
         close(state[0], ref_state[0], precision, "final h")
         close(state[1], ref_state[1], precision, "final c")
+        assert all(torch.equal(s, i) for s, i in zip(inputs[1:], initial))  # left as given
     if impl.gradients:
         tensors = [inputs[0], *(inputs[1:] if impl.states else []), *layer.parameters()]
         wanted = [ref_grads[0], *(ref_grads[1:3] if impl.states else []), *ref_grads[3:]]
@@ -286,7 +306,183 @@ def test_each_implementation_computes_the_reference_step(name, cell_dim, clips, 
         got = torch.autograd.grad((y.float() * cotangent).sum(), tensors, allow_unused=True)
         for n, g, w in zip(names, got, wanted):
             close(torch.zeros_like(w) if g is None else g, w, precision, f"gradient of {n}")
+        weights = got[len(got) - len(list(layer.parameters())) :]
+        assert all(g.dtype == torch.float32 for g in weights if g is not None)  # as the weights
 
 
 def test_every_implementation_says_why_it_is_not_the_reference():
     assert all(len(impl.why) > 20 for impl in IMPLEMENTATIONS.values())
+
+
+def gradients(output: torch.Tensor, weight: torch.Tensor, tensors: list[torch.Tensor]):
+    return torch.autograd.grad((output * weight).sum(), tensors)
+
+
+def one_layer(x: torch.Tensor, lstm: torch.nn.LSTM, dtype: torch.dtype) -> torch.Tensor:
+    """`lstm` over x (B, T, I) on the training kernel, as a batch of one layer."""
+    bias = lstm.bias_ih_l0 + lstm.bias_hh_l0
+    weights = [lstm.weight_ih_l0, lstm.weight_hh_l0, bias]
+    weights.append(lstm.weight_hr_l0 if lstm.proj_size else None)
+    return lstm_layer_for_training(x[None], *(w if w is None else w[None] for w in weights), dtype)[
+        0
+    ]
+
+
+@pytest.mark.parametrize("projected", [True, False])
+def test_layers_run_together_are_each_layer_alone(projected):
+    """Two layers (the biLM's directions) in one call of the training kernel,
+    50 x 7 rows (padded past a ROW_BLOCK): each one's outputs and gradients
+    are what it gives alone."""
+    torch.manual_seed(0)
+    dim, cell = (6, 10) if projected else (8, 8)
+    lstms = [
+        torch.nn.LSTM(dim, cell, proj_size=dim if projected else 0, batch_first=True).double()
+        for _ in range(2)
+    ]
+    xs = [torch.randn(50, 7, dim, dtype=torch.float64, requires_grad=True) for _ in range(2)]
+    tensors = [*xs, *(p for lstm in lstms for p in lstm.parameters())]
+    alone = torch.stack([one_layer(x, lstm, torch.float64) for x, lstm in zip(xs, lstms)])
+    weight = torch.randn_like(alone)
+    stacked = [
+        torch.stack([lstm.weight_ih_l0 for lstm in lstms]),
+        torch.stack([lstm.weight_hh_l0 for lstm in lstms]),
+        torch.stack([lstm.bias_ih_l0 + lstm.bias_hh_l0 for lstm in lstms]),
+        torch.stack([lstm.weight_hr_l0 for lstm in lstms]) if projected else None,
+    ]
+    together = lstm_layer_for_training(torch.stack(xs), *stacked, torch.float64)
+    torch.testing.assert_close(together, alone, rtol=0, atol=1e-12)
+    expected_grads = gradients(alone, weight, tensors)
+    for got, want in zip(gradients(together, weight, tensors), expected_grads):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+def test_padded_rows_rounds_up_to_whole_blocks():
+    assert padded_rows(1) == ROW_BLOCK
+    assert padded_rows(ROW_BLOCK) == ROW_BLOCK
+    assert padded_rows(ROW_BLOCK + 1) == 2 * ROW_BLOCK
+
+
+def test_training_on_the_cpu_runs_the_training_kernel_and_inference_does_not(monkeypatch):
+    calls = []
+    kernel = kernels.lstm_layer_for_training
+    monkeypatch.setattr(
+        kernels, "lstm_layer_for_training", lambda *a: calls.append(1) or kernel(*a)
+    )
+    bilm = BiLM(TINY_BILM, WordVocab.build([["a", "b", "c"]], max_size=50, min_count=1))
+    batch = bilm.batch([["a", "b", "c"], ["b"]])
+    trained = bilm.train()(batch)
+    assert len(calls) == TINY_BILM.n_layers  # both directions' layers together
+    bilm.lstm_kernel = "fused"  # torch's, as pretraining ran before
+    torch.testing.assert_close(trained, bilm(batch), rtol=0, atol=1e-6)
+    bilm.lstm_kernel = "auto"
+    with torch.no_grad():
+        bilm.eval()(batch)
+    assert len(calls) == TINY_BILM.n_layers
+
+
+@pytest.mark.parametrize(
+    "clipped, states, grad, packed, graphs, expected",
+    [
+        (False, False, True, False, False, {"cpu": "training", "cuda": "fused"}),
+        (False, False, False, True, False, {"cpu": "loop"}),  # inference, packed weights
+        (False, False, False, False, False, {"cpu": "fused", "cuda": "fused"}),
+        (True, False, True, False, False, {"cpu": "training", "cuda": "training"}),
+        (True, False, False, False, False, {"cpu": "loop", "cuda": "loop"}),
+        (True, False, False, False, True, {"cuda": "graph"}),
+        (False, True, False, False, False, {"cpu": "loop", "cuda": "loop"}),
+    ],
+)
+def test_the_kernel_is_chosen_in_one_place_as_its_table_says(
+    clipped, states, grad, packed, graphs, expected, monkeypatch
+):
+    run = dict(clipped=clipped, states=states, packed=packed, graphs=graphs)
+    monkeypatch.setattr(kernels, "triton_available", lambda: True)
+    for device, kernel in expected.items():
+        with torch.set_grad_enabled(grad):
+            assert choose_kernel("auto", device=torch.device(device), **run) == kernel, device
+    if clipped and grad:  # a GPU without Triton trains a clipped biLM on the loop
+        monkeypatch.setattr(kernels, "triton_available", lambda: False)
+        assert choose_kernel("auto", device=torch.device("cuda"), **run) == "loop"
+    with pytest.raises(ElmoSpacyError, match="cannot carry them"):
+        choose_kernel("fused", device=torch.device("cpu"), **{**run, "states": True})
+
+
+def test_the_network_alone_computes_what_the_biLM_computes_on_its_kernels():
+    """`BiLMNetwork.forward` and `lm_loss`, plain torch, against the biLM on
+    the runtime's kernels (the training kernel, packed weights, the type
+    cache), clipped and not."""
+    from elmo_spacy.bilm.model import BiLMNetwork
+
+    docs = [["the", "bank", "rose", "."], ["a"], ["rivers", "bank", "on", "the", "left"]]
+    for clip in (None, 0.5):
+        config = BiLMConfig(**{**TINY_BILM.to_dict(), "cell_clip": clip, "proj_clip": clip})
+        torch.manual_seed(0)
+        bilm = BiLM(config, WordVocab.build(docs, max_size=50, min_count=1)).eval()
+        batch = bilm.batch(docs)
+        with torch.no_grad():
+            fast = bilm(batch)
+            plain = BiLMNetwork.forward(bilm, batch)
+        torch.testing.assert_close(plain, fast, rtol=1e-5, atol=1e-5)
+        bilm.train()
+        fast_loss, plain_loss = bilm.lm_loss(batch), BiLMNetwork.lm_loss(bilm, batch)
+        torch.testing.assert_close(plain_loss.forward_nll, fast_loss.forward_nll, rtol=1e-5, atol=0)
+
+
+@pytest.mark.slow
+def test_a_bilm_trains_to_the_same_loss_on_either_kernel():
+    """Ten Adam steps on the training kernel and on torch's: the same losses
+    to float32 rounding (no dropout). Slow (about 30 s on two cores): the
+    table above checks each step's gradients."""
+    from .conftest import DATA, tokenize
+
+    docs = tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()[:16])
+    config = BiLMConfig(**{**TINY_BILM.to_dict(), "dropout": 0.0})
+    losses = {}
+    for kernel in ("training", "fused"):
+        torch.manual_seed(0)
+        bilm = BiLM(config, WordVocab.build(docs, max_size=500, min_count=1)).train()
+        bilm.lstm_kernel = kernel
+        optimizer = torch.optim.Adam(bilm.parameters(), lr=1e-2)
+        losses[kernel] = []
+        for _ in range(10):
+            loss = bilm.lm_loss(bilm.batch(docs)).mean
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses[kernel].append(loss.item())
+    assert losses["training"][-1] < losses["training"][0] - 0.5
+    assert losses["training"] == pytest.approx(losses["fused"], rel=1e-4)
+
+
+def test_batches_of_different_sizes_share_a_graph_and_see_nothing_of_each_other():
+    """The graph kernel over whole stacks (run eagerly here: on a GPU it is
+    captured and replayed) gives the loop's outputs and states; two batches
+    of different sizes share one graph per layer, and the second sees
+    nothing of the first."""
+    torch.manual_seed(0)
+    stack = LstmStack(2, 6, 10, dropout=0.0, cell_clip=0.5, proj_clip=0.3).eval()
+    graphs = GraphCache(capture=False)
+    for batch, steps, lengths in ((7, 6, [6, 3, 1, 0, 6, 2, 5]), (5, 3, [1, 3, 2, 3, 0])):
+        x = torch.randn(batch, steps, 6) * 3
+        initial = [(torch.randn(batch, 6), torch.randn(batch, 10)) for _ in range(2)]
+        lengths = torch.tensor(lengths)
+        initial = {"forward": initial, "backward": initial}
+        with torch.inference_mode():
+            expected = stacks_runner("loop")(stack, stack, x, x, lengths, initial, True)
+            got = stacks_runner("graph", graphs=graphs)(stack, stack, x, x, lengths, initial, True)
+        for e, g in zip(expected[0], got[0]):
+            torch.testing.assert_close(g, e, rtol=0, atol=1e-6)
+        for direction in ("forward", "backward"):
+            for e, g in zip(expected[2][direction], got[2][direction]):
+                torch.testing.assert_close(g, e, rtol=0, atol=1e-6)
+        assert len(graphs) == 2  # 8 rows by 8 steps, a graph per layer
+
+
+def test_the_graph_kernel_without_graphs_says_where_it_runs():
+    bilm = BiLM(
+        BiLMConfig(**{**TINY_BILM.to_dict(), "cell_clip": 0.5}),
+        WordVocab.build([["a"]], max_size=9, min_count=1),
+    ).eval()
+    bilm.lstm_kernel = "graph"
+    with torch.inference_mode(), pytest.raises(ElmoSpacyError, match="on a CUDA GPU"):
+        bilm(bilm.batch([["a"]]))
