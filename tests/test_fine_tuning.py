@@ -16,9 +16,15 @@ from spacy.training import Example
 
 from elmo_spacy.errors import ElmoSpacyError
 from elmo_spacy.layers import get_bilm
-from elmo_spacy.schedules import gradual_unfreezing, slanted_triangular
+from elmo_spacy.layers.fine_tuning import ConfigSettingError
+from elmo_spacy.schedules import (
+    gradual_unfreezing,
+    set_fine_tuning_steps,
+    slanted_triangular,
+    training_steps,
+)
 
-from .conftest import examples, make_nlp
+from .conftest import CONFIGS, examples, make_nlp
 
 RATE = 0.001
 
@@ -329,3 +335,215 @@ def test_the_replaced_listeners_own_biLM_fine_tunes_on_its_schedule(bilm_dir, tr
         ]
         moved.append([d > 0 for d in distances(before, after)])
     assert moved == [[False, False, False], [False, False, True], [False, True, True]]
+
+
+# -- a schedule over the whole run, however training ends ---------------------
+
+RUN_RATE = {"@schedules": "elmo_spacy.slanted_triangular.v1", "max_rate": 0.01, "num_steps": 0}
+SET_STEPS = {"@callbacks": "elmo_spacy.fine_tuning_steps.v1"}
+
+
+def training_config(bilm_dir, corpus_dir, after_init=SET_STEPS, **training):
+    """textcat_tiny.cfg fine-tuned by the recipe's rate over the whole run
+    (num_steps = 0), batches of 8 docs (so that an epoch's count does not
+    depend on the order), [training] as given."""
+    overrides = {
+        "paths.bilm": str(bilm_dir),
+        "paths.train": str(corpus_dir / "train.spacy"),
+        "paths.dev": str(corpus_dir / "dev.spacy"),
+        "components.textcat.model.tok2vec.grad_factor": 1.0,
+        "training.eval_frequency": 1000,
+        **{f"training.{name}": value for name, value in training.items()},
+    }
+    config = spacy.util.load_config(CONFIGS / "textcat_tiny.cfg", overrides=overrides)
+    config["components"]["elmo"]["model"]["fine_tuning"] = fine_tuning(dict(RUN_RATE))
+    config["training"]["batcher"] = {"@batchers": "spacy.batch_by_sequence.v1", "size": 8}
+    config["initialize"]["after_init"] = after_init
+    return config
+
+
+def train_as_spacy_train(config):
+    """`spacy train`'s own initialisation and loop; returns the elmo pipe's fine-tuning."""
+    import io
+
+    from spacy.training.initialize import init_nlp
+    from spacy.training.loop import train as training_loop
+
+    nlp = init_nlp(config)
+    training_loop(nlp, None, stdout=io.StringIO(), stderr=io.StringIO())
+    return nlp.get_pipe("elmo").model.shims[0].fine_tuning
+
+
+@pytest.mark.parametrize("ends_by", ["max_steps", "max_epochs"])
+def test_a_rate_over_the_run_spans_a_run_that_ends_by_steps_or_by_epochs(
+    bilm_dir, corpus_dir, ends_by
+):
+    """num_steps = 0: the rate rises over the run's first tenth and is at its
+    lowest at the run's last step, whether [training] ends it by max_steps
+    (spaCy's loop then makes max_steps + 1 updates) or by max_epochs (spaCy's
+    default max_steps = 0), the steps of the epochs counted at initialisation."""
+    from spacy.tokens import DocBin
+
+    if ends_by == "max_steps":
+        config = training_config(bilm_dir, corpus_dir, max_steps=12, max_epochs=0)
+        expected = 12
+    else:
+        config = training_config(bilm_dir, corpus_dir, max_steps=0, max_epochs=2)
+        docs = len(DocBin().from_disk(corpus_dir / "train.spacy"))
+        expected = 2 * -(-docs // 8)
+    block = train_as_spacy_train(config)
+    assert block.run_steps == expected
+    rates = [block.schedules["learn_rate"][step] for step in range(block.step)]
+    assert block.step == expected + (ends_by == "max_steps")  # the updates spaCy made
+    assert rates == [
+        pytest.approx(r) for r in itertools.islice(slanted_triangular(0.01, expected), block.step)
+    ]
+    assert max(rates) == pytest.approx(0.01)  # the peak, reached
+    assert rates[expected - 1] == pytest.approx(0.01 / 32)  # the lowest, at the run's end
+
+
+def test_a_rate_over_the_run_without_the_callback_says_what_to_add(bilm_dir, corpus_dir):
+    config = training_config(bilm_dir, corpus_dir, after_init=None, max_steps=4)
+    with pytest.raises(ConfigSettingError) as refused:
+        train_as_spacy_train(config)
+    message = str(refused.value)
+    assert message.startswith("[...fine_tuning.optimizer.learn_rate] num_steps = 0: the ")
+    assert '[initialize.after_init] @callbacks = "elmo_spacy.fine_tuning_steps.v1"' in message
+    assert "or give num_steps the schedule's length in steps" in message
+    # A pipeline trained in Python gives the length itself.
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+    train = examples(nlp, corpus_dir / "train.spacy")
+    optimizer = nlp.initialize(lambda: train)
+    assert set_fine_tuning_steps(nlp, 4) == 4
+    train_step(nlp, train[:8], optimizer)
+    assert nlp.get_pipe("elmo").model.shims[0].fine_tuning.step == 1
+
+
+def test_a_run_with_no_length_or_no_corpus_to_count_is_refused_at_initialisation(
+    bilm_dir, corpus_dir, tmp_path
+):
+    endless = training_config(bilm_dir, corpus_dir, max_steps=0, max_epochs=0)
+    nlp = spacy.util.load_model_from_config(endless, auto_fill=True, validate=True)
+    with pytest.raises(
+        ConfigSettingError, match=r"^\[training\] max_steps = 0: with max_epochs = 0"
+    ):
+        nlp.initialize(lambda: examples(nlp, corpus_dir / "train.spacy"))
+    no_corpus = training_config(bilm_dir, corpus_dir, max_steps=0, max_epochs=2)
+    no_corpus["paths"]["train"] = str(tmp_path / "missing.spacy")
+    nlp = spacy.util.load_model_from_config(no_corpus, auto_fill=True, validate=True)
+    with pytest.raises(ConfigSettingError) as refused:
+        nlp.initialize(lambda: examples(nlp, corpus_dir / "train.spacy"))
+    assert str(refused.value).startswith('[training] train_corpus = "corpora.train": the ')
+    assert "--paths.train" in str(refused.value)
+
+
+def test_counting_the_epochs_leaves_the_random_state_as_it_was(bilm_dir, corpus_dir):
+    import random
+
+    config = training_config(bilm_dir, corpus_dir, max_steps=0, max_epochs=3)
+    lower = {"@augmenters": "spacy.lower_case.v1", "level": 0.5}  # draws from Python's random
+    config["corpora"]["train"]["augmenter"] = lower
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+    random.seed(7)
+    numpy.random.seed(7)
+    expected = random.random(), numpy.random.random()
+    random.seed(7)
+    numpy.random.seed(7)
+    steps, how = training_steps(nlp)
+    assert (random.random(), numpy.random.random()) == expected
+    assert steps % 3 == 0 and "max_epochs = 3" in how
+
+
+# -- settings that cannot work: the setting, its section, the value, what to give
+
+
+@pytest.mark.parametrize(
+    "where, value, message",
+    [
+        (
+            "optimizer.use_averages",
+            True,
+            "[...fine_tuning.optimizer] use_averages = true: the biLM's optimizer would keep "
+            "parameter averages",
+        ),
+        (
+            "layer_rate_divisor",
+            0.0,
+            "[...fine_tuning] layer_rate_divisor = 0.0: give a positive number",
+        ),
+        ("trainable_layers", -1, "[...fine_tuning] trainable_layers = -1: (its value at step 0)"),
+        ("trainable_layers", [], "[...fine_tuning] trainable_layers = []: an empty schedule"),
+        (
+            "optimizer.learn_rate.num_steps",
+            -3,
+            "[...learn_rate] num_steps = -3: the schedule's length in steps: give a whole "
+            "number from 1, or 0 for the training run's length",
+        ),
+        ("optimizer.learn_rate.cut_frac", 1.5, "[...learn_rate] cut_frac = 1.5: the share of"),
+        ("optimizer.learn_rate.ratio", 0.5, "[...learn_rate] ratio = 0.5: how many times"),
+        ("optimizer.learn_rate.max_rate", 0.0, "[...learn_rate] max_rate = 0.0: the peak rate"),
+    ],
+)
+def test_a_setting_that_cannot_work_names_its_section_value_and_what_to_give(
+    bilm_dir, where, value, message
+):
+    block = fine_tuning(dict(RUN_RATE))
+    *sections, name = where.split(".")
+    node = block
+    for section in sections:
+        node = node[section]
+    node[name] = value
+    with pytest.raises(ConfigSettingError) as refused:
+        fine_tuned_nlp(bilm_dir, block)
+    assert str(refused.value).startswith(message)
+    assert isinstance(refused.value, ElmoSpacyError)
+
+
+def test_gradual_unfreezing_settings_name_their_section():
+    with pytest.raises(ConfigSettingError, match=r"^\[...trainable_layers\] frozen_steps = -1: "):
+        gradual_unfreezing(-1, 2)
+    with pytest.raises(ConfigSettingError, match=r"^\[...trainable_layers\] steps_per_layer = 0: "):
+        gradual_unfreezing(0, 0)
+
+
+def test_spacy_train_shows_a_bad_setting_as_one_line_without_a_traceback(
+    bilm_dir, corpus_dir, tmp_path
+):
+    config = training_config(bilm_dir, corpus_dir, max_steps=4)
+    config["components"]["elmo"]["model"]["fine_tuning"]["optimizer"]["use_averages"] = True
+    config.to_disk(tmp_path / "config.cfg")
+    done = subprocess.run(
+        [sys.executable, "-m", "spacy", "train", str(tmp_path / "config.cfg")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stdout + done.stderr
+    said = " ".join(done.stdout.split())
+    assert "✘ [...fine_tuning.optimizer] use_averages = true: the biLM's optimizer" in said
+    assert "set use_averages = false" in said
+
+
+def test_the_shipped_recipe_runs_over_the_whole_run_however_it_ends(corpus_dir):
+    """configs/ner_elmo.cfg: the rate over the run (num_steps = 0) and the
+    callback that gives it the run's length, [training] max_steps as shipped
+    or max_epochs passes of its batcher (sizes compounding across epochs)."""
+    config = spacy.util.load_config(
+        CONFIGS / "ner_elmo.cfg", overrides={"paths.train": str(corpus_dir / "train.spacy")}
+    )
+    assert config["initialize"]["after_init"] == SET_STEPS
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+    block = nlp.get_pipe("elmo").model.shims[0].fine_tuning
+    assert block.waiting == ["learn_rate"]
+    assert training_steps(nlp) == (4000, "[training] max_steps")
+    config["training"].update(max_steps=0, max_epochs=3)
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+    steps, how = training_steps(nlp)
+    docs = examples(nlp, corpus_dir / "train.spacy")
+    batcher = spacy.registry.resolve({"b": config["training"]["batcher"]})["b"]
+    assert steps == sum(len(list(batcher(docs))) for _ in range(3))
+    assert how.startswith("[training] max_epochs = 3 passes")
+    block = nlp.get_pipe("elmo").model.shims[0].fine_tuning
+    assert set_fine_tuning_steps(nlp, steps) == steps and block.waiting == []
+    assert block.schedules["learn_rate"][steps - 1] == pytest.approx(0.001 / 32)

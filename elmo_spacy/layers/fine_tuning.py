@@ -2,14 +2,90 @@
 layer at its own rate, the layers unfrozen from the top down (ULMFiT's
 discriminative rates and gradual unfreezing, Howard and Ruder 2018)."""
 
-from collections.abc import Iterable, Iterator
+import json
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
+from confection import ConfigValidationError
 from thinc.api import Optimizer, torch2xp, xp2torch
 
 from ..bilm import BiLM
 from ..errors import ElmoSpacyError
 
 Schedule = int | float | list | Iterator  # a value, or a thinc schedule (values by step)
+SET_STEPS = "elmo_spacy.fine_tuning_steps.v1"  # the callback that gives schedules the run's length
+
+
+class ConfigSettingError(ElmoSpacyError, ConfigValidationError):
+    """A setting of a config block that cannot work: an `ElmoSpacyError`
+    that spaCy's commands (`spacy train`, `spacy debug config`) show as a
+    config error, one line without a traceback. Made by `bad_setting`."""
+
+    def __str__(self) -> str:
+        return self.title or super().__str__()
+
+
+def block(*parts: str) -> str:
+    """A section of the fine_tuning block as errors name it, "[...fine_tuning.optimizer]":
+    the block sits in the `elmo` pipe's model ([components.elmo.model.fine_tuning]),
+    or in a replaced listener's."""
+    return "[..." + ".".join(("fine_tuning", *parts)) + "]"
+
+
+def bad_setting(section: str, setting: str, value: Any, fix: str) -> ConfigSettingError:
+    """The error of `setting = value` in `section`: "[section] setting =
+    value: fix", the value as a config writes it."""
+    return ConfigSettingError(
+        title=f"{section} {setting} = {config_value(value)}: {fix}", show_config=False
+    )
+
+
+def config_value(value: Any) -> str:
+    """`value` as a config file writes it (true, null, "text", [1, 2])."""
+    try:
+        return json.dumps(value)
+    except TypeError:
+        return "a schedule" if isinstance(value, Iterator) else repr(value)
+
+
+class RunSchedule:
+    """A schedule over the whole training run, whose length in steps is
+    known only when the pipeline is initialised: what
+    `elmo_spacy.slanted_triangular.v1` gives for num_steps = 0. `FineTuning`
+    holds it until `FineTuning.set_run_steps` gives the length (the
+    `elmo_spacy.fine_tuning_steps.v1` callback, or
+    `elmo_spacy.schedules.set_fine_tuning_steps`), then reads
+    `over(num_steps)`.
+
+    values: num_steps -> the schedule's values, one per step.
+    first: the value that thinc's optimizer reads when it is built (before
+        the length is known); a second read outside a fine_tuning block
+        is refused, naming `where`.
+    """
+
+    def __init__(self, values: Callable[[int], Iterator[float]], first: float, where: str) -> None:
+        self.values = values
+        self.first: float | None = first
+        self.where = where
+
+    def over(self, num_steps: int) -> Iterator[float]:
+        return self.values(num_steps)
+
+    def __iter__(self) -> "RunSchedule":
+        return self
+
+    def __next__(self) -> float:
+        if self.first is not None:
+            first, self.first = self.first, None
+            return first
+        raise bad_setting(
+            self.where,
+            "num_steps",
+            0,
+            "the training run's length is worked out only for the learning rate of a "
+            "fine_tuning block (elmo_spacy.FineTuning.v1); elsewhere give the schedule's "
+            "length in steps",
+        )
 
 
 class FineTuning:
@@ -36,9 +112,15 @@ class FineTuning:
         the biLM as a frozen one.
 
     A step is one update of the pipeline (one `finish_update`), whether or
-    not the biLM trained at it: the schedules count those. A copy (spaCy's
-    `replace_listeners` copies the `elmo` pipe's model) goes on from the
-    same step with an optimizer of its own, its moments fresh.
+    not the biLM trained at it: the schedules count those. A schedule over
+    the whole run (`RunSchedule`, e.g. `elmo_spacy.slanted_triangular.v1`
+    with num_steps = 0) waits for the run's length (`set_run_steps`); the
+    biLM is not stepped before. A copy (spaCy's `replace_listeners` copies
+    the `elmo` pipe's model) goes on from the same step with an optimizer of
+    its own, its moments fresh.
+
+    A setting that cannot work is refused with a `ConfigSettingError` that
+    names it, its section, its value and what to give instead.
     """
 
     def __init__(
@@ -48,38 +130,77 @@ class FineTuning:
         trainable_layers: Schedule | None = None,
     ) -> None:
         if optimizer.averages is not None:
-            raise ElmoSpacyError(
-                "elmo_spacy.FineTuning.v1: the biLM's optimizer keeps parameter averages that "
-                "spaCy never applies (it evaluates with [training.optimizer]'s only): set "
-                "use_averages = false in its block"
+            raise bad_setting(
+                block("optimizer"),
+                "use_averages",
+                True,
+                "the biLM's optimizer would keep parameter averages that spaCy never applies "
+                "(it evaluates with [training.optimizer]'s only): set use_averages = false",
             )
-        if not layer_rate_divisor > 0:
-            raise ElmoSpacyError(
-                f"elmo_spacy.FineTuning.v1: layer_rate_divisor = {layer_rate_divisor}: give a "
-                "positive number (1.0: one rate for every layer; ULMFiT: 2.6)"
+        if isinstance(layer_rate_divisor, bool) or not (
+            isinstance(layer_rate_divisor, (int, float)) and layer_rate_divisor > 0
+        ):
+            raise bad_setting(
+                block(),
+                "layer_rate_divisor",
+                layer_rate_divisor,
+                "give a positive number, what each layer's rate is divided by below the "
+                "top one (1.0: one rate for every layer; ULMFiT: 2.6)",
             )
         self.optimizer = optimizer
         self.layer_rate_divisor = float(layer_rate_divisor)
-        # The optimizer's schedules move here, read by step (shared by copies).
-        self.schedules = {
-            name: ValuesByStep(getattr(optimizer, name), schedule)
-            for name, schedule in optimizer.schedules.items()
-        }
+        # The optimizer's schedules move here, read by step (shared by copies);
+        # those over the whole run wait for its length (`set_run_steps`).
+        self.schedules: dict[str, ValuesByStep] = {}
+        self.run_schedules: dict[str, RunSchedule] = {}
+        for name, schedule in optimizer.schedules.items():
+            if isinstance(schedule, RunSchedule):
+                self.run_schedules[name] = schedule
+            else:
+                self.schedules[name] = ValuesByStep(getattr(optimizer, name), schedule)
         optimizer.schedules = {}
+        self.run_steps: int | None = None
         self.trainable_layers = (
-            None if trainable_layers is None else ValuesByStep.of(trainable_layers)
+            None
+            if trainable_layers is None
+            else ValuesByStep.of(trainable_layers, block(), "trainable_layers")
         )
         self.step = 0
+        self.n_trainable(1)  # the first value checked now: a constant is checked once for all
+
+    def set_run_steps(self, num_steps: int) -> None:
+        """Give the schedules over the whole run (`RunSchedule`) the run's
+        length: `num_steps` optimizer steps."""
+        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+            raise ElmoSpacyError(
+                f"The training run's length for the fine-tuning schedules: {num_steps!r}: "
+                "give a whole number of steps from 1"
+            )
+        self.run_steps = num_steps
+        for name, schedule in self.run_schedules.items():
+            self.schedules[name] = ValuesByStep.of(
+                schedule.over(num_steps), block("optimizer"), name
+            )
+
+    @property
+    def waiting(self) -> list[str]:
+        """The optimizer's settings whose schedule waits for the run's length."""
+        return sorted(self.run_schedules) if self.run_steps is None else []
 
     def n_trainable(self, n_layers: int) -> int:
         """How many of `n_layers` layers (L + 1) train at this step, from the top."""
         if self.trainable_layers is None:
             return n_layers
         value = self.trainable_layers[self.step]
-        if value < 0 or value != int(value):
-            raise ElmoSpacyError(
-                f"elmo_spacy.FineTuning.v1: trainable_layers is {value} at step {self.step}: "
-                "it counts layers, a whole number from 0"
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or value < 0 or value != int(value):
+            raise bad_setting(
+                block(),
+                "trainable_layers",
+                value,
+                f"(its value at step {self.step}) it counts the layers that train, from the "
+                "top: give a whole number from 0, or a schedule of them (e.g. "
+                "elmo_spacy.gradual_unfreezing.v1); null: every layer",
             )
         return min(int(value), n_layers)
 
@@ -100,6 +221,17 @@ class FineTuning:
         """Step every parameter of `bilm` that has a gradient, at its layer's
         rate; `key` (the shim's id) and each parameter's name key the
         optimizer's moments, as thinc's shims do."""
+        if self.waiting:
+            raise bad_setting(
+                block("optimizer", self.waiting[0]),
+                "num_steps",
+                0,
+                "the training run's length, which is worked out when the pipeline is "
+                f'initialised by [initialize.after_init] @callbacks = "{SET_STEPS}", and this '
+                "config has no such callback: add it (or call "
+                "elmo_spacy.schedules.set_fine_tuning_steps(nlp) from an after_init of your "
+                "own), or give num_steps the schedule's length in steps",
+            )
         for name, schedule in self.schedules.items():
             setattr(self.optimizer, name, schedule[self.step])
         groups = bilm.layer_parameters()
@@ -123,6 +255,8 @@ class FineTuning:
         """The same settings at the same step, with an optimizer of its own."""
         copied = FineTuning(_fresh_optimizer(self.optimizer), self.layer_rate_divisor)
         copied.schedules = dict(self.schedules)
+        copied.run_schedules = dict(self.run_schedules)
+        copied.run_steps = self.run_steps
         copied.trainable_layers = self.trainable_layers
         copied.step = self.step
         return copied
@@ -138,15 +272,20 @@ class ValuesByStep:
         self._rest = iter(rest)
 
     @classmethod
-    def of(cls, schedule: Schedule) -> "ValuesByStep":
-        """A value (every step), a list (one per step) or a schedule."""
+    def of(cls, schedule: Schedule, section: str, setting: str) -> "ValuesByStep":
+        """A value (every step), a list (one per step) or a schedule: the
+        `setting` of `section`, as errors name it."""
         if isinstance(schedule, (int, float)):
             return cls(schedule, ())
-        values = iter(schedule)
+        fix = "give a number, a list of numbers (one a step) or a schedule"
+        try:
+            values = iter(schedule)
+        except TypeError:
+            raise bad_setting(section, setting, schedule, fix) from None
         try:
             return cls(next(values), values)
         except StopIteration:
-            raise ElmoSpacyError("elmo_spacy.FineTuning.v1: an empty schedule") from None
+            raise bad_setting(section, setting, [], f"an empty schedule: {fix}") from None
 
     def __getitem__(self, step: int) -> float:
         while len(self._values) <= step:

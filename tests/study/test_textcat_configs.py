@@ -50,7 +50,11 @@ def test_the_fine_tuning_config_is_the_frozen_one_with_the_recipe():
     )
     recipe = finetune["components"]["elmo"]["model"].pop("fine_tuning")
     assert recipe["@misc"] == "elmo_spacy.FineTuning.v1"
-    assert recipe["optimizer"]["learn_rate"]["num_steps"] == finetune["training"]["max_steps"]
+    assert recipe["optimizer"]["learn_rate"]["num_steps"] == 0  # the run's, however it ends
+    assert finetune["initialize"].pop("after_init") == {
+        "@callbacks": "elmo_spacy.fine_tuning_steps.v1"  # which works the run's length out
+    }
+    assert frozen["initialize"].pop("after_init") is None
     heads = [config["components"]["textcat"]["model"] for config in (frozen, finetune)]
     assert [head["tok2vec"].pop("grad_factor") for head in heads] == [0.0, 1.0]
     assert heads[1].pop("pooling") == ["last", "max", "mean"]
