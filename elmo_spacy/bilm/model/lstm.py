@@ -180,8 +180,10 @@ def run_lstm_layer(
     clipped only where the layer projects it, as in TensorFlow); returns the
     outputs (B, T, P), zero past each row's length, and, with `final`, the
     state (h, c) after step lengths[b] - 1 of each row (the initial state for
-    a row of length 0). `packed` (inference only): a dict in which to keep
-    this layer's weights packed for oneDNN, reused from call to call.
+    a row of length 0). `product` (a `ProductOf`): how the input, recurrent
+    and projection products are computed, given each weight and its name
+    ("ih", "hh", "hr"); None: `plain_product`, a plain GEMM (the runtime
+    passes products on weights packed for oneDNN instead).
 
     Rows run longest first and drop out of the recurrence when they end, and
     the input projections are computed for real positions only, in the

@@ -2,7 +2,7 @@
 
 A graph replays all the kernels of one capture with a single launch, which is
 what a step loop of small kernels needs on a GPU (see `run_graphed_lstm_layer`
-in bilm/lstm.py): there the launches, not the arithmetic, set the pace.
+in bilm/runtime/kernels.py): there the launches, not the arithmetic, set the pace.
 """
 
 from collections.abc import Callable, Hashable
