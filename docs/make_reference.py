@@ -122,7 +122,7 @@ def pipe_settings() -> str:
     from spacy.language import Language
 
     import elmo_spacy  # noqa: F401  (registers the factory)
-    from elmo_spacy.pipeline import MOVED_TO_MODEL, Elmo
+    from elmo_spacy.pipeline import Elmo
 
     meta = Language.get_factory_meta("elmo")
     doc = inspect.getdoc(Elmo) or ""
@@ -139,7 +139,7 @@ def pipe_settings() -> str:
             current = None
     rows = ["| setting | default | what |", "| --- | --- | --- |"]
     for name, default in meta.default_config.items():
-        if name == "model" or name in MOVED_TO_MODEL:
+        if name == "model":
             continue
         rows.append(f"| `{name}` | `{default!r}` | {described.get(name, '')} |")
     return (
@@ -147,10 +147,7 @@ def pipe_settings() -> str:
         '`[components.elmo]` with `factory = "elmo"`; its model is '
         "`elmo_spacy.ElmoBiLM.v1` (below), which says how the biLM runs. Sets `"
         + "`, `".join(meta.assigns)
-        + "`. `"
-        + "`, `".join(MOVED_TO_MODEL)
-        + "` here are read, with a warning, from configs of earlier versions: they are "
-        "the model's now.\n\n"
+        + "`.\n\n"
         + "\n".join(rows)
         + "\n\n`[initialize.components.elmo]`: `bilm_path` (a biLM: see "
         "[published models](models.md#what-a-path-may-be)), or `untrained = true` for "

@@ -24,7 +24,7 @@ from .bilm.runner import RunSettings, resolve_layers
 from .cache import FrozenOutputCache
 from .errors import ElmoSpacyError
 from .extensions import annotate, install_extensions, store_layers
-from .layers import ElmoListener, get_bilm, get_runner, move_run_settings, set_bilm
+from .layers import ElmoListener, get_bilm, get_runner, set_bilm
 from .layers.bilm_model import ElmoOutput, no_backprop, trains_now
 from .layers.dims import N_OUTPUT_LAYERS
 
@@ -34,9 +34,6 @@ DEFAULT_ELMO_MODEL = """
 """
 DTYPES = ("float32", "float16")
 STORES = ("layers", "tensor", "nothing")
-# The run settings that the pipe's own config held before they moved to its
-# model block (`elmo_spacy.ElmoBiLM.v1`): still read, with a warning.
-MOVED_TO_MODEL = ("layers", "state", "warmup", "precision")
 
 
 @dataclass(frozen=True)
@@ -90,7 +87,6 @@ class ElmoSettings:
         "dtype": "float32",
         "cache_mb": 2048,
         "store": "layers",
-        **{name: None for name in MOVED_TO_MODEL},
     },
     assigns=["doc._.elmo", "doc.tensor"],
 )
@@ -101,14 +97,8 @@ def make_elmo(
     dtype: str,
     cache_mb: int,
     store: str | list[int],
-    layers: list[int] | None,
-    state: str | None,
-    warmup: list[str] | None,
-    precision: str | None,
 ) -> "Elmo":
     settings = ElmoSettings.read(name=name, dtype=dtype, cache_mb=cache_mb, store=store)
-    former = {"layers": layers, "state": state, "warmup": warmup, "precision": precision}
-    move_run_settings(model, former, f"[components.{name}]", f"[components.{name}.model]")
     return Elmo(nlp.vocab, model, name=name, settings=settings)
 
 

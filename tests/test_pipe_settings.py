@@ -13,6 +13,8 @@ import torch
 from spacy.training import Example
 from spacy.training.initialize import init_nlp
 from spacy.training.loop import train as spacy_train_loop
+from spacy.util import registry
+from thinc.api import ConfigValidationError
 
 from elmo_spacy.layers import ElmoListener, get_bilm
 
@@ -70,6 +72,23 @@ def test_layers_the_biLM_does_not_have_are_refused(bilm_dir):
         nlp.get_pipe("elmo").initialize(lambda: [], bilm_path=bilm_dir)
     with pytest.raises(ValueError, match="dtype = 'float64'"):
         spacy.blank("en").add_pipe("elmo", config={"dtype": "float64"})
+
+
+@pytest.mark.parametrize("name", ["layers", "state", "warmup", "precision"])
+def test_a_run_setting_has_one_home_the_model_block(name):
+    """Given to the pipe or to an ElmoTok2Vec.v1 block instead of their
+    `bilm`/`model` block, the config does not validate."""
+    value = {"layers": [0], "state": "primed", "warmup": ["a ."], "precision": "float32"}[name]
+    with pytest.raises(ConfigValidationError, match=f"unexpected argument: '{name}'"):
+        spacy.blank("en").add_pipe("elmo", config={name: value})
+    block = {
+        "@architectures": "elmo_spacy.ElmoTok2Vec.v1",
+        "bilm": {"@architectures": "elmo_spacy.ElmoBiLM.v1"},
+        "mix": {"@architectures": "elmo_spacy.ScalarMix.v1"},
+        name: value,
+    }
+    with pytest.raises(ConfigValidationError, match=f"unexpected argument: '{name}'"):
+        registry.resolve({"model": block})
 
 
 def test_exclude_is_honoured(bilm_dir, tmp_path):

@@ -314,11 +314,7 @@ def test_verify_passes_a_whole_corpus_and_part_names_a_part(tmp_path, text):
     prepare_corpus([text], tmp_path / "corpus", show_progress=False)
     result = cli("prepare", "--verify", tmp_path / "corpus")
     assert result.returncode == 0 and "every file as its manifest says" in result.stdout
-    for option in ("--part", "--shard"):  # --shard: the old name, for one release
-        result = cli(
-            "prepare", text, tmp_path / f"part{option}", option, "1/2", "--shard-size", "2k"
-        )
-        assert result.returncode == 0, result.stderr
-        manifest = json.loads((tmp_path / f"part{option}" / MANIFEST).read_text())
-        assert manifest["part"] == [1, 2]
-    assert "--shard K/N is now --part K/N" in result.stderr
+    result = cli("prepare", text, tmp_path / "part", "--part", "1/2", "--shard-size", "2k")
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((tmp_path / "part" / MANIFEST).read_text())
+    assert manifest["part"] == [1, 2]

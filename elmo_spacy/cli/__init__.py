@@ -139,18 +139,6 @@ def parse_part(part: str | None) -> tuple[int, int]:
     return keep, of
 
 
-def deprecated_part(part: str | None, shard: str | None) -> str | None:
-    """--part K/N, or the deprecated --shard K/N (with a note)."""
-    if shard is None:
-        return part
-    if part is not None:
-        from ..errors import ElmoSpacyError
-
-        raise ElmoSpacyError("--shard is the old name of --part: give --part only")
-    typer.secho("--shard K/N is now --part K/N (--shard goes in the next release)", err=True)
-    return shard
-
-
 from . import elmo_format, embed, export, prepare, pretrain  # noqa: E402,F401  (registers the commands)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ..errors import ElmoSpacyError
-from . import app, deprecated_part, errors_to_exit, parse_part
+from . import app, errors_to_exit, parse_part
 
 SIZE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
 
@@ -39,7 +39,6 @@ def prepare_command(
         help="Prepare the K-th of N parts (K from 0), each into its own OUTPUT_DIR: "
         "pretraining reads the N folders as one corpus",
     ),
-    shard: str = typer.Option(None, metavar="K/N", hidden=True, help="Deprecated: --part"),
     shard_size: str = typer.Option(
         "100M", help="Characters of text a shard, e.g. 100M, 500k (the unit of resuming)"
     ),
@@ -67,7 +66,7 @@ def prepare_command(
             lang=lang,
             pretokenized=pretokenized,
             n_process=n_process,
-            part=parse_part(deprecated_part(part, shard)),
+            part=parse_part(part),
             shard_size=parse_size(shard_size),
             overwrite=overwrite,
         )

@@ -4,7 +4,6 @@ from .bilm_model import (
     build_bilm_model,
     get_bilm,
     get_runner,
-    move_run_settings,
     own_bilm,
     set_bilm,
 )
@@ -24,6 +23,5 @@ __all__ = [
     "mixed_tok2vec",
     "own_bilm",
     "scalar_mix_node",
-    "move_run_settings",
     "set_bilm",
 ]

@@ -4,10 +4,7 @@ pipe, which is what a listener becomes when spaCy's `replace_listeners`
 replaces it."""
 
 import copy
-import warnings
 from collections.abc import Callable
-from dataclasses import replace
-from functools import partial
 from typing import Any
 
 import srsly
@@ -207,28 +204,6 @@ def set_bilm(model: Model, bilm: BiLM) -> None:
     _set_dims(model)
 
 
-def move_run_settings(model: Model, former: dict[str, Any], where: str, block: str) -> None:
-    """Run `model`'s biLM with the run settings given in their former place
-    (`former`, None where not given; `where`: the `elmo` pipe's config, or
-    an `elmo_spacy.ElmoTok2Vec.v1` block, as configs saved by earlier
-    versions have them), with a warning that names their place now (`block`,
-    the model's). `replace_listeners` writes them there."""
-    given = {name: value for name, value in former.items() if value is not None}
-    if not given:
-        return
-    names = ", ".join(given)
-    warnings.warn(
-        f"{where}: {names} moved to the model's block ({block}); set {names} there. "
-        "The former place is read until the next release.",
-        FutureWarning,
-        stacklevel=4,
-    )
-    settings = replace(get_runner(model).settings, **given)
-    model.shims[0].set_settings(settings)
-    model.attrs["replace_listener_cfg"] = partial(replace_listener_cfg, moved=settings.to_config())
-    _set_dims(model)
-
-
 def _set_dims(model: Model) -> None:
     runner = get_runner(model)
     if runner.bilm is not None:
@@ -354,23 +329,17 @@ def replace_listener(bilm_model: Model, listener: Model, pipe: Any) -> Model:
 
 
 def replace_listener_cfg(
-    bilm_model_cfg: dict[str, Any],
-    tok2vec_cfg: dict[str, Any],
-    moved: dict[str, Any] | None = None,
+    bilm_model_cfg: dict[str, Any], tok2vec_cfg: dict[str, Any]
 ) -> dict[str, Any]:
     """spaCy's `replace_listeners` callback for the config: the listener's
     block (`tok2vec_cfg`, or the one listener block inside it) becomes an
     `elmo_spacy.ElmoTok2Vec.v1` block with the listener's mix, width and
     grad_factor and the `elmo` pipe's model block, run settings included:
-    the config that rebuilds what `replace_listener` made. `moved`: run
-    settings the pipe was given in their former place (`move_run_settings`),
-    written into the model block."""
+    the config that rebuilds what `replace_listener` made."""
     listener_cfg = _listener_block(tok2vec_cfg)
-    bilm_cfg = copy.deepcopy(dict(bilm_model_cfg))
-    bilm_cfg.update(moved or {})
     return {
         "@architectures": TOK2VEC_ARCHITECTURE,
-        "bilm": bilm_cfg,
+        "bilm": copy.deepcopy(dict(bilm_model_cfg)),
         "mix": copy.deepcopy(listener_cfg["mix"]),
         "grad_factor": listener_cfg.get("grad_factor", 1.0),
         "width": listener_cfg.get("width"),
