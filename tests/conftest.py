@@ -1,8 +1,10 @@
 """Shared fixtures: a tiny pretrained biLM and a tiny AG News corpus, built once per session.
 
 The plugin's tests (this folder) import nothing of the study (`scripts`); the
-study's tests, in tests/study/, have their own helpers in tests/study/conftest.py."""
+study's tests, in tests/study/, have their own helpers in tests/study/conftest.py,
+and their corpus is the one the study's own code writes."""
 
+import csv
 import json
 import os
 import re
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 import spacy
 import torch
+from spacy.tokens import DocBin
 
 # Without a GPU, Triton's kernels run on its interpreter (tests/test_cell_steps.py):
 # it must be chosen before triton is first imported.
@@ -23,8 +26,6 @@ if not torch.cuda.is_available():
 from elmo_spacy.bilm import BiLMConfig
 from elmo_spacy.pretrain import Corpus, PretrainConfig, prepare_docs, pretrain
 from elmo_spacy.pretrain.texts import read_texts
-
-from .fixture_corpus import build_fixture_corpus
 
 TESTS = Path(__file__).parent
 DATA = TESTS / "data"
@@ -104,11 +105,29 @@ def _corpus_root(tmp_path_factory):
     _CORPUS_ROOT.append(tmp_path_factory.mktemp("corpora"))
 
 
+CLASSES = ("World", "Sports", "Business", "Sci/Tech")  # AG News' labels 1-4
+
+
 @pytest.fixture(scope="session")
 def corpus_dir(tmp_path_factory) -> Path:
-    """train/dev .spacy files and pretrain.txt from the fixture CSV (120 rows)."""
+    """train.spacy and dev.spacy (every fifth row) from the fixture CSV (120
+    AG News rows: "class","title","description"), docs with exclusive
+    `doc.cats`, and pretrain.txt (the train rows' texts, then unlabeled.txt).
+    The texts as the CSV has them: the plugin needs no cleaned AG News."""
     out = tmp_path_factory.mktemp("corpus")
-    build_fixture_corpus(DATA / "train.csv", DATA / "unlabeled.txt", out, dev_fraction=0.2, seed=0)
+    with (DATA / "train.csv").open(encoding="utf-8", newline="") as file:
+        rows = [(CLASSES[int(c) - 1], f"{title}. {text}") for c, title, text in csv.reader(file)]
+    splits = {"train": [r for i, r in enumerate(rows) if i % 5], "dev": rows[::5]}
+    nlp = spacy.blank("en")
+    for name, split in splits.items():
+        docbin = DocBin()
+        for (label, _), doc in zip(split, nlp.tokenizer.pipe(text for _, text in split)):
+            doc.cats = {c: float(c == label) for c in CLASSES}
+            docbin.add(doc)
+        docbin.to_disk(out / f"{name}.spacy")
+    unlabeled = (DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()
+    texts = [text for _, text in splits["train"]] + [t for t in unlabeled if t.strip()]
+    (out / "pretrain.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     return out
 
 

@@ -1,14 +1,40 @@
-"""Helpers of the study's tests (tests/study/): the study's commands run as
-project.yml runs them, and a small block of the study's classifier head.
+"""Helpers of the study's tests (tests/study/): the fixture corpus as the
+study writes it, the study's commands run as project.yml runs them, and a
+small block of the study's classifier head.
 
-The fixtures of tests/conftest.py (the tiny biLM, the fixture corpus) serve
-these tests too."""
+The tiny biLM of tests/conftest.py serves these tests too (one per session,
+pretrained on whichever fixture corpus was asked for first)."""
 
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+import spacy
+
+from scripts.agnews import CLASS_NAMES
+from scripts.agnews_corpus import build_corpus
 
 from .. import conftest
-from ..conftest import ROOT
+from ..conftest import DATA, ROOT
+
+
+@pytest.fixture(scope="session")
+def corpus_dir(tmp_path_factory) -> Path:
+    """train.spacy, dev.spacy and pretrain.txt from the fixture CSV (120
+    rows), written by the study's `build_corpus`, as `python -m scripts
+    corpus` writes the real ones (a fifth of each class held out, seeded)."""
+    out = tmp_path_factory.mktemp("study-corpus")
+    build_corpus(
+        spacy.blank("en"),
+        DATA / "train.csv",
+        out,
+        unlabeled=DATA / "unlabeled.txt",
+        class_names=CLASS_NAMES,
+        dev_fraction=0.2,
+        seed=0,
+    )
+    return out
 
 
 def run(*args: str, **kwargs) -> subprocess.CompletedProcess:
