@@ -13,7 +13,7 @@ AG_NEWS_DIR ?= $(firstword $(wildcard ../shared/data/ag_news))
 # More options for `make all`'s workflow, e.g. ARGS="--vars.bilm_hours 0"
 ARGS ?=
 
-.PHONY: all baselines ner tag smoke test test-slow test-benchmarks test-gpu lint clean
+.PHONY: all baselines ner tag smoke test test-quick test-slow test-benchmarks test-gpu lint clean
 
 $(BIN)/elmo-spacy: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,17 @@ smoke: $(BIN)/elmo-spacy
 
 test: $(BIN)/elmo-spacy
 	$(BIN)/python -m pytest -q
+
+# The inner loop, about a minute on two cores, stopping at the first failure:
+# the LSTM implementations against the reference, batches, caches, the
+# ELMoForManyLangs format, bad input, the docs' links and names, the suite's
+# own rules; nothing that pretrains a biLM or runs on a GPU. `make test` before
+# a commit.
+QUICK_TESTS := $(addprefix tests/test_,lstm_implementations.py batches.py lru.py efml.py \
+	bad_input.py gradients.py limits.py docs.py names.py suite.py)
+
+test-quick: $(BIN)/elmo-spacy
+	$(BIN)/python -m pytest -q -x -m "not slow and not benchmark and not gpu" $(QUICK_TESTS)
 
 test-slow: $(BIN)/elmo-spacy
 	$(BIN)/python -m pytest -q -m slow
