@@ -5,10 +5,11 @@ default) and fine-tuned (requires_grad=True).
 
     python benchmarks/allennlp_module.py [--text ../shared/data/ag_news/train.csv]
         [--shapes "original 2x4096_512" "small 2x1024_128"] [--batches 3] [--rounds 2]
-        [--states carried zero] [--device cpu]
+        [--states carried zero] [--batch-size 32] [--device cpu]
 
 Random weights at the published models' shapes (speed does not depend on
-them), batches of 32 real sentences of AG News text, torch on two threads (or
+them), batches of --batch-size real sentences of AG News text (32), torch
+on two threads (or
 a CUDA GPU: --device cuda). Each step is what a user's model does: the
 sentences through `batch_to_ids`, one `Elmo(..., num_output_representations=1,
 dropout=0.5)` in training mode with gradients on, and for the backward the
@@ -34,7 +35,7 @@ import time
 from pathlib import Path
 
 import torch
-from elmo_shapes import BATCH, SHAPES, _flip, _lstm_by_step, elmo_config, read_sentences
+from elmo_shapes import SHAPES, _flip, _lstm_by_step, elmo_config, read_sentences
 from matmul_rates import float32_without_tf32, synchronize
 
 from elmo_spacy.allennlp import Elmo, ScalarMix, batch_to_ids, remove_sentence_boundaries
@@ -119,13 +120,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--states", nargs="*", default=["carried", "zero"])
     parser.add_argument("--paths", nargs="*", default=list(PATHS), choices=PATHS)
+    parser.add_argument("--batch-size", type=int, default=32, help="sentences a batch")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (cuda:N)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     float32_without_tf32()
-    sentences = read_sentences(args.text, BATCH * (args.batches + 1))
-    batches = [sentences[i : i + BATCH] for i in range(0, len(sentences), BATCH)]
+    size = args.batch_size
+    sentences = read_sentences(args.text, size * (args.batches + 1))
+    batches = [sentences[i : i + size] for i in range(0, len(sentences), size)]
     warm_up, timed_batches = batches[0], batches[1 : args.batches + 1]
     tokens = sum(len(s) for batch in timed_batches for s in batch)
     for shape in args.shapes:
@@ -150,7 +153,8 @@ def main() -> None:
                     seconds = timed(module, timed_batches, args.device, backward)
                     key = (name, state, path)
                     best[key] = min(best.get(key, float("inf")), seconds)
-        summary = {"shape": shape, "device": args.device, "tokens": tokens, "speedup": {}}
+        summary = {"shape": shape, "device": args.device, "tokens": tokens, "batch_size": size}
+        summary["speedup"] = {}
         for (name, state, path), seconds in best.items():
             run = name if state is None else f"{name} ({state} state)"
             line = {"shape": shape, "path": path, "run": run, "tokens/s": round(tokens / seconds)}
