@@ -7,8 +7,7 @@
 # STEP: tests, elmo_shapes, allennlp_module, pretrain_throughput, pretrain_throughput_original,
 # profile_original_step, precision_perplexity, type_cache, profile_clipped
 # (default: all, in that order), or the recipe's (configs/bilm_lm1b.cfg, on
-# request): kernel_tests, recipe_step, recipe_profile, recipe_feed, recipe_buckets,
-# recipe_capture, capture_small (configs/bilm_elmo.cfg), recipe_perplexity,
+# request): kernel_tests, recipe_step, recipe_profile, recipe_feed, recipe_perplexity,
 # recipe_vocab. Each step has a time limit, so that one that
 # hangs leaves the others their time. Its log goes to gpu-logs/ (or, where $OUT
 # is set, into $OUT/logs.tgz, remade after each step: a lent machine gives a
@@ -108,15 +107,6 @@ for name in $steps; do
     recipe_feed) step recipe_feed 120 python3 benchmarks/pretrain_throughput.py $lm1b \
         $text/unlabeled.txt --device cuda --no-full-softmax --precisions bfloat16 \
         --kernels training --feeds built prepared --steps 30 ;;
-    recipe_buckets) step recipe_buckets 180 python3 benchmarks/pretrain_throughput.py $lm1b \
-        $text/unlabeled.txt --device cuda --no-full-softmax --precisions bfloat16 \
-        --kernels training --feeds built prepared --shape-buckets 0 4 --steps 30 ;;
-    recipe_capture) step recipe_capture 240 python3 benchmarks/captured_step.py $lm1b \
-        $text/unlabeled.txt --device cuda --training.precision bfloat16 --batches 10 \
-        --steps 20 ;;
-    capture_small) step capture_small 180 python3 benchmarks/captured_step.py \
-        configs/bilm_elmo.cfg $text/unlabeled.txt --device cuda --training.precision bfloat16 \
-        --batches 20 --steps 60 ;;
     recipe_perplexity) step recipe_perplexity 180 python3 benchmarks/precision_perplexity.py \
         $lm1b $text/unlabeled.txt --gpu-id 0 --kernel training --steps 60 \
         --training.dev_fraction 0.05 --training.max_dev_tokens 50000 ;;

@@ -2,7 +2,7 @@
 
     python benchmarks/pretrain_throughput.py configs/bilm.cfg CORPUS [--steps 30]
         [--precisions float32 bfloat16] [--no-full-softmax] [--threads 2]
-        [--kernels training fused loop] [--feeds built prepared] [--shape-buckets 0 4]
+        [--kernels training fused loop] [--feeds built prepared]
         [--device cpu] [--fresh-pages] [--profile STEPS]
         [--bilm.lstm_dim 2048 ...: overrides of the config, as `elmo-spacy pretrain` takes them]
 
@@ -25,12 +25,7 @@ of the whole step, with no wait between steps, as pretraining runs them),
 Adam's state and on a GPU the peak of allocated memory (with --profile,
 then torch.profiler's operators over that many more steps and three warm-up
 steps, by their own time, on the GPU where there is one); last, each run's
-speed over float32's on each kernel. With --shape-buckets, each run once per
-value (0: batches as planned; n: padded to n sizes an octave, `[training]
-shape_buckets`), tokens/s counting real tokens, each on the first batches
-of its own epoch plan; and first, for each value, the whole first epoch's
-batches: how many, in how many step shapes (`step_shape`), and the share of
-LSTM positions and of softmax predictions that are padding. Dev perplexity after the same steps in
+speed over float32's on each kernel. Dev perplexity after the same steps in
 each precision: benchmarks/precision_perplexity.py.
 """
 
@@ -48,7 +43,6 @@ from matmul_rates import float32_without_tf32, matmul_rates, roofline, synchroni
 from spacy.cli._util import parse_config_overrides
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, TokenBatch
-from elmo_spacy.bilm.inputs.buckets import ShapeBuckets, step_shape
 from elmo_spacy.pretrain import PretrainConfig, load_pretrain_config, open_corpus
 from elmo_spacy.pretrain.batches import (
     BatchBuilder,
@@ -185,11 +179,9 @@ def _prepared_feed(
     return feed
 
 
-def first_epoch(
-    corpus, training: PretrainConfig, buckets: ShapeBuckets | None = None
-) -> Iterator[Pieces]:
+def first_epoch(corpus, training: PretrainConfig) -> Iterator[Pieces]:
     """The first epoch's batches of the whole corpus (seed 0), planned as
-    pretraining plans them with `training`'s settings and `buckets`."""
+    pretraining plans them with `training`'s settings."""
     return epoch_batches(
         corpus,
         seed=0,
@@ -197,33 +189,7 @@ def first_epoch(
         max_length=training.max_length,
         batch_tokens=training.batch_tokens,
         exclude=numpy.zeros(0, dtype="int64"),
-        buckets=buckets,
     )
-
-
-def epoch_shapes(plans: Iterable[Pieces], build: BatchBuilder) -> dict:
-    """An epoch's batches (`plans`, built by `build`): how many, their
-    distinct step shapes (and of its parts: the LSTM's (B, T + 2), the
-    encoder's types, the softmax's clusters), and the share of padding among
-    the LSTM's positions (B x (T + 2)) and the softmax's predictions."""
-    shapes, n_batches, positions, real_positions, rows, real_rows = set(), 0, 0, 0, 0, 0
-    for pieces in plans:
-        batch = build(pieces)
-        shapes.add(step_shape(batch))
-        n_batches += 1
-        positions += batch.index.numel()
-        real_positions += int((pieces.length + 2).sum())
-        rows += len(batch.targets.forward_rows)
-        real_rows += batch.targets.n_tokens
-    return {
-        "epoch_batches": n_batches,
-        "epoch_step_shapes": len(shapes),
-        "of_which_lstm": len({index for _, index, *_ in shapes}),
-        "of_which_types": len({types for types, *_ in shapes}),
-        "of_which_softmax": len({tuple(splits) for *_, f, b in shapes for splits in (f, b)}),
-        "padding_share_of_positions": round(1 - real_positions / positions, 3),
-        "padding_share_of_predictions": round(1 - real_rows / rows, 3),
-    }
 
 
 def _clock(device: torch.device) -> float:
@@ -255,13 +221,6 @@ def main() -> None:
         choices=tuple(FEEDS),
         help="Where the step's batches come from: built beforehand (the default), and/or "
         "built from the prepared corpus as pretraining builds them",
-    )
-    parser.add_argument(
-        "--shape-buckets",
-        nargs="+",
-        type=int,
-        help="Time each run with batches padded to this many sizes an octave "
-        "(0: as planned; default: the config's [training] shape_buckets)",
     )
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (cuda:N)")
     parser.add_argument(
@@ -295,23 +254,12 @@ def main() -> None:
     bounds = [*used_cutoffs(bilm_config, len(vocab)), len(vocab)]
     tail_shares = [counts[lo:hi].sum() / counts.sum() for lo, hi in zip(bounds, bounds[1:])]
 
-    bucket_values = args.shape_buckets or [training.shape_buckets]
-    buckets = {b: ShapeBuckets(b, training.batch_tokens) if b else None for b in bucket_values}
-    plans = {
-        b: list(itertools.islice(first_epoch(corpus, training, buckets[b]), args.steps + 3))
-        for b in bucket_values
-    }
-    if args.shape_buckets:
-        probe = BiLM(bilm_config, vocab)
-        for b in bucket_values:
-            built = BatchBuilder(corpus, probe, buckets[b])
-            shapes = epoch_shapes(first_epoch(corpus, training, buckets[b]), built)
-            print(json.dumps({"shape_buckets": b, **shapes}))
+    plans = list(itertools.islice(first_epoch(corpus, training), args.steps + 3))
 
     workers = Workers(device=torch.device(args.device))
     feeds = {
-        "built": lambda b, build: _built_feed([build(p).to(args.device) for p in plans[b]]),
-        "prepared": lambda b, build: _prepared_feed(plans[b], build, workers),
+        "built": lambda build: _built_feed([build(p).to(args.device) for p in plans]),
+        "prepared": lambda build: _prepared_feed(plans, build, workers),
     }
     rates = matmul_rates(device=args.device)
     print(
@@ -333,17 +281,16 @@ def main() -> None:
             kernels = args.kernels or (
                 ("fused", "training") if "cuda" in args.device else ("training",)
             )
-            for kernel, feed_name, b in itertools.product(kernels, args.feeds, bucket_values):
+            for kernel, feed_name in itertools.product(kernels, args.feeds):
                 torch.manual_seed(0)
                 bilm = BiLM(config, vocab).to(args.device)
                 bilm.precision = precision
                 bilm.lstm_kernel = kernel
-                feed = feeds[feed_name](b, BatchBuilder(corpus, bilm, buckets[b]))
+                feed = feeds[feed_name](BatchBuilder(corpus, bilm))
                 key = "_".join(
                     [precision]
                     + ([kernel] if kernel != kernels[0] else [])
                     + ([feed_name] if feed_name != args.feeds[0] else [])
-                    + ([f"buckets{b}"] if b != bucket_values[0] else [])
                 )
                 run = train_steps(bilm, feed, args.steps, training)
                 speed[key] = run["tokens_per_second"]
@@ -355,7 +302,6 @@ def main() -> None:
                             "precision": bilm.precision,
                             "lstm_kernel": LSTM_KERNELS[kernel],
                             "feed": FEEDS[feed_name],
-                            "shape_buckets": b,
                             "vocab": len(vocab),
                             "batch_tokens": training.batch_tokens,
                             **run,

@@ -190,20 +190,6 @@ def test_two_ranks_train_the_single_process_model(tmp_path, prepared, single_pro
     assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == [f"checkpoint-{log['steps']}"]
 
 
-@pytest.mark.slow  # two more runs: make test-slow
-def test_two_ranks_train_the_single_process_model_on_padded_batches(tmp_path, prepared):
-    """With shape_buckets each rank pads its own share of each batch: the
-    same training as one process padding the whole batch."""
-    padded = ("--training.shape_buckets", "4")
-    single = run_pretrain(tmp_path / "single", prepared, 1, *padded)
-    log = run_pretrain(tmp_path / "two", prepared, 2, *padded)
-    assert_same_weights(tmp_path / "single" / "model-last", tmp_path / "two" / "model-last")
-    assert log["steps"] == single["steps"] and log["training"]["shape_buckets"] == 4
-    assert [e["train_tokens"] for e in log["epochs"]] == [
-        e["train_tokens"] for e in single["epochs"]
-    ]
-
-
 @pytest.mark.slow  # over 30 s: make test-slow
 def test_two_ranks_killed_then_resumed_match_the_single_process_model(
     tmp_path, prepared, single_process_run

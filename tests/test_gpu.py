@@ -232,23 +232,21 @@ def test_pretrain_on_cuda(tmp_path, corpus_dir):
 
 @on_cuda
 @pytest.mark.parametrize(
-    "encoder, kernel, clip, shape_buckets",
+    "encoder, kernel, clip",
     [
-        ("char_cnn", "auto", 0.0, 0),
-        ("word", "auto", 0.0, 0),
-        ("word", "training", 3.0, 0),
-        ("char_cnn", "training", 3.0, 4),
+        ("char_cnn", "auto", 0.0),
+        ("word", "auto", 0.0),
+        ("word", "training", 3.0),
+        ("char_cnn", "training", 3.0),
     ],
 )
 def test_a_training_step_fed_from_a_prepared_corpus_never_waits_on_the_device(
-    encoder, kernel, clip, shape_buckets
+    encoder, kernel, clip
 ):
     """The batch comes from pinned memory without a wait, and the loss, its
     gradients, the clipping and Adam's update never bring a number back to
     the host (torch raises at any synchronisation in "error" mode): on
-    cuDNN's LSTM, and on the training kernel with its Triton steps, clipped,
-    also on batches padded to a few shapes."""
-    from elmo_spacy.bilm.inputs.buckets import ShapeBuckets
+    cuDNN's LSTM, and on the training kernel with its Triton steps, clipped."""
     from elmo_spacy.pretrain import PretrainConfig
     from elmo_spacy.pretrain.batches import BatchBuilder, corpus_vocabulary, epoch_batches
     from elmo_spacy.pretrain.checkpoint import new_optimizer
@@ -262,8 +260,7 @@ def test_a_training_step_fed_from_a_prepared_corpus_never_waits_on_the_device(
     bilm = BiLM(config, corpus_vocabulary(corpus.types, 500, 1)).to("cuda")
     bilm.lstm_kernel = kernel
     optimizer = new_optimizer(bilm, PretrainConfig())
-    buckets = ShapeBuckets(shape_buckets, 400) if shape_buckets else None
-    build = BatchBuilder(corpus, bilm, buckets)
+    build = BatchBuilder(corpus, bilm)
     plans = epoch_batches(
         corpus,
         seed=0,
@@ -271,7 +268,6 @@ def test_a_training_step_fed_from_a_prepared_corpus_never_waits_on_the_device(
         max_length=50,
         batch_tokens=400,
         exclude=numpy.zeros(0, "int64"),
-        buckets=buckets,
     )
     batches = [build(pieces).pin_memory() for pieces in list(plans)[:4]]
     loss = ShareLoss(bilm, world_size=1)

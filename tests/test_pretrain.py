@@ -181,7 +181,8 @@ def test_resume_refuses_another_bilm_config(tmp_path):
 
 def test_resume_with_other_batching_settings_says_what_it_changes(tmp_path, monkeypatch):
     """A run stopped in the middle of an epoch and resumed with other batches
-    (here shape_buckets) says so; resumed again with the same settings, not."""
+    (here max_length) says so; resumed again with the same settings, not. A
+    setting the checkpoint records that is no longer one is left out."""
     steps = []
     real_step = loop_module.training_step
 
@@ -196,13 +197,16 @@ def test_resume_with_other_batching_settings_says_what_it_changes(tmp_path, monk
         patched.setattr(loop_module, "training_step", killed_at_the_second_step)
         with pytest.raises(RuntimeError, match="killed"):
             pretrain(corpus_of(DOCS), BILM, first, tmp_path, show_progress=False)
-    # As earlier versions saved it: the batching settings under "plan".
+    # As earlier versions saved it: the batching settings under "plan", with
+    # one that is gone since.
     checkpoint = RunFolder(tmp_path).latest_checkpoint()
     saved = json.loads((checkpoint / PROGRESS_FILE).read_text())
-    saved["progress"]["plan"] = saved["progress"].pop("batching")
+    saved["progress"]["plan"] = {**saved["progress"].pop("batching"), "shape_buckets": 4}
     (checkpoint / PROGRESS_FILE).write_text(json.dumps(saved))
-    changed = PretrainConfig(**{**first.to_dict(), "shape_buckets": 4})
-    with pytest.warns(UserWarning, match="shape_buckets 0 -> 4.*epoch 1 .*from its batch 1,"):
+    changed = PretrainConfig(**{**first.to_dict(), "max_length": 100})
+    with pytest.warns(
+        UserWarning, match=r"\(max_length 200 -> 100\): .*epoch 1 .*from its batch 1,"
+    ):
         pretrain(corpus_of(DOCS), BILM, changed, tmp_path, show_progress=False, resume=True)
     again = PretrainConfig(**{**changed.to_dict(), "max_epochs": 2})
     with warnings.catch_warnings():

@@ -21,7 +21,6 @@ import numpy
 
 from ..bilm import BiLM, TokenBatch, WordVocab
 from ..bilm.inputs.batch import BOS_TYPE, EOS_TYPE, length_runs, types_batch
-from ..bilm.inputs.buckets import ShapeBuckets
 from ..bilm.inputs.vocab import BOS_ID, EOS_ID, SPECIALS, UNK_ID
 from ..errors import ElmoSpacyError
 from .corpus import Corpus, TypeTable
@@ -157,13 +156,10 @@ def epoch_batches(
     max_length: int,
     batch_tokens: int,
     exclude: numpy.ndarray,
-    buckets: ShapeBuckets | None = None,
 ) -> Iterator[Pieces]:
     """The batches of one epoch in order (see the module docstring): each
     padded to at most `batch_tokens` tokens (a piece longer than that alone),
-    the docs numbered in `exclude` (sorted) left out. With `buckets`, each
-    batch's longest piece counts as its rounded length, so that the batch
-    fits the rows that `ShapeBuckets.pad` gives it."""
+    the docs numbered in `exclude` (sorted) left out."""
     rng = numpy.random.default_rng(numpy.random.SeedSequence(seed, spawn_key=(EPOCH_STREAM, epoch)))
     chunk_shard, chunk_first = _chunks(corpus)
     order = rng.permutation(len(chunk_shard))
@@ -179,10 +175,7 @@ def epoch_batches(
         pieces = Pieces.concatenate(parts)
         shuffled = rng.permutation(len(pieces))
         by_length = shuffled[numpy.argsort(pieces.length[shuffled], kind="stable")]
-        lengths = pieces.length[by_length]
-        if buckets is not None:
-            lengths = buckets.plan_lengths(lengths)
-        bounds = length_runs(lengths, batch_tokens)
+        bounds = length_runs(pieces.length[by_length], batch_tokens)
         for b in rng.permutation(len(bounds) - 1):
             yield pieces.take(by_length[bounds[b] : bounds[b + 1]])
 
@@ -255,16 +248,14 @@ def word_ids_of_types(
 class BatchBuilder:
     """`TokenBatch`es of a corpus's pieces for one biLM, with their LM targets
     where the biLM has a softmax: what `BiLM.batch` gives for the pieces' tokens
-    (the types in another order), padded to a bucket's shape where `buckets`
-    are given (`ShapeBuckets.pad`; the batch needs a softmax then)."""
+    (the types in another order)."""
 
-    def __init__(self, corpus: Corpus, bilm: BiLM, buckets: ShapeBuckets | None = None) -> None:
+    def __init__(self, corpus: Corpus, bilm: BiLM) -> None:
         self.corpus = corpus
         self.chars = bilm.chars
         cut_at = bilm.config.max_chars - 2 if bilm.config.char_ids == "char_vocab" else None
         self.word_ids = word_ids_of_types(corpus.types, bilm.vocab, cut_at)
         self.cluster_starts = bilm.softmax.cluster_starts if bilm.softmax is not None else None
-        self.buckets = buckets
 
     def __call__(self, pieces: Pieces) -> TokenBatch:
         width = int(pieces.length.max())
@@ -283,8 +274,6 @@ class BatchBuilder:
         batch = types_batch(types, type_word_ids, index, pieces.length.copy(), self.chars)
         if self.cluster_starts is None:
             return batch
-        if self.buckets is not None:
-            return self.buckets.pad(batch, self.chars, self.cluster_starts)
         return batch.with_targets(self.cluster_starts)
 
 

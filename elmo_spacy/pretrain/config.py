@@ -58,12 +58,6 @@ class PretrainConfig:
         bfloat16 (the same, with the loss scaled by torch's GradScaler, whose
         state the checkpoints keep). Checkpoints and
         the saved biLM are float32 either way.
-    shape_buckets: 0 (off), or pad every training batch to one of a few
-        shapes, this many sizes per octave of each of its sizes (docs, steps,
-        distinct words, characters, each softmax cluster's predictions; see
-        `elmo_spacy.bilm.inputs.buckets`). Exact (the same loss and
-        gradients), at the cost of less than 1/shape_buckets more work per
-        size; what capturing the step (CUDA graphs) needs.
     """
 
     seed: int = 0
@@ -84,7 +78,6 @@ class PretrainConfig:
     checkpoint_minutes: float = 10.0
     log_every: int = 20
     precision: str = "float32"
-    shape_buckets: int = 0
 
     def __post_init__(self) -> None:
         problems = []
@@ -115,7 +108,6 @@ class PretrainConfig:
             "checkpoint_every": 0,
             "checkpoint_minutes": 0,
             "log_every": 1,
-            "shape_buckets": 0,
         }
         problems = [
             f"{name} = {getattr(self, name)}: at least {low}"

@@ -87,7 +87,6 @@ class Pretraining:
             max_length=config.max_length,
             batch_tokens=config.batch_tokens,
             exclude=self.data.dev.excluded_from(self.data.corpus),
-            buckets=self.data.build.buckets,
         )
         bar = tqdm(
             total=self.data.epoch_tokens,
@@ -302,10 +301,7 @@ class ShareLoss(nn.Module):
     share, a tensor on the device); `batch_tokens` counts the predictions of
     the whole batch, and `weight` 0 makes a rank that has no docs of this
     batch add nothing. DistributedDataParallel syncs gradients only through a
-    module's forward. The two factors reach the device as a tensor, not as
-    numbers in the operators' arguments, so that steps on batches of one
-    shape run the same operators with the same arguments (what a captured
-    step replays).
+    module's forward.
     """
 
     def __init__(self, bilm: BiLM, world_size: int) -> None:
@@ -320,23 +316,11 @@ class ShareLoss(nn.Module):
         self, batch: TokenBatch, batch_tokens: int, weight: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
         device = next(self.bilm.parameters()).device
-        on_gpu = device.type == "cuda"
-        batch = batch.to(device, non_blocking=on_gpu)  # from pinned memory
-        factors = self.factors(batch_tokens, weight, pinned=on_gpu)
-        return self.scaled(batch, factors.to(device, non_blocking=on_gpu))
-
-    def factors(self, batch_tokens: int, weight: float, pinned: bool = False) -> torch.Tensor:
-        """(2,) float32 on the host (in page-locked memory where `pinned`):
-        what the summed NLL of a share is multiplied by for the scaled loss,
-        and for the NLL reported."""
-        factors = torch.tensor([weight * self.world_size / (2 * batch_tokens), weight / 2])
-        return factors.pin_memory() if pinned else factors
-
-    def scaled(self, batch: TokenBatch, factors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """`forward`'s results for a batch and `factors` on the biLM's device."""
+        batch = batch.to(device, non_blocking=device.type == "cuda")  # from pinned memory
         loss = self.bilm.lm_loss(batch, every_parameter=self.every_parameter)
         nll = loss.forward_nll + loss.backward_nll
-        return nll * factors[0], nll.detach() * factors[1]
+        # One float32 product each, by the factor rounded to float32 once.
+        return nll * (weight * self.world_size / (2 * batch_tokens)), nll.detach() * (weight / 2)
 
 
 def perplexity(nll: float, n_tokens: int) -> float:

@@ -20,7 +20,6 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from ..bilm import BiLM, BiLMConfig, load_bilm
-from ..bilm.inputs.buckets import ShapeBuckets
 from ..bilm.model.softmax import fitted_cutoffs, oversized_clusters
 from ..errors import ElmoSpacyError
 from .batches import (
@@ -152,7 +151,7 @@ def pretrain(
             shutil.rmtree(folder.path, ignore_errors=True)  # and what it prepared
         raise
     bilm, state = start.bilm, start.state
-    data = _training_data(corpus, sample, bilm, config, workers.world_size)
+    data = _training_data(corpus, sample, bilm, config)
     if init_bilm is not None and start.checkpoint is None:
         state.init_dev_perplexity = evaluate_perplexity(
             bilm, (data.build_dev(p) for p in workers.share(data.dev_batches)), workers
@@ -368,26 +367,18 @@ def _start(
 
 
 def _training_data(
-    corpus: Corpus, sample: DevSample, bilm: BiLM, config: PretrainConfig, world_size: int
+    corpus: Corpus, sample: DevSample, bilm: BiLM, config: PretrainConfig
 ) -> TrainingData:
     dev_pieces = sample.pieces(config.max_length)
     return TrainingData(
         corpus=corpus,
         dev=sample,
         dev_batches=ordered_batches(dev_pieces, config.eval_batch_tokens),
-        build=BatchBuilder(corpus, bilm, shape_buckets(config, world_size)),
+        build=BatchBuilder(corpus, bilm),
         build_dev=BatchBuilder(sample.corpus, bilm),
         epoch_tokens=corpus.n_tokens - (dev_pieces.tokens if sample.held_out else 0),
         dev_tokens=dev_pieces.tokens,
     )
-
-
-def shape_buckets(config: PretrainConfig, world_size: int = 1) -> ShapeBuckets | None:
-    """The buckets that each rank's share of a training batch is padded to
-    (`[training] shape_buckets`), or None."""
-    if not config.shape_buckets:
-        return None
-    return ShapeBuckets(config.shape_buckets, config.batch_tokens, world_size)
 
 
 def _warn_of_oversized_clusters(bilm_config: BiLMConfig, bilm: BiLM) -> None:
@@ -493,7 +484,7 @@ def _check_same_corpus(
 
 
 DEV_SETTINGS = ("seed", "dev_fraction", "max_dev_tokens")  # those that draw the dev sample
-BATCHING_SETTINGS = (*DEV_SETTINGS, "max_length", "batch_tokens", "shape_buckets")
+BATCHING_SETTINGS = (*DEV_SETTINGS, "max_length", "batch_tokens")
 
 
 def batching_settings(config: PretrainConfig) -> dict[str, Any]:
@@ -508,9 +499,12 @@ def _warn_of_other_batching(
     """Warn where a resumed run batches its epochs otherwise than the run it
     resumes, in the middle of an epoch or with another dev sample
     (checkpoints of earlier versions record none; `say`: rank 0 says it
-    for all), and record the new settings."""
+    for all), and record the new settings. A recorded setting that is no
+    longer one is not compared."""
     batching = batching_settings(config)
-    changed = {k: (v, batching[k]) for k, v in state.batching.items() if batching.get(k) != v}
+    changed = {
+        k: (v, batching[k]) for k, v in state.batching.items() if k in batching and batching[k] != v
+    }
     state.batching = batching
     dev = changed.keys() & set(DEV_SETTINGS)
     if not say or not (dev or changed and state.batch):  # new settings from an epoch's start: fine

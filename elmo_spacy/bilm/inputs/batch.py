@@ -28,11 +28,6 @@ class LMTargets:
     forward_rows, backward_rows: (N,) int64 flat positions of the hidden states.
     forward_words, backward_words: (N,) int64 vocabulary ids to predict.
     forward_splits, backward_splits: the cluster boundaries, 0 first and N last.
-    forward_weights, backward_weights: (N,) float32 weight of each prediction
-        in the loss, 1 or 0 (a prediction that pads a cluster to a bucket's
-        size: see `elmo_spacy.bilm.inputs.buckets`); None: all 1.
-    predictions: the predictions of weight 1 per direction, where some are
-        padding (None: N).
     """
 
     forward_rows: torch.Tensor
@@ -41,14 +36,11 @@ class LMTargets:
     backward_rows: torch.Tensor
     backward_words: torch.Tensor
     backward_splits: list[int]
-    forward_weights: torch.Tensor | None = None
-    backward_weights: torch.Tensor | None = None
-    predictions: int | None = None
 
     @property
     def n_tokens(self) -> int:
-        """Predictions per direction (those of weight 1)."""
-        return len(self.forward_rows) if self.predictions is None else self.predictions
+        """Predictions per direction."""
+        return len(self.forward_rows)
 
     def to(self, device: torch.device, non_blocking: bool = False) -> "LMTargets":
         return self.map(lambda t: t.to(device, non_blocking=non_blocking))

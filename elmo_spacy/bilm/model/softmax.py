@@ -60,13 +60,11 @@ class SoftmaxHead(nn.Module):
         hidden: torch.Tensor,
         targets: torch.Tensor,
         splits: list[int],
-        weights: torch.Tensor | None = None,
         every_parameter: bool = False,
     ) -> torch.Tensor:
         """hidden (N, dim) float, targets (N,) int64, grouped by cluster as
         `LMTargets` groups them (`splits`: 0, then the end of the head's rows
-        and of each tail cluster's), weights (N,) float32 of each row's NLL
-        or None (all 1) -> scalar summed NLL.
+        and of each tail cluster's) -> scalar summed NLL.
 
         every_parameter: the parameters that no row reaches (the tail
         clusters that none of these targets falls in; all of them where N
@@ -78,8 +76,8 @@ class SoftmaxHead(nn.Module):
         if hidden.shape[0] == 0:
             return hidden.sum() * 0.0 + (touched(self.parameters()) if every_parameter else 0.0)
         if self.adaptive:
-            return adaptive_nll(self.head, hidden, targets, splits, weights, every_parameter)
-        return summed_nll(self.head(hidden), targets, weights)
+            return adaptive_nll(self.head, hidden, targets, splits, every_parameter)
+        return summed_nll(self.head(hidden), targets)
 
 
 MAX_CLUSTER_WORDS = 100_000  # the largest tail cluster that "auto" cutoffs leave
@@ -124,7 +122,6 @@ def adaptive_nll(
     hidden: torch.Tensor,
     targets: torch.Tensor,
     splits: list[int],
-    weights: torch.Tensor | None = None,
     every_parameter: bool = False,
 ) -> torch.Tensor:
     """The summed NLL that `softmax(hidden, targets).loss * N` gives, in
@@ -135,10 +132,10 @@ def adaptive_nll(
     (`padded_rows`: each new shape of a bfloat16 product costs a kernel
     build); the tail clusters, narrow products (dim / 4 and less) of a
     different number of rows each batch, run in float32; the log-softmax and
-    the sums are float32 (`summed_nll`). hidden (N, dim), targets (N,) int64,
-    weights (N,) float32 or None -> scalar float32: each row's NLL times its
-    weight, summed; with `every_parameter`, a tail cluster without rows adds
-    zero times its parameters (`SoftmaxHead.forward`)."""
+    the sums are float32 (`summed_nll`). hidden (N, dim), targets (N,) int64
+    -> scalar float32: the rows' NLL summed; with `every_parameter`, a tail
+    cluster without rows adds zero times its parameters
+    (`SoftmaxHead.forward`)."""
     head_targets = targets.clone()
     nll = hidden.new_zeros((), dtype=torch.float32)
     bounds = [softmax.shortlist_size, *softmax.cutoffs[1:]]
@@ -151,16 +148,11 @@ def adaptive_nll(
         head_targets[rows] = softmax.shortlist_size + i
         with without_autocast(hidden.device.type):
             projected = tail[0](hidden[rows].float())  # (rows, dim / 4^(i + 1))
-            nll = nll + cluster_nll(
-                projected,
-                tail[1].weight,
-                targets[rows] - bounds[i],
-                None if weights is None else weights[rows],
-            )
+            nll = nll + cluster_nll(projected, tail[1].weight, targets[rows] - bounds[i])
     n = hidden.shape[0]
     padded = hidden.new_zeros(padded_rows(n), hidden.shape[1])
     padded[:n] = hidden
-    return nll + summed_nll(softmax.head(padded)[:n], head_targets, weights)
+    return nll + summed_nll(softmax.head(padded)[:n], head_targets)
 
 
 CLUSTER_CHUNK = 65_536  # words of a tail cluster whose logits are computed at once
@@ -168,14 +160,11 @@ WHOLE_CLUSTER_LOGITS = 1 << 24  # logits (rows x words) of a tail cluster kept w
 
 
 def cluster_nll(
-    projected: torch.Tensor,
-    weight: torch.Tensor,
-    targets: torch.Tensor,
-    row_weights: torch.Tensor | None = None,
+    projected: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor
 ) -> torch.Tensor:
-    """-sum_n w[n] log softmax(projected[n] @ weight.T)[targets[n]]:
-    projected (N, d), weight (V, d) (a tail cluster of V words), targets
-    (N,) int64, row_weights w (N,) float32 or None (all 1) -> a scalar.
+    """-sum_n log softmax(projected[n] @ weight.T)[targets[n]]: projected
+    (N, d), weight (V, d) (a tail cluster of V words), targets (N,) int64
+    -> a scalar.
 
     A cluster of at most CLUSTER_CHUNK words, or of at most
     WHOLE_CLUSTER_LOGITS logits (N x V: the few predictions of a batch
@@ -188,7 +177,7 @@ def cluster_nll(
     rows, words = projected.shape[0], weight.shape[0]
     whole = words <= CLUSTER_CHUNK or rows * words <= WHOLE_CLUSTER_LOGITS
     chunk = words if whole else CLUSTER_CHUNK
-    return _ClusterNll.apply(projected, weight, targets, row_weights, chunk)
+    return _ClusterNll.apply(projected, weight, targets, chunk)
 
 
 class _ClusterNll(torch.autograd.Function):
@@ -196,12 +185,12 @@ class _ClusterNll(torch.autograd.Function):
     that the (N, V) matrix is made once and touched as few times as the sum
     needs: forward the product and the log-softmax in place over it (or a
     running log-sum-exp per chunk), backward the softmax in place over that
-    and its two products. The weights w and the incoming gradient scale the
-    narrow (N, d) and (V, d) factors, never the (N, V) matrix, and the
-    one-hot term is a gather and an index_add of (N, d) rows."""
+    and its two products. The incoming gradient scales the narrow (N, d)
+    and (V, d) factors, never the (N, V) matrix, and the one-hot term is a
+    gather and an index_add of (N, d) rows."""
 
     @staticmethod
-    def forward(ctx, projected, weight, targets, row_weights, chunk):
+    def forward(ctx, projected, weight, targets, chunk):
         if chunk >= weight.shape[0]:
             logprob = projected @ weight.t()  # (N, V) logits, then in place their
             torch.log_softmax(logprob, dim=1, out=logprob)  # log-softmax (row by row)
@@ -213,15 +202,14 @@ class _ClusterNll(torch.autograd.Function):
                 part = torch.logsumexp(projected @ weight[start : start + chunk].t(), dim=1)
                 lse = part if start == 0 else torch.logaddexp(lse, part)
             nll = lse - (projected * weight[targets]).sum(dim=1)
-        ctx.save_for_backward(projected, weight, targets, row_weights, logprob, lse)
+        ctx.save_for_backward(projected, weight, targets, logprob, lse)
         ctx.chunk = chunk
-        return (nll if row_weights is None else nll * row_weights).sum()
+        return nll.sum()
 
     @staticmethod
     def backward(ctx, grad):
-        projected, weight, targets, row_weights, logprob, lse = ctx.saved_tensors
-        scale = grad if row_weights is None else grad * row_weights[:, None]  # () or (N, 1)
-        scaled = projected * scale  # (N, d)
+        projected, weight, targets, logprob, lse = ctx.saved_tensors
+        scaled = projected * grad  # (N, d)
         d_projected = torch.zeros_like(projected)
         d_weight = torch.empty_like(weight)
         for start in range(0, weight.shape[0], ctx.chunk):
@@ -232,39 +220,35 @@ class _ClusterNll(torch.autograd.Function):
                 probs = torch.mm(projected, part.t()).sub_(lse[:, None]).exp_()  # (N, chunk)
             d_projected.addmm_(probs, part)
             torch.mm(probs.t(), scaled, out=d_weight[start : start + len(part)])
-        d_projected.mul_(scale).sub_(weight[targets] * scale)
+        d_projected.mul_(grad).sub_(weight[targets] * grad)
         d_weight.index_add_(0, targets, scaled, alpha=-1.0)
-        return d_projected, d_weight, None, None, None
+        return d_projected, d_weight, None, None
 
 
-def summed_nll(
-    logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None = None
-) -> torch.Tensor:
-    """-sum_n w[n] log softmax(logits[n])[targets[n]]: logits (N, V),
-    targets (N,) int64, weights w (N,) float32 or None (all 1) -> a scalar,
-    the log-softmax in float32 at least (bfloat16 logits give a float32
-    sum). Its gradient, w (softmax - one-hot), comes back in the logits'
-    dtype, computed from the kept log-softmax: no float32 copy of bfloat16
-    logits and no zero-filled gradient of a gather, as torch's log-softmax
-    and gather make."""
-    return _SummedNll.apply(logits, targets, weights)
+def summed_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """-sum_n log softmax(logits[n])[targets[n]]: logits (N, V), targets
+    (N,) int64 -> a scalar, the log-softmax in float32 at least (bfloat16
+    logits give a float32 sum). Its gradient, softmax - one-hot, comes back
+    in the logits' dtype, computed from the kept log-softmax: no float32
+    copy of bfloat16 logits and no zero-filled gradient of a gather, as
+    torch's log-softmax and gather make."""
+    return _SummedNll.apply(logits, targets)
 
 
 class _SummedNll(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits, targets, weights):
+    def forward(ctx, logits, targets):
         with without_autocast(logits.device.type):
             wide = torch.promote_types(logits.dtype, torch.float32)
             logprob = torch.log_softmax(logits, dim=1, dtype=wide)
-        ctx.save_for_backward(logprob, targets, weights)
+        ctx.save_for_backward(logprob, targets)
         ctx.logits_dtype = logits.dtype
         picked = logprob.gather(1, targets[:, None])[:, 0]
-        return -(picked if weights is None else picked * weights).sum()
+        return -picked.sum()
 
     @staticmethod
     def backward(ctx, grad):
-        logprob, targets, weights = ctx.saved_tensors
+        logprob, targets = ctx.saved_tensors
         grad_logits = torch.exp(logprob)
         grad_logits[torch.arange(len(targets), device=targets.device), targets] -= 1.0
-        scale = grad if weights is None else grad * weights[:, None]
-        return grad_logits.mul_(scale).to(ctx.logits_dtype), None, None
+        return grad_logits.mul_(grad).to(ctx.logits_dtype), None
