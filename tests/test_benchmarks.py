@@ -215,3 +215,16 @@ def test_ray_embed_compares_the_ray_engine_with_embed():
     assert ratio["lines_per_second_over_embed"] == pytest.approx(
         ray["lines_per_second"] / embed["lines_per_second"], abs=0.01
     )
+
+
+def test_the_allennlp_module_against_allennlps_computation():
+    lines = run_benchmark(
+        "allennlp_module", "--text", TRAIN_CSV, "--shapes", "small 2x1024_128", "--batches", "1",
+        "--batch-size", "2", "--rounds", "1", "--states", "zero",
+    )  # fmt: skip
+    summary = lines[-1]
+    assert set(summary["speedup"]) == {
+        "forward, zero state",
+        "frozen forward+backward, zero state",
+        "fine-tuned forward+backward, zero state",
+    }
