@@ -531,3 +531,34 @@ print(Elmo({str(pair[0])!r}, {str(pair[1])!r}, 1)(batch_to_ids([["a"]]))["mask"]
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:2] == ["(3, 2, 16)", "torch.Size([1, 1])"]
+
+
+@needs_fixtures
+def test_fine_tuning_with_the_state_carried_runs_the_training_kernel(monkeypatch):
+    """requires_grad with AllenNLP's carried state trains on the training
+    kernel (states in and out), with the loop's numbers: the published
+    outputs, and the same gradients."""
+    import elmo_spacy.bilm.runtime.kernels as kernels
+
+    calls = []
+    kernel = kernels.lstm_layer_for_training
+    monkeypatch.setattr(
+        kernels, "lstm_layer_for_training", lambda *a: calls.append(1) or kernel(*a)
+    )
+    expected = h5py.File(FIXTURES / "lm_embeddings_0.hdf5", "r")
+    runs = {}
+    for name in ("training", "loop"):
+        elmo = Elmo(*fixture_pair(), 1, requires_grad=True, dropout=0.0,
+                    scalar_mix_parameters=[-1e4, -1e4, 0.0])  # fmt: skip
+        elmo._elmo_lstm.bilm.lstm_kernel = "auto" if name == "training" else "loop"
+        for i, batch in enumerate(reference_batches()[:3]):
+            output = elmo(batch_to_ids(batch))["elmo_representations"][0]
+            reference = numpy.concatenate(expected[str(i)][...], axis=-1)
+            ours = output[0, : len(batch[0])].detach().numpy()
+            numpy.testing.assert_allclose(ours, reference, atol=1e-6)
+        output.pow(2).sum().backward()
+        runs[name] = [p.grad for p in elmo._elmo_lstm.bilm.forward_lstm.parameters()]
+        if name == "training":
+            assert calls, "the training kernel did not run"
+    for a, b in zip(runs["training"], runs["loop"]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)  # summed in another order

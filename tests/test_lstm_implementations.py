@@ -87,8 +87,9 @@ def fused(layer, x, lengths, initial, cell_clip, proj_clip):
 
 
 def training(layer, x, lengths, initial, cell_clip, proj_clip):
-    y = run_training_layers([layer], x[None], cell_clip, proj_clip)[0]
-    return y, None
+    starts = None if initial is None else tuple(s[None] for s in initial)
+    y, ends = run_training_layers([layer], x[None], cell_clip, proj_clip, starts, lengths)
+    return y[0], (ends[0][0], ends[1][0])
 
 
 def training_on_triton_steps(layer, x, lengths, initial, cell_clip, proj_clip):
@@ -153,6 +154,7 @@ class Implementation:
     why: str  # the one-line reason it exists beside the reference
     gradients: bool = True  # runs under autograd (training)
     states: bool = True  # takes an initial state and gives the final one
+    state_gradients: bool = True  # and gives the initial state a gradient
     clips: bool = True
     precisions: tuple[str, ...] = ("float32", "bfloat16", "float16")
     available: Callable[[], str | None] = lambda: None  # why it cannot run here, or None
@@ -188,12 +190,12 @@ IMPLEMENTATIONS = {
     "training": Implementation(
         training,
         "products over all steps as single GEMMs, backward written out (CPU training)",
-        states=False,
+        state_gradients=False,  # carried and primed states are constants
     ),
     "training on Triton steps": Implementation(
         training_on_triton_steps,
         "one kernel launch a step each way on a CUDA GPU (interpreted on the CPU without one)",
-        states=False,
+        state_gradients=False,
         available=lambda: None if triton_available() else "Triton is not installed",
         device=cuda_if_there,
     ),
@@ -286,7 +288,8 @@ def test_each_implementation_computes_the_reference_step(name, cell_dim, clips, 
     # encoder's output under autocast), states handed in as float32
     x_in = x.to(getattr(torch, precision)).requires_grad_(impl.gradients)
     inputs = [x_in, *(s.clone() for s in initial)]
-    if impl.states and impl.gradients:
+    state_gradients = impl.states and impl.state_gradients
+    if state_gradients and impl.gradients:
         inputs[1:] = [s.requires_grad_() for s in inputs[1:]]
     given = tuple(inputs[1:]) if impl.states else None
     grad_mode = torch.enable_grad() if impl.gradients else torch.no_grad()
@@ -301,11 +304,11 @@ def test_each_implementation_computes_the_reference_step(name, cell_dim, clips, 
         close(state[1], ref_state[1], precision, "final c")
         assert all(torch.equal(s, i) for s, i in zip(inputs[1:], initial))  # left as given
     if impl.gradients:
-        tensors = [inputs[0], *(inputs[1:] if impl.states else []), *layer.parameters()]
-        wanted = [ref_grads[0], *(ref_grads[1:3] if impl.states else []), *ref_grads[3:]]
+        tensors = [inputs[0], *(inputs[1:] if state_gradients else []), *layer.parameters()]
+        wanted = [ref_grads[0], *(ref_grads[1:3] if state_gradients else []), *ref_grads[3:]]
         names = [
             "x",
-            *(["h0", "c0"] if impl.states else []),
+            *(["h0", "c0"] if state_gradients else []),
             *(n for n, _ in layer.named_parameters()),
         ]
         got = torch.autograd.grad((y.float() * cotangent).sum(), tensors, allow_unused=True)
@@ -330,7 +333,7 @@ def one_layer(x: torch.Tensor, lstm: torch.nn.LSTM, dtype: torch.dtype) -> torch
     weights.append(lstm.weight_hr_l0 if lstm.proj_size else None)
     return lstm_layer_for_training(x[None], *(w if w is None else w[None] for w in weights), dtype)[
         0
-    ]
+    ][0]
 
 
 @pytest.mark.parametrize("projected", [True, False])
@@ -354,7 +357,7 @@ def test_layers_run_together_are_each_layer_alone(projected):
         torch.stack([lstm.bias_ih_l0 + lstm.bias_hh_l0 for lstm in lstms]),
         torch.stack([lstm.weight_hr_l0 for lstm in lstms]) if projected else None,
     ]
-    together = lstm_layer_for_training(torch.stack(xs), *stacked, torch.float64)
+    together = lstm_layer_for_training(torch.stack(xs), *stacked, torch.float64)[0]
     torch.testing.assert_close(together, alone, rtol=0, atol=1e-12)
     expected_grads = gradients(alone, weight, tensors)
     for got, want in zip(gradients(together, weight, tensors), expected_grads):
@@ -395,6 +398,8 @@ def test_training_on_the_cpu_runs_the_training_kernel_and_inference_does_not(mon
         (True, False, False, False, False, {"cpu": "loop", "cuda": "loop"}),
         (True, False, False, False, True, {"cuda": "graph"}),
         (False, True, False, False, False, {"cpu": "loop", "cuda": "loop"}),
+        (True, True, True, False, False, {"cpu": "training", "cuda": "training"}),  # fine-tuning
+        (False, True, True, False, False, {"cpu": "training", "cuda": "loop"}),
     ],
 )
 def test_the_kernel_is_chosen_in_one_place_as_its_table_says(

@@ -6,7 +6,7 @@ Four kernels run the same parameters (`elmo_spacy.bilm.model.lstm.LstmStack`):
 - "training": `lstm_layer_for_training` (runtime/recurrence.py: forward and
   backward written out, the products over all time steps in single GEMMs,
   the clips included), both directions' layers in one call
-  (`run_training_stacks`); from zero states, with gradients: the CPU's, and
+  (`run_training_stacks`); from zero or given states, with gradients: the CPU's, and
   a CUDA GPU's where the LSTM clips (each step's elementwise work one Triton
   kernel);
 - "fused": torch's LSTM (`run_fused_layer`): cuDNN on a GPU, and on the CPU
@@ -66,9 +66,9 @@ def choose_kernel(
 
     | the run | on the CPU | on a CUDA GPU |
     | --- | --- | --- |
-    | states in or out | loop | graph at inference, else loop |
+    | states in or out, at inference | loop | graph |
     | with gradients (training), clipped | training | training (loop without Triton) |
-    | with gradients (training), unclipped | training | fused (cuDNN) |
+    | with gradients (training), unclipped | training | fused (cuDNN; loop with states) |
     | clipped, at inference | loop | graph |
     | unclipped, at inference | loop on packed weights (fused without oneDNN) | fused |
 
@@ -85,17 +85,18 @@ def choose_kernel(
         raise ElmoSpacyError(f"LSTM kernel {requested!r}: use one of {', '.join(KERNELS)}")
     kernel = requested
     if kernel == "auto":
-        if states or packed or (clipped and graphs):
+        if packed or (clipped and graphs) or (states and graphs):
             kernel = "graph" if graphs else "loop"
         elif torch.is_grad_enabled() and (
             device.type == "cpu" or (clipped and device.type == "cuda" and triton_available())
         ):  # on a GPU cuDNN is faster where there is nothing to clip
             kernel = "training"
         else:
-            kernel = "loop" if clipped else "fused"
-    if kernel not in ("loop", "graph") and states:
+            kernel = "loop" if clipped or states else "fused"
+    if kernel == "fused" and states:
         raise ElmoSpacyError(
-            f"States in or out need the loop or graph kernel: kernel = {kernel!r} cannot carry them"
+            "States in or out need the loop, graph or training kernel: kernel = 'fused' cannot "
+            "carry them"
         )
     if kernel == "graph" and not graphs:
         raise ElmoSpacyError(
@@ -133,10 +134,14 @@ def _training_stacks(
     initial: States,
     final: bool,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], States]:
-    forward_layers, backward_layers = run_training_stacks(
-        [forward_stack, backward_stack], [forward_inputs, backward_inputs]
+    initials = [initial.get("forward"), initial.get("backward")]
+    (forward_layers, backward_layers), finals = run_training_stacks(
+        [forward_stack, backward_stack],
+        [forward_inputs, backward_inputs],
+        None if initials[0] is None else initials,
+        lengths if final else None,
     )
-    return forward_layers, backward_layers, {"forward": [], "backward": []}
+    return forward_layers, backward_layers, {"forward": finals[0], "backward": finals[1]}
 
 
 def _fused_layer(layer, x, lengths, initial, cell_clip, proj_clip, final):
@@ -169,31 +174,51 @@ def packed_products(packed: dict[str, torch.Tensor]) -> ProductOf:
 
 
 def run_training_stacks(
-    stacks: Sequence[LstmStack], inputs: Sequence[torch.Tensor]
-) -> list[list[torch.Tensor]]:
+    stacks: Sequence[LstmStack],
+    inputs: Sequence[torch.Tensor],
+    initial: Sequence[list[LstmState]] | None = None,
+    lengths: torch.Tensor | None = None,
+) -> tuple[list[list[torch.Tensor]], list[list[LstmState]]]:
     """Stacks of one shape (the biLM's two directions), each over its own
-    inputs (B, T, P), from zero states on the training kernel: what
-    `stack(x, lengths, kernel="training")[0]` gives for each, with each
-    layer of all the stacks in one call (`run_training_layers`). Returns,
-    per stack, one (B, T, P) output per layer."""
+    inputs (B, T, P), on the training kernel: what `stack(x, lengths,
+    initial, final, kernel="training")` gives for each, with each layer of
+    all the stacks in one call (`run_training_layers`). `initial`: per
+    stack, each layer's starting state (None: zeros); `lengths` (B,): give
+    each layer's final states. Returns, per stack, one (B, T, P) output per
+    layer, and per stack its layers' final states (empty without `lengths`)."""
     xs = list(inputs)
     outputs: list[list[torch.Tensor]] = [[] for _ in stacks]
+    finals: list[list[LstmState]] = [[] for _ in stacks]
     for i, layers in enumerate(zip(*(stack.layers for stack in stacks))):
         inputs = torch.stack([s.dropout(x) for s, x in zip(stacks, xs)])
-        y = run_training_layers(layers, inputs, stacks[0].cell_clip, stacks[0].proj_clip)
+        starts = None
+        if initial is not None:
+            starts = tuple(torch.stack([states[i][k] for states in initial]) for k in (0, 1))
+        y, ends = run_training_layers(
+            layers, inputs, stacks[0].cell_clip, stacks[0].proj_clip, starts, lengths
+        )
         for d, stack in enumerate(stacks):
             xs[d] = y[d] + xs[d] if i > 0 and stack.skip_connections else y[d]
             outputs[d].append(xs[d])
-    return outputs
+            if ends is not None:
+                finals[d].append((ends[0][d], ends[1][d]))
+    return outputs, finals
 
 
 def run_training_layers(
-    layers: Sequence[nn.LSTM], x: torch.Tensor, cell_clip: float = 0.0, proj_clip: float = 0.0
-) -> torch.Tensor:
-    """D layers of one shape from zero states, each over its own x[d]:
-    x (D, B, T, I) -> (D, B, T, P), on the training kernel
-    (`lstm_layer_for_training`), the products in the ambient precision
-    (bfloat16 under autocast). cell_clip, proj_clip: as `LstmStack`'s."""
+    layers: Sequence[nn.LSTM],
+    x: torch.Tensor,
+    cell_clip: float = 0.0,
+    proj_clip: float = 0.0,
+    initial: LstmState | None = None,
+    lengths: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, LstmState | None]:
+    """D layers of one shape, each over its own x[d]: x (D, B, T, I) -> (D,
+    B, T, P), on the training kernel (`lstm_layer_for_training`), the
+    products in the ambient precision (bfloat16 under autocast), and with
+    `lengths` the final states (h (D, B, P), c (D, B, H)). `initial`: the
+    starting states (h (D, B, P), c (D, B, H)), None for zeros. cell_clip,
+    proj_clip: as `LstmStack`'s."""
     bias = torch.stack([layer.bias_ih_l0 + layer.bias_hh_l0 for layer in layers])
     weight_ih = torch.stack([layer.weight_ih_l0 for layer in layers])
     weight_hh = torch.stack([layer.weight_hh_l0 for layer in layers])
@@ -202,7 +227,7 @@ def run_training_layers(
         project = torch.stack([layer.weight_hr_l0 for layer in layers])
     dtype = matmul_dtype(layers[0].weight_hh_l0)
     return lstm_layer_for_training(
-        x, weight_ih, weight_hh, bias, project, dtype, cell_clip, proj_clip
+        x, weight_ih, weight_hh, bias, project, dtype, cell_clip, proj_clip, initial, lengths
     )
 
 

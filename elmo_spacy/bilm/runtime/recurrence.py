@@ -54,22 +54,33 @@ def lstm_layer_for_training(
     dtype: torch.dtype,
     cell_clip: float = 0.0,
     proj_clip: float = 0.0,
-) -> torch.Tensor:
-    """D LSTM layers, each from zero states over its own x[d] (B, T, I),
-    batch first: x (D, B, T, I), weight_ih (D, 4H, I), weight_hh (D, 4H, P),
-    bias (D, 4H) (torch's two biases summed), weight_hr (D, P, H) or None
-    where the layers do not project (P = H); gates in torch's order (input,
-    forget, cell, output); the cell clipped to [-cell_clip, cell_clip] and
-    the projected output to [-proj_clip, proj_clip] (0: no clip; the output
-    only where the layer projects it). Returns (D, B, T, P) in `dtype`, the
-    dtype of the products."""
+    initial: tuple[torch.Tensor, torch.Tensor] | None = None,
+    lengths: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+    """D LSTM layers, each over its own x[d] (B, T, I), batch first: x (D,
+    B, T, I), weight_ih (D, 4H, I), weight_hh (D, 4H, P), bias (D, 4H)
+    (torch's two biases summed), weight_hr (D, P, H) or None where the layers
+    do not project (P = H); gates in torch's order (input, forget, cell,
+    output); the cell clipped to [-cell_clip, cell_clip] and the projected
+    output to [-proj_clip, proj_clip] (0: no clip; the output only where the
+    layer projects it).
+
+    initial: the states to start from, (h (D, B, P), c (D, B, H)), taken as
+        constants (no gradient reaches them); None: zeros.
+    lengths: (B,) steps of each row, to return each row's state after its
+        last step (its final state); None returns none.
+
+    Returns (D, B, T, P) in `dtype`, the dtype of the products, and with
+    `lengths` the final states (h (D, B, P), c (D, B, H)), without gradients."""
     if weight_hr is None:
         proj_clip = 0.0
+    h0, c0 = (None, None) if initial is None else (s.detach() for s in initial)
     with without_autocast(x.device.type):
-        y = _LstmLayers.apply(
-            x.transpose(1, 2), weight_ih, weight_hh, bias, weight_hr, dtype, cell_clip, proj_clip
-        )
-    return y.permute(1, 2, 0, 3)
+        y, h, c = _LstmLayers.apply(
+            x.transpose(1, 2), weight_ih, weight_hh, bias, weight_hr, dtype, cell_clip, proj_clip,
+            h0, c0, lengths,
+        )  # fmt: skip
+    return y.permute(1, 2, 0, 3), (None if lengths is None else (h, c))
 
 
 class _LstmLayers(torch.autograd.Function):
@@ -93,7 +104,9 @@ class _LstmLayers(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, weight_ih, weight_hh, bias, weight_hr, dtype, cell_clip, proj_clip):
+    def forward(
+        ctx, x, weight_ih, weight_hh, bias, weight_hr, dtype, cell_clip, proj_clip, h0, c0, lengths
+    ):
         layers, steps, batch, in_dim = x.shape
         hidden = weight_hh.shape[1] // 4
         out_dim = weight_hh.shape[2]
@@ -114,12 +127,21 @@ class _LstmLayers(torch.autograd.Function):
         hidden_out = None  # o tanh(c), zero past n: what the projection's gradient needs
         if project is not None:
             hidden_out = x.new_zeros(layers, rows, hidden, dtype=dtype)
-        outputs = x.new_zeros(steps + 1, layers, batch, out_dim, dtype=dtype)  # y_0 = 0, y_1 ..
+        outputs = x.new_zeros(steps + 1, layers, batch, out_dim, dtype=dtype)  # y_0 = h0, y_1 ..
+        if h0 is not None:
+            outputs[0] = h0
         # where the projected output was inside the clip (its gradient's mask)
         kept = x.new_empty(steps, layers, batch, out_dim, dtype=torch.bool) if proj_clip else None
         cell_steps = cell_steps_for(x.device)(layers, batch, hidden, x.new_empty(0, dtype=state))
         adds = cell_steps.adds_inputs  # else the recurrent product adds the input gates
         cell, previous = (x.new_zeros(layers, batch, hidden, dtype=state) for _ in range(2))
+        if c0 is not None:
+            cell.copy_(c0)  # the step's swap makes it the first step's previous cell
+        final_c, ending = None, {}
+        if lengths is not None:  # the rows whose last step is t, by t
+            final_c = cell.clone()  # a row of no steps ends as it began
+            for row, n in enumerate(lengths.tolist()):
+                ending.setdefault(n - 1, []).append(row)
         gates = x.new_empty(layers, batch, 4 * hidden, dtype=dtype)  # each step's, in turn
         for t in range(steps):
             recurrent(outputs[t], None if adds else gates_x[:, t], out=gates)
@@ -137,14 +159,21 @@ class _LstmLayers(torch.autograd.Function):
                 if proj_clip:
                     torch.le(y.abs(), proj_clip, out=kept[t])
                     y.clamp_(-proj_clip, proj_clip)
+            if t in ending:
+                final_c[:, ending[t]] = cell[:, ending[t]]
+        final_h = None
+        if lengths is not None:
+            rows = torch.arange(batch, device=x.device)
+            final_h = outputs[lengths.to(x.device), :, rows].transpose(0, 1).contiguous()
+            ctx.mark_non_differentiable(final_h, final_c)
         ctx.save_for_backward(
             inputs, w_ih, w_hh, w_hr, factors, cell_from_hidden, forget, hidden_out, outputs, kept
         )
         ctx.x_dtype, ctx.weight_dtype = x.dtype, weight_hh.dtype
-        return outputs[1:]
+        return outputs[1:], final_h, final_c
 
     @staticmethod
-    def backward(ctx, grad_y):
+    def backward(ctx, grad_y, *_):
         inputs, w_ih, w_hh, w_hr, factors, cell_from_hidden, forget, hidden_out, outputs, kept = (
             ctx.saved_tensors
         )
@@ -187,7 +216,19 @@ class _LstmLayers(torch.autograd.Function):
             by_row = grad_y.new_zeros(layers, rows, grad_y.shape[3])
             by_row[:, :n] = grad_out.transpose(0, 1).reshape(layers, n, -1)
             grad_w_hr = by_row.transpose(1, 2).bmm(hidden_out).to(ctx.weight_dtype)
-        return grad_x, grad_w_ih, grad_w_hh, grad_bias, grad_w_hr, None, None, None
+        return (
+            grad_x,
+            grad_w_ih,
+            grad_w_hh,
+            grad_bias,
+            grad_w_hr,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
 
 
 def batched_product(weights: torch.Tensor, dtype: torch.dtype):
