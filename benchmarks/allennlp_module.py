@@ -26,7 +26,12 @@ mean square of its representation:
 
 The best of --rounds rounds; one JSON line per shape, path and run, then a
 summary line per shape with each path's speed-up (elmo_spacy's tokens/s over
-allennlp-style's).
+allennlp-style's). Where a forward's time is its recurrent products, the
+speed-up cannot pass their ratio: "step products" times them alone, one LSTM
+layer's steps over --batch-size rows, as each computation runs them
+(elmo_spacy: the recurrent and projection products on weights packed once
+for oneDNN, the input products of all steps in one GEMM; allennlp-style: an
+input, a state and a projection GEMM a step), and prints their ratio.
 """
 
 import argparse
@@ -102,6 +107,46 @@ def step(module, batch, device: str, backward: bool) -> None:
         module.zero_grad(set_to_none=True)
 
 
+def step_products(config, rows: int, steps: int, rounds: int) -> dict[str, float]:
+    """Seconds of one LSTM layer's products over `steps` steps of `rows`
+    rows, as elmo_spacy runs them at inference and as AllenNLP's code does
+    (the best of `rounds`)."""
+    from elmo_spacy.bilm.runtime.kernels import packed_products
+
+    torch.manual_seed(0)
+    layer = torch.nn.LSTM(config.projection_dim, config.lstm_dim, proj_size=config.projection_dim)
+    w_ih, w_hh, w_hr = (
+        layer.weight_ih_l0.detach(),
+        layer.weight_hh_l0.detach(),
+        layer.weight_hr_l0.detach(),
+    )
+    x = torch.randn(steps * rows, config.projection_dim)
+    h, hidden = torch.randn(rows, config.projection_dim), torch.randn(rows, config.lstm_dim)
+    product = packed_products({})
+    recur, project = product(w_hh, "hh"), product(w_hr, "hr")
+    t_ih, t_hh, t_hr = w_ih.t().contiguous(), w_hh.t().contiguous(), w_hr.t().contiguous()
+
+    def ours() -> None:
+        gates_x = x @ t_ih
+        for t in range(steps):
+            recur(h, gates_x[t * rows : (t + 1) * rows])
+            project(hidden, None)
+
+    def theirs() -> None:
+        for t in range(steps):
+            torch.addmm(x[t * rows : (t + 1) * rows] @ t_ih, h, t_hh)
+            hidden @ t_hr
+
+    best = {"elmo_spacy": float("inf"), "allennlp-style": float("inf")}
+    with torch.inference_mode():
+        for _ in range(rounds + 1):  # the first round warms up
+            for name, run in (("elmo_spacy", ours), ("allennlp-style", theirs)):
+                started = time.perf_counter()
+                run()
+                best[name] = min(best[name], time.perf_counter() - started)
+    return best
+
+
 def timed(module, batches, device: str, backward: bool) -> float:
     synchronize(device)
     started = time.perf_counter()
@@ -162,6 +207,15 @@ def main() -> None:
             if name == "elmo_spacy":
                 reference = best[("allennlp-style", None, path)]
                 summary["speedup"][f"{path}, {state} state"] = round(reference / seconds, 2)
+        if args.device == "cpu":
+            steps = max(len(s) for batch in timed_batches for s in batch) + 2
+            products = step_products(config, size, steps, args.rounds)
+            line = {"shape": shape, "path": "step products", "rows": size, "steps": steps}
+            line["seconds"] = {k: round(v, 4) for k, v in products.items()}
+            print(json.dumps(line), flush=True)
+            summary["speedup"]["step products"] = round(
+                products["allennlp-style"] / products["elmo_spacy"], 2
+            )
         print(json.dumps(summary), flush=True)
 
 
