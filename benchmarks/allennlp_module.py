@@ -5,7 +5,7 @@ default) and fine-tuned (requires_grad=True).
 
     python benchmarks/allennlp_module.py [--text ../shared/data/ag_news/train.csv]
         [--shapes "original 2x4096_512" "small 2x1024_128"] [--batches 3] [--rounds 2]
-        [--states carried zero] [--batch-size 32] [--device cpu]
+        [--states carried zero] [--batch-size 32] [--device cpu] [--profile]
 
 Random weights at the published models' shapes (speed does not depend on
 them), batches of --batch-size real sentences of AG News text (32), torch
@@ -32,6 +32,8 @@ layer's steps over --batch-size rows, as each computation runs them
 (elmo_spacy: the recurrent and projection products on weights packed once
 for oneDNN, the input products of all steps in one GEMM; allennlp-style: an
 input, a state and a projection GEMM a step), and prints their ratio.
+--profile: then torch.profiler's operators of one more elmo_spacy forward
+(zero state), by their own CPU time.
 """
 
 import argparse
@@ -168,6 +170,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="sentences a batch")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (cuda:N)")
+    parser.add_argument("--profile", action="store_true", help="then profile one forward")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     float32_without_tf32()
@@ -217,6 +220,14 @@ def main() -> None:
                 products["allennlp-style"] / products["elmo_spacy"], 2
             )
         print(json.dumps(summary), flush=True)
+        if args.profile:
+            from torch.profiler import profile
+
+            module = Elmo(make(), None, 1, state="zero").train()
+            step(module, warm_up, args.device, False)
+            with profile() as profiled:
+                step(module, timed_batches[0], args.device, False)
+            print(profiled.key_averages().table(sort_by="self_cpu_time_total", row_limit=8))
 
 
 if __name__ == "__main__":
