@@ -214,6 +214,7 @@ def test_two_ranks_killed_then_resumed_match_the_single_process_model(
     assert_same_weights(single_process_run / "model-last", tmp_path / "model-last")
 
 
+@pytest.mark.slow  # two launchers and a single-process run to compare with (21 s)
 def test_two_machines_sharing_a_filesystem_train_the_single_process_model(
     tmp_path, prepared, single_process_run
 ):

@@ -60,7 +60,10 @@ def assert_same_inputs(mine: dict, theirs: dict) -> None:
         numpy.testing.assert_array_equal(mine[name], theirs[name], err_msg=name)
 
 
-@pytest.mark.parametrize("encoder", ["char_cnn", "word", "word_char"])
+@pytest.mark.parametrize(
+    "encoder",
+    ["char_cnn", pytest.param("word", marks=pytest.mark.slow), "word_char"],
+)
 def test_the_inputs_from_the_folder_are_the_packages_and_give_embedders_layers(tmp_path, encoder):
     bilm = tiny(encoder, clipped=True)
     export_bilm(bilm, tmp_path, formats=["onnx"])
@@ -72,6 +75,7 @@ def test_the_inputs_from_the_folder_are_the_packages_and_give_embedders_layers(t
         assert_close(per_sentence(layers, sentences), Embedder(bilm).embed(sentences))
 
 
+@pytest.mark.slow  # an export of its own (8 s)
 def test_an_export_with_states_gets_zero_states_to_start_from(tmp_path):
     bilm = tiny("char_cnn", clipped=False)
     export_bilm(bilm, tmp_path, formats=["onnx"], with_states=True)
@@ -116,6 +120,7 @@ def test_a_folder_it_cannot_read_is_refused_saying_why(tmp_path):
         ExportInputs(tmp_path)
 
 
+@pytest.mark.slow  # the docs client's test runs the copied file without torch too
 def test_the_module_loads_and_runs_where_torch_cannot_be_imported(tmp_path):
     """A copy of the file alone, numpy its only dependency: torch blocked."""
     bilm = tiny("word_char", clipped=False)

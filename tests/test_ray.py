@@ -154,6 +154,7 @@ def corpus(tmp_path_factory) -> Path:
 
 
 @needs_ray
+@pytest.mark.slow  # a Ray cluster of its own, an actor killed and restarted (8 s)
 def test_a_killed_actor_loses_no_line_and_writes_none_twice(
     ray_instance, spacy_bilm, corpus, tmp_path, monkeypatch
 ):
