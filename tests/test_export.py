@@ -182,6 +182,7 @@ def test_the_export_command_writes_a_folder_and_refuses_what_it_cannot(bilm_dir,
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow  # an export of its own (7 s)
 def test_the_char_cnn_runs_once_per_distinct_token(tmp_path):
     """The inputs hold each distinct token's characters once and a row per
     position; the graph reads every position through its row, so that the
@@ -226,6 +227,7 @@ def matmuls(graph) -> dict[str, int]:
     return counts
 
 
+@pytest.mark.slow  # an int8 export of its own (6 s)
 def test_an_int8_export_quantizes_every_product(tmp_path):
     """The tiny biLM's weights, scaled so that its clips bind, make it
     chaotic: int8 moves its layers by up to 10% of their largest value
@@ -270,6 +272,7 @@ def test_a_published_model_in_int8_stays_within_its_reported_distance(tmp_path):
 INT8_DISTANCE = [(0.1, 0.01), (0.1, 0.01), (0.1, 0.01)]
 
 
+@pytest.mark.slow  # an int8 export through the CLI (6 s)
 def test_the_export_command_quantizes_to_int8_on_request(bilm_dir, tmp_path):
     served = tmp_path / "served"
     result = cli("export", bilm_dir, served, "--format", "onnx", "--quantize", "int8")
@@ -294,6 +297,7 @@ def test_the_export_command_quantizes_to_int8_on_request(bilm_dir, tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow  # an export of its own; embed tests the pair in the default run (7 s)
 def test_export_takes_a_bilm_tf_pair_with_weight_file(tmp_path):
     """The options file as MODEL and --weight-file, apart and named
     otherwise: the exported model gives the layers Embedder gives from the

@@ -506,6 +506,7 @@ def test_gradual_unfreezing_settings_name_their_section():
         gradual_unfreezing(0, 0)
 
 
+@pytest.mark.slow  # spacy train in a process of its own (6 s)
 def test_spacy_train_shows_a_bad_setting_as_one_line_without_a_traceback(
     bilm_dir, corpus_dir, tmp_path
 ):

@@ -83,6 +83,7 @@ def test_pretokenized_text_jsonl_gzip_folders_and_globs_are_read_alike(tmp_path)
         assert str(corpus.tokenization) == "white space"
 
 
+@pytest.mark.slow  # two processes of their own (7 s)
 def test_two_processes_prepare_what_one_does(tmp_path, text):
     prepare_corpus([text], tmp_path / "one", shard_size=2000, show_progress=False)
     prepare_corpus([text], tmp_path / "two", shard_size=2000, n_process=2, show_progress=False)
