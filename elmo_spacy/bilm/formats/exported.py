@@ -62,6 +62,7 @@ from ..inputs.vocab import BOS_ID, EOS_ID
 from ..model.encoders import CharCNNEncoder
 from ..model.lstm import Product, lstm_step
 from ..model.network import States
+from .onnx_inputs import type_index
 
 FORMATS = ("onnx", "torch-export")
 ONNX_FILE, PROGRAM_FILE, INPUTS_FILE, VOCAB_FILE = (
@@ -325,12 +326,7 @@ def serving_inputs(
     says how). The batch's distinct tokens (its types) are encoded once
     each, in the order of their first appearance."""
     config = bilm.config
-    steps = max((len(s) for s in sentences), default=0)
-    rows: dict[str, int] = {}  # each type's row
-    type_ids = numpy.zeros((len(sentences), steps), dtype="int64")
-    for row, tokens in enumerate(sentences):
-        type_ids[row, : len(tokens)] = [rows.setdefault(t, len(rows)) for t in tokens]
-    types = list(rows)
+    type_ids, types = type_index(sentences)
     inputs: dict[str, numpy.ndarray] = {}
     if config.encoder != "word":
         ids, _ = bilm.chars.char_ids(types)  # <S>, </S>, then the types, as wide as they need

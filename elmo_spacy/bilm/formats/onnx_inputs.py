@@ -38,6 +38,18 @@ INPUTS_FILE, VOCAB_FILE = "inputs.json", "vocab.txt"
 BYTE_SCHEMES = {"masked": ("surrogatepass", 1), "bilm_tf": ("ignore", 0)}
 
 
+def type_index(sentences: Sequence[Sequence[str]]) -> tuple[numpy.ndarray, list[str]]:
+    """(B, T) int64 row of each position's type, T the longest sentence (0
+    past each one's end), and the distinct types in the order of their first
+    appearance: each is encoded once."""
+    steps = max((len(s) for s in sentences), default=0)
+    rows: dict[str, int] = {}  # each type's row
+    type_ids = numpy.zeros((len(sentences), steps), dtype="int64")
+    for row, tokens in enumerate(sentences):
+        type_ids[row, : len(tokens)] = [rows.setdefault(t, len(rows)) for t in tokens]
+    return type_ids, list(rows)
+
+
 class ExportInputs:
     """Tokenised sentences -> the inputs of the biLM exported to `folder`
     (inputs.json, vocab.txt), as numpy arrays by input name, in the order
@@ -95,12 +107,7 @@ class ExportInputs:
         """The inputs for `sentences` (lists of tokens; at least one): with
         states as inputs (an export --with-states), zero states, to replace
         with the final ones of the batch before to carry them on."""
-        steps = max((len(s) for s in sentences), default=0)
-        rows: dict[str, int] = {}  # each type's row
-        type_ids = numpy.zeros((len(sentences), steps), dtype="int64")
-        for row, tokens in enumerate(sentences):
-            type_ids[row, : len(tokens)] = [rows.setdefault(t, len(rows)) for t in tokens]
-        types = list(rows)
+        type_ids, types = type_index(sentences)
         made: dict[str, numpy.ndarray] = {}
         if self.chars is not None:
             made["char_ids"] = self.char_ids(types)

@@ -126,6 +126,12 @@ def cpu_bfloat16_may_be_slower() -> bool:
 def _cpu_vendor() -> str | None:
     """The CPU's vendor as Linux names it (GenuineIntel, AuthenticAMD); None
     where unknown."""
+    return _cpuinfo_value(("vendor_id",))
+
+
+def _cpuinfo_value(keys: tuple[str, ...]) -> str | None:
+    """The value of the first line of Linux's /proc/cpuinfo that starts with
+    one of `keys`; None elsewhere or where there is none."""
     if platform.system() != "Linux":
         return None
     try:
@@ -133,7 +139,7 @@ def _cpu_vendor() -> str | None:
     except OSError:
         return None
     for line in text.splitlines():
-        if line.startswith("vendor_id"):
+        if line.startswith(keys):
             return line.split(":", 1)[1].strip()
     return None
 
@@ -189,16 +195,8 @@ def cpu_multiplies_bfloat16() -> bool:
 
 def _linux_cpu_flags() -> set[str] | None:
     """The CPU's feature flags as Linux lists them; None where unknown."""
-    if platform.system() != "Linux":
-        return None
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith(("flags", "Features")):
-            return set(line.split(":", 1)[1].split())
-    return None
+    flags = _cpuinfo_value(("flags", "Features"))
+    return None if flags is None else set(flags.split())
 
 
 def resolve_precision(
