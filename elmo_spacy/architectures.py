@@ -8,47 +8,34 @@ from thinc.api import Model, Optimizer, concatenate
 from thinc.types import Floats2d, Floats3d
 
 from .bilm.formats.locate import BiLMPath
-from .bilm.runner import RUN_DEFAULTS, RunSettings
+from .bilm.runner import RunSettings
 from .layers import (
     ElmoListener,
     build_bilm_model,
     build_learned_mix,
     build_scalar_mix,
+    inline_bilm,
     mixed_tok2vec,
-    own_bilm,
 )
 from .layers.fine_tuning import FineTuning
+
+RunSettings_v1 = registry.misc("elmo_spacy.RunSettings.v1")(RunSettings)
 
 
 @registry.architectures("elmo_spacy.ElmoBiLM.v1")
 def ElmoBiLM_v1(
     bilm: dict[str, Any] | None = None,
-    layers: list[int] | None = RUN_DEFAULTS.layers,
-    state: str = RUN_DEFAULTS.state,
-    warmup: list[str] | None = RUN_DEFAULTS.warmup,
-    precision: str = RUN_DEFAULTS.precision,
-    max_batch_tokens: int = RUN_DEFAULTS.max_batch_tokens,
-    window: int = RUN_DEFAULTS.window,
-    window_overlap: int = RUN_DEFAULTS.window_overlap,
+    run: RunSettings | dict[str, Any] | None = None,
     grad_scaler_config: dict[str, Any] | None = None,
     fine_tuning: FineTuning | None = None,
 ) -> Model[list[Doc], list[Floats3d]]:
-    """The `elmo` pipe's model: a biLM and how it runs (checked once, by
-    `elmo_spacy.bilm.runner.RunSettings`, which holds every default).
+    """The `elmo` pipe's model: a biLM and how it runs.
 
     bilm: `BiLMConfig` fields, used only when the pipe is initialised without
         a pretrained biLM directory.
-    layers: the layers handed out (indices into 0..L, negative ones from the
-        top), in this order; null: all L + 1.
-    state: the LSTM state every doc starts from: "zero", or "primed" by
-        reading `warmup` (null: a few sentences of news English shipped with
-        the plugin), as the published ELMo models expect.
-    precision: what the biLM computes in: "float32" (conformant), "bfloat16",
-        "float16", or "auto" (the package chooses; see
-        `elmo_spacy.bilm.runtime.precision`).
-    max_batch_tokens, window, window_overlap: docs run in length-sorted
-        chunks of at most `max_batch_tokens` padded tokens; docs longer than
-        `window` tokens in windows overlapping by 2 * `window_overlap`.
+    run: how the biLM runs (layers, state, precision, batching, windows): an
+        `elmo_spacy.RunSettings.v1` block, or its values as a plain block;
+        null: every default. See `elmo_spacy.bilm.runner.RunSettings`.
     grad_scaler_config: thinc's `PyTorchGradScaler` arguments for fine-tuning
         in float16.
     fine_tuning: where a listener fine-tunes the biLM (grad_factor != 0),
@@ -58,16 +45,7 @@ def ElmoBiLM_v1(
 
     A pipe that a replaced listener becomes (`elmo_spacy.ElmoTok2Vec.v1`)
     takes this whole block, run settings and fine-tuning included."""
-    settings = RunSettings(
-        layers=layers,
-        state=state,
-        warmup=warmup,
-        precision=precision,
-        max_batch_tokens=max_batch_tokens,
-        window=window,
-        window_overlap=window_overlap,
-        origin="elmo_spacy.ElmoBiLM.v1: ",
-    )
+    settings = run if isinstance(run, RunSettings) else RunSettings(**(run or {}))
     return build_bilm_model(bilm or {}, settings, grad_scaler_config, fine_tuning)
 
 
@@ -114,7 +92,7 @@ def ElmoTok2Vec_v1(
     (a path, or a bilm-tf model's two files as a list, [options, weights]).
     grad_factor scales the gradient sent to the biLM (0 keeps it frozen; see
     `elmo_spacy.ElmoListener.v1`); the biLM's rates are its `fine_tuning`."""
-    return mixed_tok2vec(own_bilm(bilm, grad_factor, bilm_path), mix, width)
+    return mixed_tok2vec(inline_bilm(bilm, grad_factor, bilm_path), mix, width)
 
 
 @registry.architectures("elmo_spacy.ConcatenateTok2Vec.v1")

@@ -3,6 +3,7 @@
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy
 import torch
@@ -13,7 +14,7 @@ from .bilm.formats.locate import BiLMPath
 from .bilm.inputs.batch import length_runs
 from .bilm.inputs.tokenization import Tokenization
 from .bilm.model import States
-from .bilm.runner import RUN_DEFAULTS, Runner, RunSettings
+from .bilm.runner import Runner, RunSettings
 from .bilm.runtime.devices import resolve_device
 from .errors import ElmoSpacyError
 
@@ -22,71 +23,44 @@ class Embedder:
     """Per-layer ELMo vectors of tokenised sentences.
 
     Like AllenNLP's `ElmoEmbedder`, but deterministic: every sentence starts
-    from the same LSTM state (`state`), so the same sentence always gets the
+    from the same LSTM state (`run.state`), so the same sentence always gets the
     same vectors, whatever else is embedded with it and in whatever order.
     It runs the same code as the `elmo` pipe, so `Embedder(...).embed([tokens])`
-    equals the pipe's `doc._.elmo` for a doc of those tokens (same `layers`,
-    `state` and windows).
+    equals the pipe's `doc._.elmo` for a doc of those tokens (same run
+    settings).
 
     path: a biLM in any layout `elmo_spacy.bilm.load_bilm` reads
         (`elmo_spacy.bilm.formats.locate.LAYOUTS`): a path, or a bilm-tf
         model's two files as a pair, `(options_json, weights_hdf5)`, of any
         names in any folders (what AllenNLP's `ElmoEmbedder(options_file,
         weight_file)` took); or a `BiLM` already loaded.
-    layers: keep only these layers (indices into 0..L, negative ones from the
-        top), in this order; None keeps all L + 1 (0 = the token encoding,
-        1..L the biLSTM layers, each [forward; backward]).
-    state: "zero" (every sentence starts from zero LSTM states) or "primed"
-        (from the state that reading `warmup` leaves: closer to how the
-        published ELMo models were trained, with the state carried across
-        batches).
-    warmup: the warm-up sentences of state = "primed", each a list of tokens
-        or a string of space-separated tokens; None: the shipped default
-        (`elmo_spacy.bilm.runner.DEFAULT_WARMUP`).
-    max_batch_tokens: sentences are sorted by length and run in batches of
-        at most this many padded tokens.
-    window, window_overlap: a sentence longer than `window` tokens runs in
-        overlapping pieces (see `elmo_spacy.bilm.runner.windows`).
+    run: how the biLM runs, an `elmo_spacy.bilm.runner.RunSettings` (layers,
+        state, warmup, precision, max_batch_tokens, window, window_overlap);
+        keywords set its fields, over `run`'s where both are given:
+        `Embedder(path, state="primed", layers=[-1])`. Where no precision is
+        given, a `BiLM` keeps its own (a path loads in float32).
     device: where the biLM runs ("cpu", "cuda", "cuda:1", a torch.device).
-    precision: "float32" (conformant), "bfloat16" (where the hardware has
-        the instructions), "float16" (GPUs without bfloat16) or "auto" (the
-        faster of bfloat16 and float32, timed); see
-        `elmo_spacy.bilm.runtime.precision`. None (the default): float32 for a
-        path, a `BiLM`'s own setting for a `BiLM`. The arrays handed back are
-        float32 either way.
 
-    The settings are checked once (`elmo_spacy.bilm.runner.RunSettings`) and
-    run by a `Runner`, the one that the `elmo` pipe's model holds too.
+    A `Runner` runs the biLM with the settings, as in the `elmo` pipe's model.
     """
 
     def __init__(
         self,
         path: BiLMPath | BiLM,
+        run: RunSettings | None = None,
         *,
-        layers: Sequence[int] | None = RUN_DEFAULTS.layers,
-        state: str = RUN_DEFAULTS.state,
-        warmup: Sequence[str | Sequence[str]] | None = RUN_DEFAULTS.warmup,
-        max_batch_tokens: int = RUN_DEFAULTS.max_batch_tokens,
-        window: int = RUN_DEFAULTS.window,
-        window_overlap: int = RUN_DEFAULTS.window_overlap,
         device: str | torch.device = "cpu",
-        precision: str | None = None,
+        **settings: Any,
     ) -> None:
-        settings = RunSettings(
-            layers=layers,
-            state=state,
-            warmup=warmup,
-            precision=precision or RUN_DEFAULTS.precision,
-            max_batch_tokens=max_batch_tokens,
-            window=window,
-            window_overlap=window_overlap,
-            origin="Embedder: ",
-        )
+        if settings.get("precision", "") is None:  # as not given
+            del settings["precision"]
+        own_precision = run is None and "precision" not in settings
+        run = replace(run or RunSettings(), **settings)  # checked before any file is read
         bilm = path if isinstance(path, BiLM) else load_bilm(path, with_softmax=False)
-        if precision is None:
-            settings = replace(settings, precision=bilm.precision)
+        if own_precision:
+            run = replace(run, precision=bilm.precision)
         self.device = resolve_device(device)
-        self.runner = Runner(bilm.to(self.device), settings)
+        self.runner = Runner(bilm.to(self.device), run)
 
     @property
     def bilm(self) -> BiLM:

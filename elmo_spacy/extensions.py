@@ -40,7 +40,9 @@ from spacy.tokens import Doc, Span, Token
 
 from .errors import ElmoSpacyError
 
-KEY = ("._.", "elmo", None, None)  # spaCy's key of a doc-level extension in user_data
+# Where the `elmo` pipe keeps a doc's layers and their record in `doc.user_data`: spaCy's
+# key of the doc extension `elmo`.
+USER_DATA_KEY = ("._.", "elmo", None, None)
 
 
 class StaleLayersError(ElmoSpacyError):
@@ -75,7 +77,7 @@ def restore_views(doc: Doc) -> None:
     the tensor rows its own way) and after DocBin (which does not store the
     tensor). Layers that belong to another text are left as they are:
     reading them raises `StaleLayersError`."""
-    if doc.user_data.get(KEY) is None:
+    if doc.user_data.get(USER_DATA_KEY) is None:
         return
     try:
         layers = get_layers(doc)
@@ -89,7 +91,7 @@ def set_layers(doc: Doc, layers: numpy.ndarray | None) -> None:
     doc's current tokens and set `doc.tensor` to their default mix. None
     takes the layers away again, and the tensor they set."""
     if layers is None:
-        if doc.user_data.pop(KEY, None) is not None:
+        if doc.user_data.pop(USER_DATA_KEY, None) is not None:
             doc.tensor = numpy.zeros((0,), dtype="float32")  # spaCy's empty tensor
         return
     layers = numpy.asarray(layers)
@@ -98,7 +100,7 @@ def set_layers(doc: Doc, layers: numpy.ndarray | None) -> None:
             f"doc._.elmo must be (n_layers, len(doc) = {len(doc)}, width); got {layers.shape}"
         )
     tokens = doc.to_array([IDX, LENGTH, ORTH])
-    doc.user_data[KEY] = {
+    doc.user_data[USER_DATA_KEY] = {
         "layers": layers.view(JsonArray),
         "starts": tokens[:, 0].astype("int64").view(JsonArray),
         "ends": (tokens[:, 0] + tokens[:, 1]).astype("int64").view(JsonArray),
@@ -117,9 +119,9 @@ def annotate(doc: Doc, layers: numpy.ndarray, readers: list[int], store: dict) -
     set_layers(doc, layers)
     if store == {"rows": "all", "dtype": str(layers.dtype)}:
         return  # nothing to change once read
-    doc.user_data[KEY]["store"] = store
+    doc.user_data[USER_DATA_KEY]["store"] = store
     if readers:
-        doc.user_data[KEY]["readers"] = list(readers)
+        doc.user_data[USER_DATA_KEY]["readers"] = list(readers)
     else:
         store_layers(doc)
 
@@ -127,7 +129,7 @@ def annotate(doc: Doc, layers: numpy.ndarray, readers: list[int], store: dict) -
 def listened_layers(doc: Doc) -> "ElmoLayers | None":
     """`doc._.elmo` where it still holds every layer the listeners take (the
     pipe's `store` setting has not cut rows from it yet), else None."""
-    record = doc.user_data.get(KEY)
+    record = doc.user_data.get(USER_DATA_KEY)
     if record is None or record.get("cut"):
         return None
     return get_layers(doc)
@@ -136,7 +138,7 @@ def listened_layers(doc: Doc) -> "ElmoLayers | None":
 def mark_read(doc: Doc, reader: int) -> None:
     """The listener `reader` has read the doc's layers: once no listener is
     left to read them, store what the pipe's `store` setting says."""
-    record = doc.user_data.get(KEY)
+    record = doc.user_data.get(USER_DATA_KEY)
     if record is None or reader not in record.get("readers", ()):
         return
     record["readers"] = [r for r in record["readers"] if r != reader]
@@ -148,7 +150,7 @@ def store_layers(doc: Doc) -> None:
     """Keep on the doc only what the `elmo` pipe's `store` setting says, now,
     whether or not its listeners have read the layers (a disabled listening
     pipe never does). Nothing changes on a doc without such a setting."""
-    record = doc.user_data.get(KEY)
+    record = doc.user_data.get(USER_DATA_KEY)
     if record is None or "store" not in record:
         return
     store = record.pop("store")
@@ -157,7 +159,7 @@ def store_layers(doc: Doc) -> None:
     if rows == "nothing":
         set_layers(doc, None)
     elif rows == "tensor":
-        del doc.user_data[KEY]
+        del doc.user_data[USER_DATA_KEY]
     else:
         layers = record["layers"]
         if rows != "all":
@@ -171,7 +173,7 @@ def get_layers(doc: Doc) -> ElmoLayers | None:
     docstring). Reading never writes to the doc: layers of tokens that a
     retokenize changed are aligned anew at every read (`restore_views`
     stores them aligned)."""
-    record = doc.user_data.get(KEY)
+    record = doc.user_data.get(USER_DATA_KEY)
     if record is None:
         return None
     offsets = doc.to_array([IDX, ORTH])
@@ -236,7 +238,7 @@ def _span_layers(span: Span) -> ElmoLayers | None:
 
 
 def _token_layers(token: Token) -> ElmoLayers | None:
-    record = token.doc.user_data.get(KEY)
+    record = token.doc.user_data.get(USER_DATA_KEY)
     if record is None:
         return None
     i, doc = token.i, token.doc

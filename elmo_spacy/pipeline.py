@@ -3,10 +3,8 @@
 import os
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Any
 
 import srsly
 import torch
@@ -20,7 +18,7 @@ from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from .bilm.formats.directory import bilm_from_bytes, bilm_to_bytes, load_bilm, save_bilm
 from .bilm.formats.locate import BiLMPath
-from .bilm.runner import RunSettings, resolve_layers
+from .bilm.runner import resolve_layers
 from .cache import FrozenOutputCache
 from .errors import ElmoSpacyError
 from .extensions import annotate, install_extensions, store_layers
@@ -31,53 +29,12 @@ from .layers.dims import N_OUTPUT_LAYERS
 DEFAULT_ELMO_MODEL = """
 [model]
 @architectures = "elmo_spacy.ElmoBiLM.v1"
+
+[model.run]
+@misc = "elmo_spacy.RunSettings.v1"
 """
 DTYPES = ("float32", "float16")
 STORES = ("layers", "tensor", "nothing")
-
-
-@dataclass(frozen=True)
-class ElmoSettings:
-    """The `elmo` pipe's own settings: its factory's config, checked here
-    once, and what `to_disk` saves as the pipe's cfg. How the biLM runs
-    (layers, state, precision, batching) is its model's (`run_settings`).
-    See `Elmo` for what each does."""
-
-    dtype: str = "float32"
-    cache_mb: int = 2048
-    store: str | tuple[int, ...] = "layers"
-
-    name: str = field(default="elmo", compare=False)  # the pipe's, for messages
-
-    @classmethod
-    def read(cls, **values: Any) -> "ElmoSettings":
-        """The settings from config values (lists for tuples)."""
-        if isinstance(values.get("store"), list):
-            values["store"] = tuple(int(i) for i in values["store"])
-        return cls(**values)
-
-    def __post_init__(self) -> None:
-        where = f"[components.{self.name}]"
-        if self.dtype not in DTYPES:
-            raise ElmoSpacyError(f"{where} dtype = {self.dtype!r}: use one of {DTYPES}")
-        if isinstance(self.store, str) and self.store not in STORES:
-            raise ElmoSpacyError(
-                f"{where} store = {self.store!r}: use one of {STORES}, or a list of layer indices"
-            )
-        if not isinstance(self.store, str) and not self.store:
-            raise ElmoSpacyError(
-                f'{where} store = []: name a layer to keep, or "tensor" or "nothing"'
-            )
-        if self.cache_mb < 0:
-            raise ElmoSpacyError(f"{where} cache_mb = {self.cache_mb}: give 0 (no cache) or more")
-
-    def to_cfg(self) -> dict[str, Any]:
-        """The settings as config values."""
-        return {
-            "dtype": self.dtype,
-            "cache_mb": self.cache_mb,
-            "store": self.store if isinstance(self.store, str) else list(self.store),
-        }
 
 
 @Language.factory(
@@ -98,8 +55,7 @@ def make_elmo(
     cache_mb: int,
     store: str | list[int],
 ) -> "Elmo":
-    settings = ElmoSettings.read(name=name, dtype=dtype, cache_mb=cache_mb, store=store)
-    return Elmo(nlp.vocab, model, name=name, settings=settings)
+    return Elmo(nlp.vocab, model, name=name, dtype=dtype, cache_mb=cache_mb, store=store)
 
 
 class Elmo(TrainablePipe):
@@ -116,32 +72,14 @@ class Elmo(TrainablePipe):
     `nlp.replace_listeners` gives a pipe its own copy of the biLM instead
     (`elmo_spacy.ElmoTok2Vec.v1`).
 
-    How the biLM runs is set in the pipe's model block ([components.elmo.model],
-    `elmo_spacy.ElmoBiLM.v1`; `run_settings` on the pipe), which a replaced
-    listener's copy of the biLM takes whole:
+    How the biLM runs (layers, state, precision, batching, windows) is its
+    model's `run` block ([components.elmo.model.run], an
+    `elmo_spacy.bilm.runner.RunSettings`, read by `get_runner(pipe.model)`),
+    which a replaced listener's copy of the biLM takes with the rest of the
+    model block.
 
-    layers: the layers the listeners get and the docs keep (indices into
-        0..L, negative ones from the top), in this order; None: all L + 1.
-    state: the LSTM state every doc starts from: "zero" (the default), or
-        "primed": the state that reading a warm-up text leaves, as the
-        published ELMo models (trained with the state carried from batch to
-        batch) expect. Either way a doc's vectors do not depend on the other
-        docs of its batch. The primed state is computed once per version of
-        the weights (again after a fine-tuning step).
-    warmup: the warm-up sentences of state = "primed", tokens separated by
-        spaces; null: a few sentences of news English shipped with the
-        plugin (`elmo_spacy.bilm.runner.DEFAULT_WARMUP`).
-    precision: what the biLM computes in: "float32" (the default, conformant),
-        "bfloat16" (faster where the CPU or GPU multiplies in it faster than
-        in float32, e.g. AMX, AMD's AVX512-BF16, Ampere and later; each
-        layer moves by under 1% of its largest value) or "float16" (GPUs
-        without bfloat16, e.g. T4 and V100; fine-tuning scales the loss).
-        Either runs as float32, with a warning, where it would not pay;
-        `doc._.elmo` is float32 (or `dtype`) either way; see
-        `elmo_spacy.bilm.runtime.precision`.
-
-    The pipe's own settings (its factory's config; `settings`, an
-    `ElmoSettings`, holds them):
+    The pipe's own settings, its factory's config, which `cfg` holds and
+    `to_disk` saves:
 
     dtype: "float32", or "float16" to store `doc._.elmo` in half the memory
         (listeners in the pipeline read the float32 layers first).
@@ -153,60 +91,52 @@ class Elmo(TrainablePipe):
         is emptied when the biLM changes and when training ends (with the
         `elmo_spacy.ReleaseTrainingCaches.v1` logger of the shipped configs).
     store: what stays on each doc once the pipeline's listeners have read
-        its layers: "layers" (the default: every layer of `layers`, and
-        `doc.tensor`), a list of layer indices (those of `layers` to keep on
+        its layers: "layers" (the default: every layer of `run.layers`, and
+        `doc.tensor`), a list of layer indices (those of `run.layers` to keep on
         `doc._.elmo`, and `doc.tensor`), "tensor" (only `doc.tensor`, the
         mean of the layers) or "nothing". Listeners in the pipeline get every
-        layer of `layers` whatever this says; a doc read by no listener (one
+        of `run.layers` whatever this says; a doc read by no listener (one
         that a disabled listening pipe would have read) keeps every layer
         until `store_layers(doc)` is called. `doc.tensor` is the same in
         every case but "nothing".
 
-    The settings are read-only on the pipe: a saved pipeline loads with those
-    of its config.cfg, and `spacy.load(path, config={"components": {"elmo":
-    {...}}})` changes them.
+    A saved pipeline loads with the settings of its config.cfg, and
+    `spacy.load(path, config={"components": {"elmo": {...}}})` changes them.
     """
 
     def __init__(
-        self, vocab: Vocab, model: Model, name: str = "elmo", *, settings: ElmoSettings
+        self,
+        vocab: Vocab,
+        model: Model,
+        name: str = "elmo",
+        *,
+        dtype: str = "float32",
+        cache_mb: int = 2048,
+        store: str | Sequence[int] = "layers",
     ) -> None:
+        where = f"[components.{name}]"
+        if dtype not in DTYPES:
+            raise ElmoSpacyError(f"{where} dtype = {dtype!r}: use one of {DTYPES}")
+        if isinstance(store, str) and store not in STORES:
+            raise ElmoSpacyError(
+                f"{where} store = {store!r}: use one of {STORES}, or a list of layer indices"
+            )
+        if not isinstance(store, str) and not store:
+            raise ElmoSpacyError(
+                f'{where} store = []: name a layer to keep, or "tensor" or "nothing"'
+            )
+        if cache_mb < 0:
+            raise ElmoSpacyError(f"{where} cache_mb = {cache_mb}: give 0 (no cache) or more")
         self.vocab = vocab
         self.model = model
         self.name = name
-        self.settings = settings
+        store = store if isinstance(store, str) else [int(i) for i in store]
+        self.cfg = {"dtype": dtype, "cache_mb": cache_mb, "store": store}
         self.listener_map: dict[str, list[ElmoListener]] = {}
-        self.frozen_cache = FrozenOutputCache(settings.cache_mb * 2**20)
+        self.frozen_cache = FrozenOutputCache(cache_mb * 2**20)
         self._pid = os.getpid()
         self._stored_rows: list[int] | None = None  # rows of `store`, resolved with the biLM
-        shim = model.shims[0]  # its messages name where a user set its settings
-        shim.set_settings(shim.runner.settings.named(f"[components.{name}.model] "))
         install_extensions()
-
-    @property
-    def run_settings(self) -> RunSettings:
-        """How the biLM runs: its model's settings (`elmo_spacy.ElmoBiLM.v1`)."""
-        return get_runner(self.model).settings
-
-    @property
-    def cfg(self) -> dict[str, Any]:
-        """What `to_disk` saves beside the biLM: the settings."""
-        return self.settings.to_cfg()
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in RunSettings.__dataclass_fields__:
-            raise ElmoSpacyError(
-                f"[components.{self.name}.model] {name} is set when the pipe is made, in its "
-                f"model's config: nlp.add_pipe('elmo', config={{'model': {{'{name}': ...}}}}), "
-                "or for a saved pipeline spacy.load(path, config={'components': "
-                f"{{'{self.name}': {{'model': {{'{name}': ...}}}}}}}})"
-            )
-        if name in ElmoSettings.__dataclass_fields__ and name != "name":
-            raise ElmoSpacyError(
-                f"[components.{self.name}] {name} is set when the pipe is made, in its config: "
-                f"nlp.add_pipe('elmo', config={{'{name}': ...}}), or for a saved pipeline "
-                f"spacy.load(path, config={{'components': {{'{self.name}': {{'{name}': ...}}}}}})"
-            )
-        super().__setattr__(name, value)
 
     @property
     def n_output_layers(self) -> int:
@@ -266,7 +196,7 @@ class Elmo(TrainablePipe):
         if self._stored_rows is None:
             self._stored_rows = self._resolve_store()
         readers = [listener.id for listener in self.listeners]
-        store = {"rows": self._stored_rows, "dtype": self.settings.dtype}
+        store = {"rows": self._stored_rows, "dtype": self.cfg["dtype"]}
         for doc, layers in zip(docs, outputs):
             annotate(doc, self.model.ops.to_numpy(layers), readers, store)
 
@@ -418,7 +348,7 @@ class Elmo(TrainablePipe):
     def _resolve_store(self) -> str | list[int]:
         """The `store` setting as rows of the layers the listeners get: "all",
         a list of rows, "tensor" or "nothing"."""
-        store = self.settings.store
+        store = self.cfg["store"]
         if store == "layers":
             return "all"
         if isinstance(store, str):
@@ -426,14 +356,15 @@ class Elmo(TrainablePipe):
         bilm = get_bilm(self.model)
         n_layers = bilm.config.n_output_layers
         handed_out = get_runner(self.model).layers or list(range(n_layers))
-        where = f"[components.{self.name}] store = {list(store)}"
-        wanted = resolve_layers(store, n_layers, f"{where}: ")
+        where = f"[components.{self.name}] store"
+        wanted = resolve_layers(store, n_layers, where)
         missing = [i for i in wanted if i not in handed_out]
         if missing:
             raise ElmoSpacyError(
-                f"{where} names layers {missing} that the pipe does not compute "
-                f"([components.{self.name}.model] layers = {self.run_settings.layers}): keep "
-                "layers among those, or widen layers"
+                f"{where} = {store} names layers {missing} that the pipe does not compute "
+                f"([components.{self.name}.model.run] layers = "
+                f"{list(get_runner(self.model).settings.layers)}): keep layers among those, or "
+                "widen layers"
             )
         return [handed_out.index(i) for i in wanted]
 

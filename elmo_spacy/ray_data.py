@@ -31,7 +31,7 @@ from typing import Any
 import numpy
 
 from .bilm.formats.locate import BiLMPath
-from .bilm.runner import RUN_DEFAULTS
+from .bilm.runner import RunSettings
 from .embedder import OUTPUTS, Embedder, shape_vectors, tokenizer_for
 from .errors import ElmoSpacyError
 
@@ -77,8 +77,8 @@ class EmbedBatches:
     With `tokens_column`, also the tokens embedded (list<string>).
 
     path: the biLM (anything `Embedder` loads), a path every actor can read.
-    layers, state, warmup, precision, max_batch_tokens, window,
-    window_overlap: `Embedder`'s settings, with its defaults.
+    run, and keywords: how the biLM runs, as `Embedder` takes them (a
+        `RunSettings`, or its fields as keywords).
     dtype: "float32", or "float16" for half the size (rounded from float32).
     tokenization: a `Tokenization` (or its dict) for text; None: the biLM's.
     device: where the biLM runs; None: "cuda" in an actor that Ray gave a
@@ -100,33 +100,18 @@ class EmbedBatches:
         tokens_column: str | None = None,
         output: str = "all",
         dtype: str = "float32",
-        layers: Sequence[int] | None = RUN_DEFAULTS.layers,
-        state: str = RUN_DEFAULTS.state,
-        warmup: Sequence[str | Sequence[str]] | None = RUN_DEFAULTS.warmup,
-        precision: str | None = None,
-        max_batch_tokens: int = RUN_DEFAULTS.max_batch_tokens,
-        window: int = RUN_DEFAULTS.window,
-        window_overlap: int = RUN_DEFAULTS.window_overlap,
+        run: RunSettings | None = None,
         tokenization: Any = None,
         device: str | None = None,
         num_threads: int | None = None,
+        **settings: Any,
     ) -> None:
         from .bilm.inputs.tokenization import Tokenization
 
         check_choice("output", output, OUTPUTS, "EmbedBatches: ")
         check_choice("dtype", dtype, DTYPES, "EmbedBatches: ")
         self.threads = set_actor_threads(num_threads)
-        self.embedder = Embedder(
-            path,
-            layers=layers,
-            state=state,
-            warmup=warmup,
-            max_batch_tokens=max_batch_tokens,
-            window=window,
-            window_overlap=window_overlap,
-            device=device or actor_device(),
-            precision=precision,
-        )
+        self.embedder = Embedder(path, run, device=device or actor_device(), **settings)
         if isinstance(tokenization, dict):
             tokenization = Tokenization.from_dict(tokenization)
         self.tokenizer = tokenizer_for(tokenization or self.embedder.tokenization)

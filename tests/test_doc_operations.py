@@ -18,7 +18,7 @@ from spacy.tokens import doc as spacy_doc
 from spacy.tokens._retokenize import Retokenizer
 
 import elmo_spacy
-from elmo_spacy.extensions import KEY, StaleLayersError, default_mix
+from elmo_spacy.extensions import USER_DATA_KEY, StaleLayersError, default_mix
 
 TEXTS = [
     "John Smith visited New York on Monday.",
@@ -38,11 +38,11 @@ def check(doc: Doc, expected: list[numpy.ndarray]) -> None:
     """Every token's layers are its own, `expected[i]` for token i, read
     without writing to the doc; and once `restore_views` has set the tensor
     from them, so are its vector and tensor row."""
-    record, tensor = doc.user_data[KEY], doc.tensor
+    record, tensor = doc.user_data[USER_DATA_KEY], doc.tensor
     assert doc._.elmo.shape[1] == len(doc) == len(expected)
     for token in doc:
         numpy.testing.assert_allclose(token._.elmo, expected[token.i], rtol=1e-6, atol=1e-6)
-    assert doc.user_data[KEY] is record and doc.tensor is tensor  # reading wrote nothing
+    assert doc.user_data[USER_DATA_KEY] is record and doc.tensor is tensor  # reading wrote nothing
     elmo_spacy.restore_views(doc)
     for token in doc:
         mix = default_mix(expected[token.i][:, None])[0]
@@ -202,7 +202,7 @@ def test_a_retokenize_leaves_the_tensor_to_spacy_until_restore_views(nlp):
     numpy.testing.assert_allclose(
         doc.tensor[0], default_mix(parts[:, 0:2].mean(axis=1)[:, None])[0], rtol=1e-5
     )
-    numpy.testing.assert_allclose(doc.user_data[KEY]["layers"][:, 0], doc[0]._.elmo)
+    numpy.testing.assert_allclose(doc.user_data[USER_DATA_KEY]["layers"][:, 0], doc[0]._.elmo)
 
 
 def test_from_docs_falls_back_to_the_joined_tensors(nlp):

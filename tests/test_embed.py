@@ -19,6 +19,7 @@ import elmo_spacy.embedder
 from elmo_spacy import Embedder
 from elmo_spacy.bilm import BiLM, WordVocab, load_bilm, save_bilm
 from elmo_spacy.bilm.formats.directory import BiLMLoadError
+from elmo_spacy.bilm.runner import RunSettings
 from elmo_spacy.cli import app
 
 from .conftest import TINY_BILM
@@ -60,10 +61,9 @@ def embed(*args: str):
     return CliRunner().invoke(app, ["embed", *map(str, args)])
 
 
-def elmo_pipe(bilm_dir: Path, **run_settings):
+def elmo_pipe(bilm_dir: Path, **run):
     nlp = spacy.blank("en")
-    config = {"model": run_settings}
-    nlp.add_pipe("elmo", config=config).initialize(lambda: [], bilm_path=bilm_dir)
+    nlp.add_pipe("elmo", config={"model": {"run": run}}).initialize(lambda: [], bilm_path=bilm_dir)
     return nlp
 
 
@@ -124,8 +124,21 @@ def test_embedder_refuses_what_it_cannot_embed(tiny_bilm_dir, embedder):
         Embedder(tiny_bilm_dir, window=8, window_overlap=4)
     with pytest.raises(BiLMLoadError, match=str(tiny_bilm_dir.parent)):
         Embedder(tiny_bilm_dir.parent)
-    with pytest.raises(ValueError, match="Embedder: precision = 'int8'"):  # before loading
+    with pytest.raises(ValueError, match="run.precision = 'int8'"):  # before loading
         Embedder(tiny_bilm_dir.parent / "missing", precision="int8")
+    with pytest.raises(TypeError, match="windows"):
+        Embedder(tiny_bilm_dir, windows=8)
+
+
+def test_embedder_takes_run_settings_whole_or_as_keywords(tiny_bilm_dir):
+    sentences = [["Oil", "prices", "rose", "."], ["Stocks", "fell"]]
+    run = RunSettings(layers=[2, 0], state="primed", max_batch_tokens=4)
+    whole = Embedder(tiny_bilm_dir, run)
+    assert whole.runner.settings == run
+    keywords = Embedder(tiny_bilm_dir, layers=[2, 0], state="primed", max_batch_tokens=4)
+    for a, b in zip(whole.embed(sentences), keywords.embed(sentences)):
+        numpy.testing.assert_array_equal(a, b)
+    assert Embedder(tiny_bilm_dir, run, state="zero").runner.settings.state == "zero"
 
 
 def test_embedder_keeps_the_precision_of_a_bilm_it_is_given(tiny_bilm_dir, monkeypatch):
@@ -250,7 +263,7 @@ def test_two_shards_cover_every_line_with_global_keys(tiny_bilm_dir, corpus, tmp
         (["--state", "warm"], "state = 'warm': use one of"),
         (["--output-format", "npz"], "--output-format npz: use one of hdf5, spacy"),
         (["--gpu-id", "99"], "--gpu-id = 99 asks for a GPU"),
-        (["--precision", "int8"], "--precision = 'int8' is not a precision"),
+        (["--precision", "int8"], "run.precision = 'int8' is not a precision"),
     ],
 )
 def test_embed_errors_are_short_and_leave_no_file(tiny_bilm_dir, corpus, tmp_path, args, message):
@@ -352,7 +365,7 @@ def test_a_fall_back_under_the_command_line_is_one_line_not_typers(
     monkeypatch.setattr(precision_module, "bfloat16_unsupported", lambda device="cpu": "no")
     result = embed(tiny_bilm_dir, corpus, tmp_path / "out.hdf5", "--precision", "bfloat16")
     assert result.exit_code == 0, result.output
-    warning = "RuntimeWarning: Embedder: precision = 'bfloat16' runs as 'float32': no."
+    warning = "RuntimeWarning: run.precision = 'bfloat16' runs as 'float32': no."
     assert result.stderr.splitlines()[0] == warning  # then the progress bar
     assert "typer" not in result.stderr
 

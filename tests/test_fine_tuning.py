@@ -191,7 +191,7 @@ def test_the_layers_kept_may_all_be_below_the_trainable_ones(bilm_dir, train):
     """A pipe that hands out the token encoding alone, with the top layer
     training: nothing to backpropagate, and nothing moves."""
     block = fine_tuning(trainable_layers=1)
-    nlp = make_nlp(bilm_dir, grad_factor=1.0, elmo_model={"layers": [0]})
+    nlp = make_nlp(bilm_dir, grad_factor=1.0, elmo_model={"run": {"layers": [0]}})
     config = nlp.config.copy()
     config["components"]["elmo"]["model"]["fine_tuning"] = block
     nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 import elmo_spacy.bilm.runtime.precision as precision_module
 from elmo_spacy.bilm import BiLMConfig
 from elmo_spacy.bilm.runtime.precision import resolve_precision
-from elmo_spacy.layers import get_bilm
+from elmo_spacy.layers import get_bilm, get_runner
 from elmo_spacy.pretrain import PretrainConfig, pretrain
 from elmo_spacy.pretrain.run_folder import RunFolder
 
@@ -31,15 +31,15 @@ def float16_runs_here(monkeypatch):
 
 def test_float16_on_the_cpu_says_it_runs_float32_and_keeps_the_setting(bilm_dir, tmp_path):
     nlp = spacy.blank("en")
-    elmo = nlp.add_pipe("elmo", config={"model": {"precision": "float16"}})
-    with pytest.warns(RuntimeWarning, match=r"\[components.elmo.model\] " + FALLS_BACK):
+    elmo = nlp.add_pipe("elmo", config={"model": {"run": {"precision": "float16"}}})
+    with pytest.warns(RuntimeWarning, match=r"run." + FALLS_BACK):
         elmo.initialize(lambda: [], bilm_path=bilm_dir)
     assert get_bilm(elmo.model).precision == "float32"
     nlp.to_disk(tmp_path / "nlp")
     with pytest.warns(RuntimeWarning, match=FALLS_BACK):
         loaded = spacy.load(tmp_path / "nlp")
-    assert loaded.get_pipe("elmo").run_settings.precision == "float16"
-    assert loaded.config["components"]["elmo"]["model"]["precision"] == "float16"
+    assert get_runner(loaded.get_pipe("elmo").model).settings.precision == "float16"
+    assert loaded.config["components"]["elmo"]["model"]["run"]["precision"] == "float16"
     settings = PretrainConfig(max_epochs=1, batch_tokens=600, patience=0, precision="float16")
     with pytest.warns(RuntimeWarning, match=r"\[training\] " + FALLS_BACK):
         log = pretrain(corpus_of(DOCS), TINY_BILM, settings, tmp_path / "bilm")
@@ -79,7 +79,7 @@ def test_pretraining_in_float16_scales_the_loss_and_keeps_its_scale(float16_runs
 
 def test_fine_tuning_in_float16_moves_the_weights(float16_runs_here, bilm_dir, corpus_dir):
     """(The loss scaler is thinc's, which runs on a GPU only: test_gpu.py.)"""
-    nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0, elmo_model={"precision": "float16"})
+    nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0, elmo_model={"run": {"precision": "float16"}})
     train = examples(nlp, corpus_dir / "train.spacy")
     optimizer = nlp.initialize(lambda: train)
     bilm = get_bilm(nlp.get_pipe("elmo").model)

@@ -19,6 +19,7 @@ from thinc.api import ConfigValidationError
 from elmo_spacy.layers import ElmoListener, get_bilm
 
 from .conftest import CONFIGS, SCALAR_MIX, TINY_BILM, examples, make_nlp
+from .kernels import forced_kernel
 
 N_LAYERS, WIDTH = TINY_BILM.n_layers + 1, TINY_BILM.width
 
@@ -27,7 +28,7 @@ def test_keep_some_layers_in_float16(bilm_dir, corpus_dir):
     full = make_nlp(bilm_dir, SCALAR_MIX, 0.0)
     full.initialize(lambda: examples(full, corpus_dir / "train.spacy"))
     nlp = make_nlp(
-        bilm_dir, SCALAR_MIX, 0.0, elmo={"dtype": "float16"}, elmo_model={"layers": [0, 2]}
+        bilm_dir, SCALAR_MIX, 0.0, elmo={"dtype": "float16"}, elmo_model={"run": {"layers": [0, 2]}}
     )
     train = examples(nlp, corpus_dir / "train.spacy")
     optimizer = nlp.initialize(lambda: train)
@@ -44,7 +45,7 @@ def test_keep_some_layers_in_float16(bilm_dir, corpus_dir):
 
 
 def test_fine_tuning_through_some_layers(bilm_dir, corpus_dir):
-    nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0, elmo_model={"layers": [2, 0]})
+    nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0, elmo_model={"run": {"layers": [2, 0]}})
     train = examples(nlp, corpus_dir / "train.spacy")
     optimizer = nlp.initialize(lambda: train)
     bilm = get_bilm(nlp.get_pipe("elmo").model)
@@ -63,11 +64,11 @@ def test_fine_tuning_through_some_layers(bilm_dir, corpus_dir):
 
 def test_layers_the_biLM_does_not_have_are_refused(bilm_dir):
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"model": {"layers": [0, 3]}})
+    nlp.add_pipe("elmo", config={"model": {"run": {"layers": [0, 3]}}})
     with pytest.raises(ValueError, match=r"layers = \[0, 3\], but the biLM has 3 layers"):
         nlp.get_pipe("elmo").initialize(lambda: [], bilm_path=bilm_dir)
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"model": {"layers": [2, -1]}})
+    nlp.add_pipe("elmo", config={"model": {"run": {"layers": [2, -1]}}})
     with pytest.raises(ValueError, match="names a layer twice"):
         nlp.get_pipe("elmo").initialize(lambda: [], bilm_path=bilm_dir)
     with pytest.raises(ValueError, match="dtype = 'float64'"):
@@ -75,12 +76,13 @@ def test_layers_the_biLM_does_not_have_are_refused(bilm_dir):
 
 
 @pytest.mark.parametrize("name", ["layers", "state", "warmup", "precision"])
-def test_a_run_setting_has_one_home_the_model_block(name):
-    """Given to the pipe or to an ElmoTok2Vec.v1 block instead of their
-    `bilm`/`model` block, the config does not validate."""
+def test_a_run_setting_has_one_home_the_run_block(name):
+    """Given to the pipe, to its model block or to an ElmoTok2Vec.v1 block
+    instead of the `run` block, the config does not validate."""
     value = {"layers": [0], "state": "primed", "warmup": ["a ."], "precision": "float32"}[name]
-    with pytest.raises(ConfigValidationError, match=f"unexpected argument: '{name}'"):
-        spacy.blank("en").add_pipe("elmo", config={name: value})
+    for config in ({name: value}, {"model": {name: value}}):
+        with pytest.raises(ConfigValidationError, match=f"unexpected argument: '{name}'"):
+            spacy.blank("en").add_pipe("elmo", config=config)
     block = {
         "@architectures": "elmo_spacy.ElmoTok2Vec.v1",
         "bilm": {"@architectures": "elmo_spacy.ElmoBiLM.v1"},
@@ -89,6 +91,18 @@ def test_a_run_setting_has_one_home_the_model_block(name):
     }
     with pytest.raises(ConfigValidationError, match=f"unexpected argument: '{name}'"):
         registry.resolve({"model": block})
+
+
+def test_run_settings_are_checked_where_they_are_given(bilm_dir):
+    """A value of the wrong type fails the config's validation, which names
+    the block; a value out of range names the setting."""
+    nlp = spacy.blank("en")
+    with pytest.raises(ConfigValidationError, match=r"model.run -> max_batch_tokens"):
+        nlp.add_pipe("elmo", config={"model": {"run": {"max_batch_tokens": "many"}}})
+    with pytest.raises(ValueError, match=r"run.max_batch_tokens = 0: give at least 1"):
+        nlp.add_pipe("elmo", config={"model": {"run": {"max_batch_tokens": 0}}})
+    with pytest.raises(ConfigValidationError, match="unexpected argument: 'windows'"):
+        nlp.add_pipe("elmo", config={"model": {"run": {"windows": 8}}})
 
 
 def test_exclude_is_honoured(bilm_dir, tmp_path):
@@ -187,9 +201,7 @@ def test_no_onednn_projection_warning(bilm_dir):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo")
     nlp.get_pipe("elmo").initialize(lambda: [], bilm_path=bilm_dir)
-    bilm = get_bilm(nlp.get_pipe("elmo").model)
-    bilm.lstm_kernel = "fused"  # torch's nn.LSTM
-    with warnings.catch_warnings():
+    with forced_kernel("fused"), warnings.catch_warnings():  # torch's nn.LSTM
         warnings.simplefilter("error")
         nlp("No warning from the LSTM with projections, please.")
 
@@ -261,7 +273,9 @@ def test_a_small_max_batch_tokens_gives_what_a_large_one_gives(bilm_dir, corpus_
     results, rows = {}, {}
     for max_batch_tokens in (4096, 16):
         nlp = spacy.blank("en")
-        elmo = nlp.add_pipe("elmo", config={"model": {"max_batch_tokens": max_batch_tokens}})
+        elmo = nlp.add_pipe(
+            "elmo", config={"model": {"run": {"max_batch_tokens": max_batch_tokens}}}
+        )
         elmo.initialize(lambda: [], bilm_path=str(bilm_dir))
         rows[max_batch_tokens] = _count_rows(get_bilm(elmo.model))
         results[max_batch_tokens] = [doc._.elmo for doc in nlp.pipe(texts, batch_size=64)]
@@ -278,7 +292,9 @@ def test_fine_tuning_runs_a_doc_longer_than_the_window_in_the_windows_of_predict
     """A doc longer than the window runs in the same pieces in training as in
     prediction (each token sees the same context, memory stays bounded), and
     its gradient reaches the biLM from past the first window."""
-    nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0, elmo_model={"window": 40, "window_overlap": 8})
+    nlp = make_nlp(
+        bilm_dir, SCALAR_MIX, 1.0, elmo_model={"run": {"window": 40, "window_overlap": 8}}
+    )
     train = examples(nlp, corpus_dir / "train.spacy")
     nlp.initialize(lambda: train)
     elmo = nlp.get_pipe("elmo")

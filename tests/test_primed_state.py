@@ -14,7 +14,7 @@ from spacy.tokens import Doc
 from elmo_spacy import Embedder
 from elmo_spacy.bilm import BiLM, WordVocab
 from elmo_spacy.bilm.runner import DEFAULT_WARMUP, Runner, RunSettings
-from elmo_spacy.layers import get_bilm
+from elmo_spacy.layers import get_bilm, get_runner
 
 from .conftest import SCALAR_MIX, TINY_BILM, examples, make_nlp
 from .test_embed import tiny_bilm_dir  # noqa: F401  (a fixture)
@@ -96,7 +96,7 @@ def test_the_pipe_and_the_embedder_agree_and_a_saved_pipe_keeps_the_state(
     tmp_path,
 ):
     nlp = spacy.blank("en")
-    elmo = nlp.add_pipe("elmo", config={"model": {"state": "primed", "warmup": WARMUP}})
+    elmo = nlp.add_pipe("elmo", config={"model": {"run": {"state": "primed", "warmup": WARMUP}}})
     elmo.initialize(lambda: [], bilm_path=tiny_bilm_dir)
     docs = list(nlp.pipe(Doc(nlp.vocab, words=s) for s in SENTENCES))
     expected = Embedder(tiny_bilm_dir, state="primed", warmup=WARMUP).embed(SENTENCES)
@@ -104,7 +104,7 @@ def test_the_pipe_and_the_embedder_agree_and_a_saved_pipe_keeps_the_state(
         numpy.testing.assert_array_equal(doc._.elmo, array)
     nlp.to_disk(tmp_path / "pipeline")
     loaded = spacy.load(tmp_path / "pipeline")
-    loaded_settings = loaded.get_pipe("elmo").run_settings
+    loaded_settings = get_runner(loaded.get_pipe("elmo").model).settings
     assert loaded_settings.state == "primed"
     assert [" ".join(sentence) for sentence in loaded_settings.warmup] == WARMUP
     for doc in docs:
@@ -112,26 +112,24 @@ def test_the_pipe_and_the_embedder_agree_and_a_saved_pipe_keeps_the_state(
             loaded(Doc(loaded.vocab, words=[t.text for t in doc]))._.elmo, doc._.elmo
         )
     # The config is the settings' one home: an override at loading wins over the saved one.
-    overrides = {"components": {"elmo": {"model": {"state": "zero"}}}}
+    overrides = {"components": {"elmo": {"model": {"run": {"state": "zero"}}}}}
     zero_nlp = spacy.load(tmp_path / "pipeline", config=overrides)
-    assert zero_nlp.get_pipe("elmo").run_settings.state == "zero"
+    assert get_runner(zero_nlp.get_pipe("elmo").model).settings.state == "zero"
     zero = zero_nlp(Doc(zero_nlp.vocab, words=SENTENCES[0]))._.elmo
     numpy.testing.assert_array_equal(zero, Embedder(tiny_bilm_dir).embed_sentence(SENTENCES[0]))
     # A pipe made with zero state keeps it when it reads another pipe's bytes (the biLM).
     copy_nlp = spacy.blank("en")
     copy_nlp.add_pipe("elmo").from_bytes(elmo.to_bytes())
-    assert copy_nlp.get_pipe("elmo").run_settings.state == "zero"
+    assert get_runner(copy_nlp.get_pipe("elmo").model).settings.state == "zero"
     saved = spacy.util.load_config(tmp_path / "pipeline" / "config.cfg")  # what to_disk saves
-    assert saved["components"]["elmo"]["model"]["state"] == "primed"
-    assert saved["components"]["elmo"]["model"]["warmup"] == WARMUP
-    with pytest.raises(
-        ValueError, match=r"\[components.elmo.model\] state is set when.*spacy.load"
-    ):
-        elmo.state = "zero"
+    assert saved["components"]["elmo"]["model"]["run"]["state"] == "primed"
+    assert saved["components"]["elmo"]["model"]["run"]["warmup"] == WARMUP
 
 
 def test_fine_tuning_recomputes_the_primed_state(tiny_bilm_dir, corpus_dir):  # noqa: F811
-    nlp = make_nlp(tiny_bilm_dir, SCALAR_MIX, grad_factor=1.0, elmo_model={"state": "primed"})
+    nlp = make_nlp(
+        tiny_bilm_dir, SCALAR_MIX, grad_factor=1.0, elmo_model={"run": {"state": "primed"}}
+    )
     train = examples(nlp, corpus_dir / "train.spacy")
     optimizer = nlp.initialize(lambda: train)
     bilm = get_bilm(nlp.get_pipe("elmo").model)
@@ -153,9 +151,13 @@ def test_fine_tuning_recomputes_the_primed_state(tiny_bilm_dir, corpus_dir):  # 
 
 
 def test_bad_state_settings_are_refused():
-    with pytest.raises(ValueError, match=r"ElmoBiLM.v1: state = 'warm': use one of"):
-        spacy.blank("en").add_pipe("elmo", config={"model": {"state": "warm"}})
-    with pytest.raises(ValueError, match=r"warmup.*is not list\[str\]"):
-        spacy.blank("en").add_pipe("elmo", config={"model": {"warmup": "Markets were calm ."}})
+    with pytest.raises(ValueError, match=r"run.state = 'warm': use one of"):
+        spacy.blank("en").add_pipe("elmo", config={"model": {"run": {"state": "warm"}}})
+    with pytest.raises(ValueError, match="run.warmup must be a list of sentences"):
+        spacy.blank("en").add_pipe(
+            "elmo", config={"model": {"run": {"warmup": "Markets were calm ."}}}
+        )
     with pytest.raises(ValueError, match="warmup holds no token"):
-        spacy.blank("en").add_pipe("elmo", config={"model": {"state": "primed", "warmup": [" "]}})
+        spacy.blank("en").add_pipe(
+            "elmo", config={"model": {"run": {"state": "primed", "warmup": [" "]}}}
+        )

@@ -23,6 +23,7 @@ from spacy.training import Example
 from elmo_spacy import Embedder, ray_data
 from elmo_spacy.bilm import BiLM, WordVocab, save_bilm
 from elmo_spacy.bilm.inputs.tokenization import Tokenization
+from elmo_spacy.bilm.runner import RunSettings
 from elmo_spacy.ray_data import AnnotateBatches, EmbedBatches, tensors_to_numpy
 
 from .conftest import TINY_BILM, cli
@@ -339,11 +340,12 @@ def test_the_command_hands_its_options_to_the_ray_engine(spacy_bilm, corpus, tmp
         "embed_options": {
             "output": "average",
             "dtype": "float16",
-            "layers": (1, 2),
-            "state": "primed",
-            "warmup": [["Markets", "were", "calm", "."]],  # cut as the lines are
-            "precision": "float32",
-            "max_batch_tokens": 512,
+            "run": RunSettings(
+                layers=[1, 2],
+                state="primed",
+                warmup=[["Markets", "were", "calm", "."]],  # cut as the lines are
+                max_batch_tokens=512,
+            ),
             "tokenization": Tokenization("spacy", "en"),
         },
         "actors": 3,

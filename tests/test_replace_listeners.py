@@ -48,6 +48,9 @@ factory = "elmo"
 
 [components.elmo.model]
 @architectures = "elmo_spacy.ElmoBiLM.v1"
+
+[components.elmo.model.run]
+@misc = "elmo_spacy.RunSettings.v1"
 state = "primed"
 layers = [0, 2]
 window = 40
@@ -210,10 +213,10 @@ def trained_dir(bilm_dir, tmp_path_factory) -> Path:
     return folder / "output" / "model-last"
 
 
-def owned_bilm(model):
-    """The biLM model that a pipe's `model` owns in its listener's place."""
-    (owned,) = [n for n in model.walk() if n.name == "elmo_own_bilm"]
-    return owned.layers[0]
+def inline_bilm(model):
+    """The biLM model that a pipe's `model` runs in its listener's place."""
+    (inline,) = [n for n in model.walk() if n.name == "elmo_inline_bilm"]
+    return inline.layers[0]
 
 
 def replaced(nlp):
@@ -234,11 +237,11 @@ def test_replaced_listeners_predict_the_same_and_reload_in_a_fresh_process(train
     replaced(nlp)
     assert elmo.listener_map == {}
     for name in PIPES:
-        assert get_bilm(owned_bilm(nlp.get_pipe(name).model)) is not elmo_bilm  # a copy of its own
+        assert get_bilm(inline_bilm(nlp.get_pipe(name).model)) is not elmo_bilm  # a copy of its own
         block = nlp.config["components"][name]["model"]["tok2vec"]
         assert block["@architectures"] == "elmo_spacy.ElmoTok2Vec.v1"
-        assert (block["bilm"]["state"], block["bilm"]["layers"]) == ("primed", [0, 2])
-        assert block["bilm"]["window"] == 40
+        run = block["bilm"]["run"]
+        assert (run["state"], run["layers"], run["window"]) == ("primed", [0, 2], 40)
     assert nlp.config["components"]["ner"]["model"]["tok2vec"]["mix"]["nO"] == 12
     assert nlp.config["components"]["tagger"]["model"]["tok2vec"]["grad_factor"] == 0.5
     assert_same(expected, predictions(nlp, TEXTS))
@@ -274,13 +277,13 @@ def test_training_goes_on_with_the_replaced_pipes_own_biLM(trained_dir, tmp_path
     nlp.remove_pipe("elmo")
     nlp.to_disk(tmp_path / "replaced")
 
-    def own_bilm(nlp, name):
+    def weights(nlp, name):
         return {
             k: v.clone()
-            for k, v in get_bilm(owned_bilm(nlp.get_pipe(name).model)).state_dict().items()
+            for k, v in get_bilm(inline_bilm(nlp.get_pipe(name).model)).state_dict().items()
         }
 
-    before = {name: own_bilm(nlp, name) for name in ("textcat", "ner")}
+    before = {name: weights(nlp, name) for name in ("textcat", "ner")}
     config = spacy.util.load_config(tmp_path / "replaced" / "config.cfg")
     for name in PIPES:
         config["components"][name] = {"source": str(tmp_path / "replaced")}
@@ -291,7 +294,7 @@ def test_training_goes_on_with_the_replaced_pipes_own_biLM(trained_dir, tmp_path
     config.to_disk(tmp_path / "resume.cfg")
     train(tmp_path / "resume.cfg", tmp_path / "resumed")
     resumed = spacy.load(tmp_path / "resumed" / "model-last")
-    after = {name: own_bilm(resumed, name) for name in ("textcat", "ner")}
+    after = {name: weights(resumed, name) for name in ("textcat", "ner")}
     assert all(torch.equal(before["textcat"][k], after["textcat"][k]) for k in before["textcat"])
     assert any(not torch.equal(before["ner"][k], after["ner"][k]) for k in before["ner"])
 
@@ -315,7 +318,7 @@ def test_elmo_tok2vec_in_a_config_of_its_own(bilm_dir, tmp_path):
     config = {"model": nlp.config["components"]["tagger"]["model"]}
     empty = spacy.blank("en").add_pipe("tagger", config=config)
     empty.model.from_bytes(tagger.model.to_bytes())
-    assert get_bilm(owned_bilm(empty.model)) is None
+    assert get_bilm(inline_bilm(empty.model)) is None
     train = [Example(d.copy(), d) for d in docs_with_annotations(nlp.vocab)]
     optimizer = nlp.initialize(lambda: train)
     for start in range(0, 16, 4):

@@ -171,7 +171,7 @@ def test_windows_tile_the_doc_with_context_on_both_sides(n_tokens, window, overl
 
 def test_a_doc_longer_than_the_window_runs_in_pieces(bilm_dir):
     nlp = spacy.blank("en")
-    elmo = nlp.add_pipe("elmo", config={"model": {"window": 40, "window_overlap": 8}})
+    elmo = nlp.add_pipe("elmo", config={"model": {"run": {"window": 40, "window_overlap": 8}}})
     elmo.initialize(lambda: [], bilm_path=str(bilm_dir))
     whole = spacy.blank("en")
     whole.add_pipe("elmo").initialize(lambda: [], bilm_path=str(bilm_dir))

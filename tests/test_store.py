@@ -109,11 +109,11 @@ def test_the_store_setting_is_checked_and_saved(bilm_dir, reference, tmp_path):
     with pytest.raises(ValueError, match=r"\[components.elmo\] store = 'some'"):
         spacy.blank("en").add_pipe("elmo", config={"store": "some"})
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"model": {"layers": [0, 1]}, "store": [2]})
+    nlp.add_pipe("elmo", config={"model": {"run": {"layers": [0, 1]}}, "store": [2]})
     with pytest.raises(ValueError, match=r"store = \[2\] names layers \[2\] that the pipe does"):
         nlp.get_pipe("elmo").initialize(lambda: [], bilm_path=bilm_dir)
     nlp = pipeline(reference, store=[2], dtype="float16")
     nlp.to_disk(tmp_path / "nlp")
     loaded = spacy.load(tmp_path / "nlp")
-    assert loaded.get_pipe("elmo").settings.store == (2,)
+    assert loaded.get_pipe("elmo").cfg["store"] == [2]
     assert loaded(TEXTS[0])._.elmo.shape == (1, 6, WIDTH)

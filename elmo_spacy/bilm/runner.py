@@ -12,9 +12,8 @@ LSTM state: zeros, or a primed state (see `BiLM.primed_states`), so a
 sentence gets the same vectors whatever else is in its batch.
 """
 
-import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy
 import torch
@@ -43,88 +42,63 @@ STATES = ("zero", "primed")
 
 @dataclass(frozen=True)
 class RunSettings:
-    """How a biLM runs over sentences; every value is checked here, once.
+    """How a biLM runs over sentences: the one place each setting is
+    documented, defaulted and checked. The `elmo` pipe's model takes it as
+    its `run` block (`[components.elmo.model.run]`, registered as
+    `elmo_spacy.RunSettings.v1`), `Embedder` as `run` or as these keywords,
+    `elmo-spacy embed` from its options; a `Runner` runs a biLM with it.
 
     layers: the layers handed out, as indices into 0..L (negative ones count
         from the top), in this order; None: all L + 1 (0 = the token
         encoding, 1..L the biLSTM layers, each [forward; backward]).
-    state: the LSTM state every sentence starts from: "zero", or "primed" by
-        reading `warmup` (as the published models, trained with the state
-        carried from batch to batch, expect).
-    warmup: the warm-up sentences of "primed", each a tuple of tokens; None:
-        `DEFAULT_WARMUP`.
+    state: the LSTM state every sentence starts from: "zero", or "primed":
+        the state that reading `warmup` leaves, as the published models
+        (trained with the state carried from batch to batch) expect. Either
+        way a sentence's vectors do not depend on the others in its batch;
+        the primed state is computed once per version of the weights.
+    warmup: the warm-up sentences of "primed", each a string of tokens
+        separated by spaces or a list of tokens; None: `DEFAULT_WARMUP`.
     precision: what the biLM computes in: "float32" (conformant), "bfloat16",
-        "float16", or "auto" (the package chooses; see
-        `elmo_spacy.bilm.runtime.precision`). Outputs are float32 either way.
+        "float16" (GPUs without bfloat16), or "auto" (the package chooses);
+        see `elmo_spacy.bilm.runtime.precision`. Outputs are float32 either way.
     max_batch_tokens: at prediction, windows are sorted by length and run in
         chunks of at most this many padded tokens (a longer window alone).
     window, window_overlap: a sentence longer than `window` tokens runs in
         pieces of at most `window` tokens overlapping by 2 * `window_overlap`
         (see `windows`), in training as at prediction: memory stays bounded
         whatever the sentence's length, and a token sees the same context.
-    origin: where the settings were given, for messages: e.g.
-        "[components.elmo] " (not a setting: settings that differ only here
-        are equal).
+
+    Lists given are kept as tuples, and `warmup` as tuples of tokens.
     """
 
-    layers: tuple[int, ...] | None = None
+    layers: Sequence[int] | None = None
     state: str = "zero"
-    warmup: tuple[tuple[str, ...], ...] | None = None
+    warmup: Sequence[str | Sequence[str]] | None = None
     precision: str = "float32"
     max_batch_tokens: int = 4096
     window: int = 1024
     window_overlap: int = 64
-    origin: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        where = self.origin
         if self.layers is not None:
             layers = tuple(int(i) for i in self.layers)
             if not layers:
                 raise ElmoSpacyError(
-                    f"{where}layers is empty: name at least one layer, or null for all"
+                    "run.layers is empty: name at least one layer, or null for all"
                 )
             object.__setattr__(self, "layers", layers)
         if self.state not in STATES:
-            raise ElmoSpacyError(f"{where}state = {self.state!r}: use one of {STATES}")
+            raise ElmoSpacyError(f"run.state = {self.state!r}: use one of {STATES}")
         if self.warmup is not None:
-            object.__setattr__(self, "warmup", warmup_tokens(self.warmup, where))
-        check_precision(self.precision, f"{where}precision")
+            object.__setattr__(self, "warmup", warmup_tokens(self.warmup))
+        check_precision(self.precision, "run.precision")
         if self.max_batch_tokens < 1:
-            raise ElmoSpacyError(
-                f"{where}max_batch_tokens = {self.max_batch_tokens}: give at least 1"
-            )
+            raise ElmoSpacyError(f"run.max_batch_tokens = {self.max_batch_tokens}: give at least 1")
         if not 0 <= 2 * self.window_overlap < self.window:
             raise ElmoSpacyError(
-                f"{where}window = {self.window}, window_overlap = {self.window_overlap}: "
+                f"run.window = {self.window}, window_overlap = {self.window_overlap}: "
                 "need 0 <= 2 * window_overlap < window."
             )
-
-    def named(self, origin: str) -> "RunSettings":
-        """The same settings, named in messages as given at `origin` (e.g.
-        "[components.elmo.model] "); checked already, so not checked again."""
-        named = copy.copy(self)
-        object.__setattr__(named, "origin", origin)
-        return named
-
-    def to_config(self) -> dict:
-        """The settings as config values (lists, sentences as strings), as
-        `elmo_spacy.ElmoBiLM.v1` takes them."""
-        return {
-            "layers": None if self.layers is None else list(self.layers),
-            "state": self.state,
-            "warmup": None if self.warmup is None else [" ".join(s) for s in self.warmup],
-            "precision": self.precision,
-            "max_batch_tokens": self.max_batch_tokens,
-            "window": self.window,
-            "window_overlap": self.window_overlap,
-        }
-
-
-# Every run setting's default, written once (in `RunSettings`): the `elmo`
-# pipe's model (`elmo_spacy.ElmoBiLM.v1`), `Embedder` and `elmo-spacy embed`
-# and `export` take theirs from here.
-RUN_DEFAULTS = RunSettings()
 
 
 class Runner:
@@ -150,10 +124,9 @@ class Runner:
     def bilm(self, bilm: BiLM | None) -> None:
         self._bilm = bilm
         if bilm is not None:
-            where = self.settings.origin
             bilm.eval()
-            bilm.set_precision(self.settings.precision, f"{where}precision")
-            self.layers = resolve_layers(self.settings.layers, bilm.config.n_output_layers, where)
+            bilm.set_precision(self.settings.precision, "run.precision")
+            self.layers = resolve_layers(self.settings.layers, bilm.config.n_output_layers)
 
     def require_bilm(self) -> BiLM:
         if self._bilm is None:
@@ -302,45 +275,41 @@ def windows(n_tokens: int, window: int, overlap: int) -> list[tuple[int, int, in
     ]
 
 
-def warmup_tokens(
-    warmup: Sequence[str | Sequence[str]], where: str = ""
-) -> tuple[tuple[str, ...], ...]:
+def warmup_tokens(warmup: Sequence[str | Sequence[str]]) -> tuple[tuple[str, ...], ...]:
     """Warm-up sentences, each a string of space-separated tokens or a list of
-    tokens, as tuples of tokens; empty sentences dropped. `where` starts any
-    error message."""
+    tokens, as tuples of tokens; empty sentences dropped."""
     if isinstance(warmup, str) or not all(
         isinstance(s, str) or (not isinstance(s, str) and all(isinstance(t, str) for t in s))
         for s in warmup
     ):
         raise ElmoSpacyError(
-            f"{where}warmup must be a list of sentences (strings of tokens separated by spaces, "
+            f"run.warmup must be a list of sentences (strings of tokens separated by spaces, "
             f"or lists of tokens); got {warmup!r:.80}"
         )
     tokens = tuple(tuple(s.split() if isinstance(s, str) else s) for s in warmup)
     tokens = tuple(t for t in tokens if t)
     if not tokens:
         raise ElmoSpacyError(
-            f"{where}warmup holds no token: give at least one sentence, or null for the default "
-            "warm-up"
+            "run.warmup holds no token: give at least one sentence, or null for the default warm-up"
         )
     return tokens
 
 
 def resolve_layers(
-    layers: Sequence[int] | None, n_layers: int, where: str = ""
+    layers: Sequence[int] | None, n_layers: int, where: str = "run.layers"
 ) -> list[int] | None:
     """Layer indices into 0..n_layers - 1 (negative ones count from the top),
     checked: each in range, none twice. None (all layers) stays None. `where`
-    starts any error message."""
+    names the setting in an error message."""
     if layers is None:
         return None
     layers = [int(i) for i in layers]
     if not all(-n_layers <= i < n_layers for i in layers):
         raise ElmoSpacyError(
-            f"{where}layers = {layers}, but the biLM has {n_layers} layers "
+            f"{where} = {layers}, but the biLM has {n_layers} layers "
             f"(0 = token encoding, 1..{n_layers - 1} = LSTM layers)"
         )
     resolved = [i % n_layers for i in layers]
     if len(set(resolved)) < len(resolved):
-        raise ElmoSpacyError(f"{where}layers = {layers} names a layer twice")
+        raise ElmoSpacyError(f"{where} = {layers} names a layer twice")
     return resolved

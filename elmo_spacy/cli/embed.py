@@ -5,13 +5,14 @@ The output file's suffix says which, unless --output-format does."""
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
 from ..bilm.formats.locate import layouts_help
-from ..bilm.runner import RUN_DEFAULTS
+from ..bilm.runner import RunSettings
 from ..errors import ElmoSpacyError
 from ..hdf5 import check_sentence_keys, sentence_to_index, write_hdf5
 from . import app, errors_to_exit, parse_part
@@ -60,11 +61,11 @@ def embed_command(
         None, help="Keep these layers, e.g. 0,2 (0 = token encoding; --top takes the last kept)"
     ),
     state: str = typer.Option(
-        RUN_DEFAULTS.state,
+        RunSettings.state,
         help="LSTM state every sentence starts from: zero, or primed by a warm-up text",
     ),
     precision: str = typer.Option(
-        RUN_DEFAULTS.precision,
+        RunSettings.precision,
         help="float32 (conformant), bfloat16 (CPUs with bfloat16 units, GPUs), float16 (GPUs "
         "without bfloat16) or auto (the faster of bfloat16 and float32, timed)",
     ),
@@ -100,7 +101,7 @@ def embed_command(
         help="Embed only lines i with i mod N = K (keys stay the line indices)",
     ),
     max_batch_tokens: int = typer.Option(
-        RUN_DEFAULTS.max_batch_tokens, help="Padded tokens per biLM batch"
+        RunSettings.max_batch_tokens, help="Padded tokens per biLM batch"
     ),
     gpu_id: int = typer.Option(-1, help="GPU to run on (-1: CPU)"),
     overwrite: bool = typer.Option(False, help="Replace OUTPUT_FILE if it exists"),
@@ -143,7 +144,6 @@ def embed_command(
     land in one Parquet file, a row per line in line order: line (the
     index), text, tokens, vectors (a tensor per row)."""
     from ..bilm import load_bilm
-    from ..bilm.runner import RunSettings
     from ..bilm.runtime.devices import resolve_device
     from ..embedder import Embedder, tokenizer_for
     from ..files import write_file
@@ -160,12 +160,11 @@ def embed_command(
         _check_engine(engine, output_format, gpu_id, dtype, ray_options)
         output_format = _output_format(output_file, output_format, engine)
         bilm_source = bilm_path if weight_file is None else (bilm_path, weight_file)
-        settings = RunSettings(  # the options checked before any file is read
+        run = RunSettings(  # the options checked before any file is read
             layers=_parse_layers(layers),
             state=state,
             precision=precision,
             max_batch_tokens=max_batch_tokens,
-            origin="--",
         )
         _check_format(output_format, use_sentence_keys, forget_sentences)
         keep, of = parse_part(part)
@@ -176,15 +175,16 @@ def embed_command(
         lang = tokenization.lang or lang or "en"
         tokenizer = tokenizer_for(tokenization)
         indices = [i for i in range(len(lines)) if i % of == keep]
-        warmup = None if warmup_file is None else tokenizer(read_lines(warmup_file))
+        if warmup_file is not None:
+            run = replace(run, warmup=tokenizer(read_lines(warmup_file)))
         if engine == "ray":
             from ..bilm.runner import resolve_layers
 
-            resolve_layers(settings.layers, bilm.config.n_layers + 1, "--")  # before Ray starts
+            resolve_layers(run.layers, bilm.config.n_layers + 1, "--layers")  # before Ray starts
             started = time.perf_counter()
             n_lines, n_tokens = _embed_on_ray(
-                bilm_source, lines, indices, output_file, ray_options, mode, dtype, settings,
-                warmup, tokenization,
+                bilm_source, lines, indices, output_file, ray_options, mode, dtype, run,
+                tokenization,
             )  # fmt: skip
             _report(n_lines, n_tokens, time.perf_counter() - started, output_file)
             return
@@ -195,15 +195,7 @@ def embed_command(
             sentences = tokenizer([lines[i] for i in indices])
         if use_sentence_keys:
             check_sentence_keys(lines, indices, "--use-sentence-keys")
-        embedder = Embedder(
-            bilm,
-            layers=settings.layers,
-            state=settings.state,
-            warmup=warmup,
-            max_batch_tokens=settings.max_batch_tokens,
-            device=resolve_device(gpu_id, "--gpu-id"),
-            precision=settings.precision,
-        )
+        embedder = Embedder(bilm, run, device=resolve_device(gpu_id, "--gpu-id"))
         started = time.perf_counter()
         vectors = _embedded(embedder, sentences, mode)
         if output_format == "spacy":
@@ -226,7 +218,7 @@ def _report(n_lines: int, n_tokens: int, seconds: float, output_file: Path) -> N
 
 
 def _embed_on_ray(
-    bilm_path, lines, indices, output_file, ray_options, mode, dtype, settings, warmup, tokenization
+    bilm_path, lines, indices, output_file, ray_options, mode, dtype, run, tokenization
 ) -> tuple[int, int]:
     """`elmo_spacy.ray_data.embed_to_parquet` with the command's options."""
     from ..ray_data import embed_to_parquet
@@ -236,16 +228,7 @@ def _embed_on_ray(
         lines,
         indices,
         output_file,
-        embed_options={
-            "output": mode,
-            "dtype": dtype,
-            "layers": settings.layers,
-            "state": settings.state,
-            "warmup": warmup,
-            "precision": settings.precision,
-            "max_batch_tokens": settings.max_batch_tokens,
-            "tokenization": tokenization,
-        },
+        embed_options={"output": mode, "dtype": dtype, "run": run, "tokenization": tokenization},
         actors=ray_options["--actors"] or 1,
         cpus_per_actor=ray_options["--cpus-per-actor"] or 1,
         gpus_per_actor=ray_options["--gpus-per-actor"] or 0,

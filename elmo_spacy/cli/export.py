@@ -6,7 +6,7 @@ from pathlib import Path
 import typer
 
 from ..bilm.formats.locate import layouts_help
-from ..bilm.runner import RUN_DEFAULTS
+from ..bilm.runner import RunSettings
 from . import app, errors_to_exit
 
 # What an export folder holds: what an earlier export left, which --overwrite replaces.
@@ -39,7 +39,7 @@ def export_command(
         help="onnx (bilm.onnx) and/or torch-export (bilm.pt2); repeat for both (the default)",
     ),
     state: str = typer.Option(
-        RUN_DEFAULTS.state,
+        RunSettings.state,
         help="LSTM state every sentence starts from: zero, or primed by a warm-up text",
     ),
     warmup_file: Path = typer.Option(
@@ -74,7 +74,7 @@ def export_command(
     bilm-tf model's two files."""
     from ..bilm import load_bilm
     from ..bilm.formats.exported import FORMATS, export_bilm
-    from ..bilm.runner import Runner, RunSettings
+    from ..bilm.runner import Runner
     from ..errors import ElmoSpacyError
     from ..files import write_directory
     from .embed import read_lines
@@ -87,11 +87,11 @@ def export_command(
             raise ElmoSpacyError(f"--quantize {quantize}: use int8 (or leave it out: float32)")
         if quantize and "onnx" not in formats:
             raise ElmoSpacyError("--quantize int8 quantizes bilm.onnx: add --format onnx")
-        if with_states and state != RUN_DEFAULTS.state:
+        if with_states and state != RunSettings.state:
             raise ElmoSpacyError("--with-states takes the states as inputs: leave --state zero")
         _check_output_dir(output_dir, overwrite)
         warmup = None if warmup_file is None else [line for line in read_lines(warmup_file)]
-        settings = RunSettings(state=state, warmup=warmup or None, origin="--")
+        settings = RunSettings(state=state, warmup=warmup or None)
         bilm = load_bilm(
             bilm_path if weight_file is None else (bilm_path, weight_file), with_softmax=False
         )

@@ -4,7 +4,7 @@ from .bilm_model import (
     build_bilm_model,
     get_bilm,
     get_runner,
-    own_bilm,
+    inline_bilm,
     set_bilm,
 )
 from .learned_mix import build_learned_mix
@@ -19,9 +19,9 @@ __all__ = [
     "build_scalar_mix",
     "get_bilm",
     "get_runner",
+    "inline_bilm",
     "layer_weights",
     "mixed_tok2vec",
-    "own_bilm",
     "scalar_mix_node",
     "set_bilm",
 ]

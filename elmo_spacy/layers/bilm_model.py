@@ -122,11 +122,6 @@ class BiLMShim(PyTorchShim):
         if hasattr(self, "_grad_scaler"):
             self._grad_scaler = self._scaler()
 
-    def set_settings(self, settings: RunSettings) -> None:
-        """Run the biLM with other settings from now on."""
-        self.runner = Runner(self.runner.bilm, settings)
-        self._grad_scaler = self._scaler()
-
     def _scaler(self) -> PyTorchGradScaler:
         """thinc's gradient scaler, on where the biLM computes in float16 on
         a GPU (float16 runs only there; thinc's scaler refuses the CPU)."""
@@ -262,24 +257,25 @@ def no_backprop(d_outputs: ElmoOutput) -> list[Doc]:
     return []
 
 
-# -- the biLM owned by a downstream pipe ------------------------------------
+# -- the biLM run inline by a downstream pipe -------------------------------
 
 
-def own_bilm(
+def inline_bilm(
     bilm_model: Model[list[Doc], ElmoOutput],
     grad_factor: float,
     bilm_path: BiLMPath | None = None,
 ) -> Model[list[Doc], ElmoOutput]:
-    """A downstream pipe's own biLM, in the place of a listener: `bilm_model`
+    """A biLM that a downstream pipe runs itself, in the place of a listener
+    (the tok2vec of `elmo_spacy.ElmoTok2Vec.v1`): `bilm_model`
     (`build_bilm_model`) run in training with its gradient scaled by
     `grad_factor` (0: the biLM only predicts and never changes), in
     prediction as the `elmo` pipe runs it. `bilm_path`: where `initialize`
     reads the pretrained biLM, if none is attached yet (anything `load_bilm`
     reads: a path, or a bilm-tf model's two files as a pair)."""
     model = Model(
-        "elmo_own_bilm",
-        _own_forward,
-        init=_own_init,
+        "elmo_inline_bilm",
+        _inline_forward,
+        init=_inline_init,
         layers=[bilm_model],
         dims={"nO": None, N_OUTPUT_LAYERS: None},
         attrs={"grad_factor": grad_factor, "bilm_path": bilm_path},
@@ -288,7 +284,7 @@ def own_bilm(
     return model
 
 
-def _own_forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[ElmoOutput, Callable]:
+def _inline_forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[ElmoOutput, Callable]:
     bilm_model = model.layers[0]
     grad_factor = model.attrs["grad_factor"]
     if not is_train or grad_factor == 0 or not trains_now(bilm_model):
@@ -301,7 +297,7 @@ def _own_forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[ElmoOut
     return outputs, backprop
 
 
-def _own_init(model: Model, X: list[Doc] | None = None, Y=None) -> None:
+def _inline_init(model: Model, X: list[Doc] | None = None, Y=None) -> None:
     bilm_model = model.layers[0]
     if get_bilm(bilm_model) is None:
         path = model.attrs["bilm_path"]
@@ -325,7 +321,7 @@ def replace_listener(bilm_model: Model, listener: Model, pipe: Any) -> Model:
     """spaCy's `replace_listeners` callback for the model: `bilm_model` (a
     copy of the `elmo` pipe's model, with its own copy of the biLM and the
     pipe's settings) takes the listener's place, with its grad_factor."""
-    return own_bilm(bilm_model, listener.attrs["grad_factor"])
+    return inline_bilm(bilm_model, listener.attrs["grad_factor"])
 
 
 def replace_listener_cfg(
