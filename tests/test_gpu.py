@@ -3,6 +3,7 @@ through the models' ops (checked here on the CPU, with ops whose arrays stand
 for a device's); the runs on CUDA themselves are marked `gpu` and skip, saying
 why, where torch sees no CUDA GPU (CI has none): `make test-gpu` runs them."""
 
+import contextlib
 import json
 
 import h5py
@@ -15,11 +16,12 @@ from thinc.api import NumpyOps
 
 import elmo_spacy.pipeline
 from elmo_spacy import Embedder
-from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm
+from elmo_spacy.bilm import BiLM, BiLMConfig, load_bilm
 from elmo_spacy.layers import get_bilm
 
 from . import test_any_width
 from .conftest import CONFIGS, DATA, SCALAR_MIX, TINY_BILM, examples, make_nlp, run, tokenize
+from .kernels import forced_kernel
 from .test_elmo_format import (
     FIXTURES,
     TOLERANCE,
@@ -164,35 +166,6 @@ def test_the_reference_fixtures_on_cuda():
 
 
 @on_cuda
-@pytest.mark.usefixtures("no_tf32")
-@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
-def test_the_clipped_recurrence_on_cuda_replays_graphs_of_the_loops_numbers(precision):
-    """At inference a clipped biLM on a GPU runs its LSTMs from CUDA graphs
-    (`run_graphed_lstm_layer`): the loop kernel's layers, batch by batch,
-    over batches of many shapes, from zero states and carried ones."""
-    docs = tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines()[:60])
-    config = BiLMConfig(**{**TINY_BILM.to_dict(), "cell_clip": 0.5, "proj_clip": 0.5})
-    torch.manual_seed(0)
-    bilm = BiLM(config, WordVocab.build(docs, max_size=500, min_count=1)).to(CUDA).eval()
-    bilm.precision = precision
-    batches = [docs[start : start + size] for start, size in ((0, 1), (1, 7), (8, 3), (11, 30))]
-    layers = {}
-    for kernel in ("graph", "loop"):
-        bilm.lstm_kernel = kernel
-        with torch.inference_mode():
-            layers[kernel] = [bilm(bilm.batch(batch)) for batch in batches]
-            bilm.stateful = True
-            bilm.reset_state()
-            layers[kernel] += [bilm(bilm.batch(batch)) for batch in batches]
-            bilm.stateful = False
-    assert bilm.cache_info()["graphs"] >= 2 * config.n_layers
-    assert bilm.cache_info()["types"] == 0  # the char CNN runs on each batch's types
-    for graphed, looped in zip(layers["graph"], layers["loop"]):
-        scale = 1e-5 if precision == "float32" else 2e-2 * float(looped.abs().max())
-        assert float((graphed.float() - looped.float()).abs().max()) < scale
-
-
-@on_cuda
 def test_the_embedder_on_cuda_gives_the_cpu_vectors(bilm_dir):
     sentences = [text.split() for text in TEXTS]
     on_cpu = Embedder(bilm_dir).embed(sentences)
@@ -258,7 +231,6 @@ def test_a_training_step_fed_from_a_prepared_corpus_never_waits_on_the_device(
     clips = {"cell_clip": clip or None, "proj_clip": clip or None}
     config = BiLMConfig(**{**TINY_BILM.to_dict(), "encoder": encoder, "word_dim": 16, **clips})
     bilm = BiLM(config, corpus_vocabulary(corpus.types, 500, 1)).to("cuda")
-    bilm.lstm_kernel = kernel
     optimizer = new_optimizer(bilm, PretrainConfig())
     build = BatchBuilder(corpus, bilm)
     plans = epoch_batches(
@@ -271,15 +243,18 @@ def test_a_training_step_fed_from_a_prepared_corpus_never_waits_on_the_device(
     )
     batches = [build(pieces).pin_memory() for pieces in list(plans)[:4]]
     loss = ShareLoss(bilm, world_size=1)
-    training_step(loss, optimizer, 5.0, batches[0], batches[0].targets.n_tokens)  # warm-up
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        total = sum(
-            training_step(loss, optimizer, 5.0, batch, batch.targets.n_tokens) for batch in batches
-        )
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
+    forced = forced_kernel(kernel) if kernel != "auto" else contextlib.nullcontext()
+    with forced:
+        training_step(loss, optimizer, 5.0, batches[0], batches[0].targets.n_tokens)  # warm-up
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            total = sum(
+                training_step(loss, optimizer, 5.0, batch, batch.targets.n_tokens)
+                for batch in batches
+            )
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
     assert torch.isfinite(total)
 
 

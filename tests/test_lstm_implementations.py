@@ -6,9 +6,14 @@ carried state wherever the implementation takes one (and left as given).
 
 A new fast path is one more row of IMPLEMENTATIONS. Below the table: what
 one row cannot show (layers run together, which kernel runs when, the
-network alone against the biLM on its kernels, a graph shared by batches).
+network alone against the biLM on its kernels, Triton's kernels compiled
+for a GPU without one).
 """
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -22,28 +27,19 @@ import elmo_spacy.bilm.runtime.recurrence as recurrence
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab
 from elmo_spacy.bilm.formats.exported import ServingBiLM
 from elmo_spacy.bilm.model.dtypes import ROW_BLOCK, padded_rows
-from elmo_spacy.bilm.model.lstm import (
-    LstmStack,
-    lstm_step,
-    plain_product,
-    run_fused_layer,
-    run_lstm_layer,
+from elmo_spacy.bilm.model.lstm import lstm_step, plain_product, run_fused_layer, run_lstm_layer
+from elmo_spacy.bilm.runtime.cell_steps import (
+    TorchCellSteps,
+    TritonCellSteps,
+    cell_steps_for,
+    triton_available,
 )
-from elmo_spacy.bilm.runtime.cell_steps import TritonCellSteps, triton_available
-from elmo_spacy.bilm.runtime.graphs import GraphCache
-from elmo_spacy.bilm.runtime.kernels import (
-    choose_kernel,
-    masked_recurrence,
-    packed_products,
-    run_graphed_lstm_layer,
-    run_training_layers,
-    stacks_runner,
-)
+from elmo_spacy.bilm.runtime.kernels import choose_kernel, packed_products, run_training_layers
 from elmo_spacy.bilm.runtime.products import onednn_packing
 from elmo_spacy.bilm.runtime.recurrence import lstm_layer_for_training
-from elmo_spacy.errors import ElmoSpacyError
 
-from .conftest import TINY_BILM
+from .conftest import ROOT, TINY_BILM
+from .kernels import forced_kernel
 
 LENGTHS = [7, 3, 0, 5]  # rows of every length: full, short, empty, middle
 IN_DIM = 6
@@ -92,32 +88,18 @@ def training(layer, x, lengths, initial, cell_clip, proj_clip):
     return y[0], (ends[0][0], ends[1][0])
 
 
-def training_on_triton_steps(layer, x, lengths, initial, cell_clip, proj_clip):
+class SmallBlockTritonSteps(TritonCellSteps):
+    BLOCK = 4  # so that the table's cells (8 and 6 units) span blocks, the last one part
+
+
+def training_on_triton_steps(layer, x, lengths, initial, cell_clip, proj_clip, block=False):
     original = recurrence.cell_steps_for
-    recurrence.cell_steps_for = lambda device: TritonCellSteps
+    steps = SmallBlockTritonSteps if block else TritonCellSteps
+    recurrence.cell_steps_for = lambda device: steps
     try:
         return training(layer, x, lengths, initial, cell_clip, proj_clip)
     finally:
         recurrence.cell_steps_for = original
-
-
-def masked(layer, x, lengths, initial, cell_clip, proj_clip):
-    real = (torch.arange(x.shape[1])[:, None] < lengths[None, :])[..., None]
-    gates_x = torch.addmm(
-        layer.bias_ih_l0 + layer.bias_hh_l0, x.flatten(0, 1), layer.weight_ih_l0.t()
-    )
-    gates_x = gates_x.view(*x.shape[:2], -1).transpose(0, 1)
-    w_hr = layer.weight_hr_l0.t() if layer.proj_size else None
-    y, h, c = masked_recurrence(
-        gates_x, real, *initial, layer.weight_hh_l0.t(), w_hr, cell_clip, proj_clip
-    )
-    return y.transpose(0, 1), (h, c)
-
-
-def graphed(layer, x, lengths, initial, cell_clip, proj_clip):
-    """Captured and replayed on a GPU; elsewhere the same fixed-shape work, run eagerly."""
-    graphs = GraphCache(capture=x.is_cuda)
-    return run_graphed_lstm_layer(layer, x, lengths, initial, cell_clip, proj_clip, True, graphs)
 
 
 def exported(layer, x, lengths, initial, cell_clip, proj_clip, batched=False):
@@ -199,13 +181,11 @@ IMPLEMENTATIONS = {
         available=lambda: None if triton_available() else "Triton is not installed",
         device=cuda_if_there,
     ),
-    "masked loop": Implementation(
-        masked, "fixed shapes (ended rows held still), as a CUDA graph captures them"
-    ),
-    "CUDA graph": Implementation(
-        graphed,
-        "one graph replay instead of ~10 launches a step (GPU inference; eager on the CPU)",
-        gradients=False,
+    "training on Triton steps, several blocks of units": Implementation(
+        partial(training_on_triton_steps, block=True),
+        "the same kernels where a cell spans several of a program's blocks of units",
+        state_gradients=False,
+        available=lambda: None if triton_available() else "Triton is not installed",
         device=cuda_if_there,
     ),
     "exported": Implementation(
@@ -380,41 +360,44 @@ def test_training_on_the_cpu_runs_the_training_kernel_and_inference_does_not(mon
     batch = bilm.batch([["a", "b", "c"], ["b"]])
     trained = bilm.train()(batch)
     assert len(calls) == TINY_BILM.n_layers  # both directions' layers together
-    bilm.lstm_kernel = "fused"  # torch's, as pretraining ran before
-    torch.testing.assert_close(trained, bilm(batch), rtol=0, atol=1e-6)
-    bilm.lstm_kernel = "auto"
+    with forced_kernel("fused"):  # torch's, as pretraining ran before
+        torch.testing.assert_close(trained, bilm(batch), rtol=0, atol=1e-6)
     with torch.no_grad():
         bilm.eval()(batch)
     assert len(calls) == TINY_BILM.n_layers
 
 
 @pytest.mark.parametrize(
-    "clipped, states, grad, packed, graphs, expected",
+    "clipped, states, grad, packed, expected",
     [
-        (False, False, True, False, False, {"cpu": "training", "cuda": "fused"}),
-        (False, False, False, True, False, {"cpu": "loop"}),  # inference, packed weights
-        (False, False, False, False, False, {"cpu": "fused", "cuda": "fused"}),
-        (True, False, True, False, False, {"cpu": "training", "cuda": "training"}),
-        (True, False, False, False, False, {"cpu": "loop", "cuda": "loop"}),
-        (True, False, False, False, True, {"cuda": "graph"}),
-        (False, True, False, False, False, {"cpu": "loop", "cuda": "loop"}),
-        (True, True, True, False, False, {"cpu": "training", "cuda": "training"}),  # fine-tuning
-        (False, True, True, False, False, {"cpu": "training", "cuda": "loop"}),
+        (False, False, True, False, {"cpu": "training", "cuda": "fused"}),
+        (False, False, False, True, {"cpu": "loop"}),  # inference, packed weights
+        (False, False, False, False, {"cpu": "fused", "cuda": "fused"}),
+        (True, False, True, False, {"cpu": "training", "cuda": "training"}),
+        (True, False, False, False, {"cpu": "loop", "cuda": "loop"}),
+        (False, True, False, False, {"cpu": "loop", "cuda": "loop"}),
+        (True, True, True, False, {"cpu": "training", "cuda": "training"}),  # fine-tuning
+        (False, True, True, False, {"cpu": "training", "cuda": "loop"}),
     ],
 )
 def test_the_kernel_is_chosen_in_one_place_as_its_table_says(
-    clipped, states, grad, packed, graphs, expected, monkeypatch
+    clipped, states, grad, packed, expected, monkeypatch
 ):
-    run = dict(clipped=clipped, states=states, packed=packed, graphs=graphs)
+    run = dict(clipped=clipped, states=states, packed=packed)
     monkeypatch.setattr(kernels, "triton_available", lambda: True)
     for device, kernel in expected.items():
         with torch.set_grad_enabled(grad):
-            assert choose_kernel("auto", device=torch.device(device), **run) == kernel, device
+            assert choose_kernel(torch.device(device), **run) == kernel, device
     if clipped and grad:  # a GPU without Triton trains a clipped biLM on the loop
         monkeypatch.setattr(kernels, "triton_available", lambda: False)
-        assert choose_kernel("auto", device=torch.device("cuda"), **run) == "loop"
-    with pytest.raises(ElmoSpacyError, match="cannot carry them"):
-        choose_kernel("fused", device=torch.device("cpu"), **{**run, "states": True})
+        with torch.enable_grad():
+            assert choose_kernel(torch.device("cuda"), **run) == "loop"
+
+
+def test_the_training_kernel_steps_on_triton_on_cuda_only():
+    assert cell_steps_for(torch.device("cpu")) is TorchCellSteps
+    on_cuda = TritonCellSteps if triton_available() else TorchCellSteps
+    assert cell_steps_for(torch.device("cuda")) is on_cuda
 
 
 def test_the_network_alone_computes_what_the_biLM_computes_on_its_kernels():
@@ -451,48 +434,47 @@ def test_a_bilm_trains_to_the_same_loss_on_either_kernel():
     for kernel in ("training", "fused"):
         torch.manual_seed(0)
         bilm = BiLM(config, WordVocab.build(docs, max_size=500, min_count=1)).train()
-        bilm.lstm_kernel = kernel
         optimizer = torch.optim.Adam(bilm.parameters(), lr=1e-2)
         losses[kernel] = []
-        for _ in range(10):
-            loss = bilm.lm_loss(bilm.batch(docs)).mean
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses[kernel].append(loss.item())
+        with forced_kernel(kernel):
+            for _ in range(10):
+                loss = bilm.lm_loss(bilm.batch(docs)).mean
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                losses[kernel].append(loss.item())
     assert losses["training"][-1] < losses["training"][0] - 0.5
     assert losses["training"] == pytest.approx(losses["fused"], rel=1e-4)
 
 
-def test_batches_of_different_sizes_share_a_graph_and_see_nothing_of_each_other():
-    """The graph kernel over whole stacks (run eagerly here: on a GPU it is
-    captured and replayed) gives the loop's outputs and states; two batches
-    of different sizes share one graph per layer, and the second sees
-    nothing of the first."""
-    torch.manual_seed(0)
-    stack = LstmStack(2, 6, 10, dropout=0.0, cell_clip=0.5, proj_clip=0.3).eval()
-    graphs = GraphCache(capture=False)
-    for batch, steps, lengths in ((7, 6, [6, 3, 1, 0, 6, 2, 5]), (5, 3, [1, 3, 2, 3, 0])):
-        x = torch.randn(batch, steps, 6) * 3
-        initial = [(torch.randn(batch, 6), torch.randn(batch, 10)) for _ in range(2)]
-        lengths = torch.tensor(lengths)
-        initial = {"forward": initial, "backward": initial}
-        with torch.inference_mode():
-            expected = stacks_runner("loop")(stack, stack, x, x, lengths, initial, True)
-            got = stacks_runner("graph", graphs=graphs)(stack, stack, x, x, lengths, initial, True)
-        for e, g in zip(expected[0], got[0]):
-            torch.testing.assert_close(g, e, rtol=0, atol=1e-6)
-        for direction in ("forward", "backward"):
-            for e, g in zip(expected[2][direction], got[2][direction]):
-                torch.testing.assert_close(g, e, rtol=0, atol=1e-6)
-        assert len(graphs) == 2  # 8 rows by 8 steps, a graph per layer
+@pytest.fixture(scope="module")
+def compiled_kernels(tmp_path_factory) -> dict:
+    """tests/triton_compile.py's report, run in a process without
+    TRITON_INTERPRET, so that Triton compiles rather than interprets."""
+    pytest.importorskip("triton", reason="Triton is not installed (`pip install triton`)")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(
+        TRITON_CACHE_DIR=str(tmp_path_factory.mktemp("triton")), TRITON_DEFAULT_FP_FUSION="1"
+    )
+    command = [sys.executable, "-m", "tests.triton_compile"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
 
 
-def test_the_graph_kernel_without_graphs_says_where_it_runs():
-    bilm = BiLM(
-        BiLMConfig(**{**TINY_BILM.to_dict(), "cell_clip": 0.5}),
-        WordVocab.build([["a"]], max_size=9, min_count=1),
-    ).eval()
-    bilm.lstm_kernel = "graph"
-    with torch.inference_mode(), pytest.raises(ElmoSpacyError, match="on a CUDA GPU"):
-        bilm(bilm.batch([["a"]]))
+def test_the_triton_kernels_compile_for_nvidia_gpus_without_one(compiled_kernels):
+    """Triton's compiler and ptxas, as a GPU run would call them, turn every
+    variant of both kernels into a cubin for an H100: what the interpreter
+    cannot check (types, the compiler's own limits)."""
+    compiled = compiled_kernels["compiled"]
+    assert len(compiled) == 3 * (4 + 1)  # 3 dtypes: 4 forward variants, 1 backward
+    assert ["forward", 90, "bf16", True, True] in compiled
+
+
+def test_the_compiled_kernels_compile_once_for_every_batch_shape(compiled_kernels):
+    """Compiled, the kernels leave the arguments that follow a batch's shape
+    unspecialised: a new row count compiles no new variant mid-run."""
+    assert compiled_kernels["unspecialised"] == {
+        "forward_kernel": ["batch", "hidden_stride_d", "inputs_stride_d"],
+        "backward_kernel": ["batch", "gates_stride_d"],
+    }

@@ -2,7 +2,7 @@
 one: Triton's own compiler and ptxas, from the kernels' source to a cubin,
 each variant (dtype, input gates given apart or not, clip or not) for
 sm_90 (H100). Run as a script in a process without
-TRITON_INTERPRET (tests/test_cell_steps.py does); prints as JSON the
+TRITON_INTERPRET (tests/test_lstm_implementations.py does); prints as JSON the
 compiled variants and each kernel's arguments left unspecialised."""
 
 import json

@@ -13,9 +13,9 @@ from .inputs.chars import CharIds, char_ids_for
 from .inputs.tokenization import Tokenization
 from .inputs.vocab import WordVocab
 from .model.config import BiLMConfig
-from .model.network import BiLMNetwork, LMLoss, States
+from .model.network import BiLMNetwork, LMLoss, States, left_to_right
+from .runtime import kernels
 from .runtime.caches import InferenceCache, InferenceCacheSlot, encode_types, packed_weights
-from .runtime.kernels import choose_kernel, stacks_runner
 from .runtime.precision import in_precision, resolve_precision
 from .runtime.states import CarriedStates
 
@@ -26,14 +26,13 @@ class BiLM(BiLMNetwork):
     `batch(docs)` turns tokenised docs into a `TokenBatch` through the
     vocabulary and the character ids; `forward(batch)` gives the (L + 1, B,
     T, 2P) layers and `lm_loss(batch)` the language-model loss, as the
-    network computes them, on the runtime's kernels (`choose_kernel`), in
-    the biLM's `precision`, and with what it keeps between calls:
+    network computes them, on the runtime's LSTM kernels (`_run`), in the
+    biLM's `precision`, and with what it keeps between calls:
 
     - at inference (eval mode, no gradients), what it derives from its
       weights (`runtime/caches.py`): on the CPU the encodings of token
       strings (at most `type_cache_size`) and the LSTM weights packed for
-      oneDNN, on a GPU the CUDA graphs of a clipped recurrence, and primed
-      states. Any change to the weights that torch can see (new storage, an
+      oneDNN, and primed states. Any change to the weights that torch can see (new storage, an
       in-place update, `train()`) empties it; after writing weights where
       torch cannot see it (through numpy, as thinc's optimiser does), call
       `weights_changed()`;
@@ -44,8 +43,6 @@ class BiLM(BiLMNetwork):
     tokenization: how the text it learned from was cut into tokens (a
         `Tokenization`, saved with it; None where unknown), so that what
         embeds text with it can cut text the same way.
-    lstm_kernel: "auto" (`choose_kernel`'s choice), or a kernel to force, for
-        benchmarks and tests.
     """
 
     def __init__(
@@ -70,7 +67,6 @@ class BiLM(BiLMNetwork):
         self.tokenization = tokenization
         self.cache_slot = InferenceCacheSlot(type_cache_size)
         self.carried = CarriedStates()
-        self.lstm_kernel = "auto"
         self._precision = "float32"
 
     def init_word_vectors(self, vectors: Mapping[str, numpy.ndarray]) -> int:
@@ -271,24 +267,34 @@ class BiLM(BiLMNetwork):
         final: bool = False,
         types: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], States]:
-        """The network's `run` on the runtime: the kernel that `choose_kernel`
-        chooses for this call, and, at inference, what the cache keeps (the
-        types' encodings, packed weights, CUDA graphs). `types`: the (U, P)
-        encodings of the batch's types, if they are given."""
+        """The network's `run` on the runtime: its results, the stacks run by
+        the kernel that `kernels.choose_kernel` chooses for this call, and at
+        inference with what the cache keeps (the types' encodings, packed
+        weights). `types`: the (U, P) encodings of the batch's types, if they
+        are given."""
         cache = self.inference_cache()
-        packed = packed_weights(cache, self.forward_lstm.layers[0].weight_ih_l0)
-        graphs = cache.graphs if cache is not None and self._device.type == "cuda" else None
-        kernel = choose_kernel(
-            self.lstm_kernel,
-            clipped=self.forward_lstm.clipped,
-            device=self._device,
-            states=initial is not None or final,
-            packed=packed is not None,
-            graphs=graphs is not None,
-        )
         if types is None:
             types = encode_types(self.encoder, self.chars, batch, cache)
-        return self.run(batch, types, initial, final, stacks_runner(kernel, packed, graphs))
+        packed = packed_weights(cache, self.forward_lstm.layers[0].weight_ih_l0)
+        kernel = kernels.choose_kernel(
+            self._device,
+            clipped=self.forward_lstm.clipped,
+            states=initial is not None or final,
+            packed=packed is not None,
+        )
+        encoded, backward_inputs, lengths = self.lstm_inputs(batch, types)
+        initial = initial or {}
+        (forward_layers, backward_layers), (forward_final, backward_final) = kernels.run_stacks(
+            kernel,
+            [self.forward_lstm, self.backward_lstm],
+            [encoded, backward_inputs],
+            lengths,
+            [initial.get("forward"), initial.get("backward")],
+            final,
+            packed,
+        )
+        finals = {"forward": forward_final, "backward": backward_final}
+        return encoded, forward_layers, left_to_right(backward_layers, lengths), finals
 
     @property
     def _device(self) -> torch.device:

@@ -1,8 +1,9 @@
 """One direction of the biLM: a stack of projected LSTM layers, ELMo's LSTM
 step written once (`lstm_step`, the reference), and the plain torch that
-runs the layers (torch's LSTM, or the written-out recurrence of `lstm_step`
-where the cell is clipped or states come in or go out). The runtime's faster
-kernels run the same parameters: `elmo_spacy.bilm.runtime.kernels`."""
+runs a layer: torch's LSTM (`run_fused_layer`), or the written-out
+recurrence of `lstm_step` (`run_lstm_layer`) where the cell is clipped or
+states come in or go out. The runtime's faster kernels run the same
+parameters (`elmo_spacy.bilm.runtime.kernels`)."""
 
 import warnings
 from collections.abc import Callable
@@ -17,9 +18,6 @@ LstmState = tuple[torch.Tensor, torch.Tensor]  # h (B, P), c (B, H) of one layer
 Product = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
 # A function (weight (out, in), name) -> Product, the products of the recurrence.
 ProductOf = Callable[[torch.Tensor, str], Product]
-# What runs one layer: (layer, x (B, T, I), lengths (B,), initial state or None,
-# cell_clip, proj_clip, final) -> (y (B, T, P), the final state or None).
-LayerKernel = Callable[..., tuple[torch.Tensor, LstmState | None]]
 
 
 class LstmStack(nn.Module):
@@ -89,65 +87,26 @@ class LstmStack(nn.Module):
         lengths: torch.Tensor,
         initial: list[LstmState] | None = None,
         final: bool = False,
-        kernel: LayerKernel | None = None,
-    ) -> tuple[list[torch.Tensor], list[LstmState] | None]:
+    ) -> tuple[list[torch.Tensor], list[LstmState]]:
         """x (B, T, P) and lengths (B,) -> one (B, T, P) output per layer, and
-        with `final` each layer's state after each row's last real step.
-        `initial` gives each layer's starting state (zeros without it).
-        `kernel` runs each layer (default `plain_layer`)."""
-        kernel = kernel or plain_layer
+        with `final` each layer's state after each row's last real step (an
+        empty list without). `initial` gives each layer's starting state
+        (zeros without it). Each layer runs on torch's LSTM where nothing is
+        clipped and no state comes in or goes out, else on `run_lstm_layer`."""
+        loop = self.clipped or initial is not None or final
         outputs, states = [], []
         for i, layer in enumerate(self.layers):
-            state = None if initial is None else initial[i]
-            y, state = kernel(
-                layer, self.dropout(x), lengths, state, self.cell_clip, self.proj_clip, final
-            )
-            states.append(state)
+            if loop:
+                state = None if initial is None else initial[i]
+                y, state = run_lstm_layer(
+                    layer, self.dropout(x), lengths, state, self.cell_clip, self.proj_clip, final
+                )
+                states.append(state)
+            else:
+                y = run_fused_layer(layer, self.dropout(x), lengths)
             x = y + x if i > 0 and self.skip_connections else y
             outputs.append(x)
-        return outputs, (states if final else None)
-
-
-def plain_layer(
-    layer: nn.LSTM,
-    x: torch.Tensor,
-    lengths: torch.Tensor,
-    initial: LstmState | None,
-    cell_clip: float,
-    proj_clip: float,
-    final: bool,
-) -> tuple[torch.Tensor, LstmState | None]:
-    """One layer in plain torch (a `LayerKernel`): torch's own LSTM where
-    nothing is clipped and no state comes in or goes out, else the
-    written-out recurrence (`run_lstm_layer`)."""
-    if cell_clip or proj_clip or initial is not None or final:
-        return run_lstm_layer(layer, x, lengths, initial, cell_clip, proj_clip, final)
-    return run_fused_layer(layer, x, lengths), None
-
-
-def run_stacks(
-    forward_stack: LstmStack,
-    backward_stack: LstmStack,
-    forward_inputs: torch.Tensor,
-    backward_inputs: torch.Tensor,
-    lengths: torch.Tensor,
-    initial: dict[str, list[LstmState]],
-    final: bool,
-    kernel: LayerKernel | None = None,
-) -> tuple[list[torch.Tensor], list[torch.Tensor], dict[str, list[LstmState]]]:
-    """Both directions' stacks, each over its own inputs (B, T, P) (the
-    backward one's reversed within each row), one after the other, each
-    layer run by `kernel` (default `plain_layer`). Returns each stack's
-    per-layer outputs and, with `final`, each direction's final states (empty
-    lists without)."""
-    forward_layers, forward_final = forward_stack(
-        forward_inputs, lengths, initial.get("forward"), final, kernel
-    )
-    backward_layers, backward_final = backward_stack(
-        backward_inputs, lengths, initial.get("backward"), final, kernel
-    )
-    finals = {"forward": forward_final or [], "backward": backward_final or []}
-    return forward_layers, backward_layers, finals
+        return outputs, (states if final else [])
 
 
 def run_fused_layer(layer: nn.LSTM, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -292,11 +251,8 @@ def lstm_cell(
 
 def plain_product(weight: torch.Tensor, name: str = "") -> Product:
     """A function (x (N, in), add) -> x @ weight.T + add on a plain GEMM, the
-    weight cast once to the product's dtype (see `matmul_dtype`); `add` is a
-    bias (out,), an (N, out) array or None."""
-    return transposed_product(weight.to(matmul_dtype(weight)).t())  # cast once, not every step
-
-
-def transposed_product(transposed: torch.Tensor) -> Product:
-    """`plain_product` of a weight given transposed, (in, out), as it is."""
+    weight cast once to the product's dtype (see `matmul_dtype`), not at
+    every step; `add` is a bias (out,), an (N, out) array or None. A
+    `ProductOf` (`name` is not used)."""
+    transposed = weight.to(matmul_dtype(weight)).t()
     return lambda x, add: x.mm(transposed) if add is None else torch.addmm(add, x, transposed)

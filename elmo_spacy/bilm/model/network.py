@@ -2,7 +2,7 @@
 stacks, a shared softmax; its layers and its language-model loss over a
 `TokenBatch`, in plain torch."""
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import torch
@@ -12,12 +12,10 @@ from ..inputs.batch import TokenBatch, gather_time, reverse_index
 from ..inputs.chars import CharIds
 from .config import BiLMConfig
 from .encoders import CharCNNEncoder, WordCharEncoder, WordEncoder
-from .lstm import LstmStack, LstmState, run_stacks
+from .lstm import LstmStack, LstmState
 from .softmax import SoftmaxHead
 
 States = dict[str, list[LstmState]]  # "forward" and "backward" -> one (h, c) per layer
-# What runs both stacks: `run_stacks`'s arguments and results.
-StacksRunner = Callable[..., tuple[list[torch.Tensor], list[torch.Tensor], States]]
 
 
 @dataclass
@@ -47,9 +45,8 @@ class BiLMNetwork(nn.Module):
     the char CNN reads (None for the word encoder); with_softmax: whether to
     build the softmax head (the LM loss needs it, the layers do not).
 
-    `forward` and `lm_loss` run in plain torch; `run` takes the parts a
-    runtime swaps in (encoded types, a stacks runner): see
-    `elmo_spacy.bilm.BiLM`, which runs this network fast.
+    `forward`, `lm_loss` and `run` compute in plain torch;
+    `elmo_spacy.bilm.BiLM` computes the same on the runtime's kernels.
     """
 
     def __init__(
@@ -134,29 +131,34 @@ class BiLMNetwork(nn.Module):
         types: torch.Tensor,
         initial: States | None = None,
         final: bool = False,
-        stacks: StacksRunner = run_stacks,
     ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], States]:
         """Both stacks over the batch's encoded types (U, P) (`encoder`'s
-        output), from `initial` (B rows; zeros without it), run by `stacks`.
-        Returns the token encoding (B, T + 2, P), L forward and L backward
-        outputs (B, T + 2, P), all in left-to-right order, and with `final`
-        each direction's final states (see `BiLM.forward_with_states`; empty
-        lists without)."""
-        encoded = types[batch.index]
+        output), from `initial` (B rows; zeros without it). Returns the token
+        encoding (B, T + 2, P), L forward and L backward outputs (B, T + 2,
+        P), all in left-to-right order, and with `final` each direction's
+        final states (see `BiLM.forward_with_states`; empty lists without)."""
+        encoded, backward_inputs, lengths = self.lstm_inputs(batch, types)
+        initial = initial or {}
+        forward_layers, forward_final = self.forward_lstm(
+            encoded, lengths, initial.get("forward"), final
+        )
+        backward_layers, backward_final = self.backward_lstm(
+            backward_inputs, lengths, initial.get("backward"), final
+        )
+        finals = {"forward": forward_final, "backward": backward_final}
+        return encoded, forward_layers, left_to_right(backward_layers, lengths), finals
+
+    @staticmethod
+    def lstm_inputs(
+        batch: TokenBatch, types: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """What the stacks read: the forward stack's inputs, the batch's
+        encoded types (U, P) in place (B, T + 2, P); the backward stack's, the
+        same with each row reversed within its length; and each row's length
+        with <S> and </S> (B,)."""
         lengths = batch.lengths + 2
         reverse = reverse_index(lengths, batch.index.shape[1])
-        backward_inputs = types[batch.index.gather(1, reverse)]
-        forward_layers, backward_layers, finals = stacks(
-            self.forward_lstm,
-            self.backward_lstm,
-            encoded,
-            backward_inputs,
-            lengths,
-            initial or {},
-            final,
-        )
-        backward_layers = [gather_time(y, reverse) for y in backward_layers]
-        return encoded, forward_layers, backward_layers, finals
+        return types[batch.index], types[batch.index.gather(1, reverse)], lengths
 
     @staticmethod
     def layers(
@@ -211,6 +213,13 @@ class BiLMNetwork(nn.Module):
             ),
             n_tokens=targets.n_tokens,
         )
+
+
+def left_to_right(backward_layers: list[torch.Tensor], lengths: torch.Tensor) -> list[torch.Tensor]:
+    """The backward stack's outputs (B, T + 2, P), each row turned back into
+    left-to-right order within its length (B,)."""
+    reverse = reverse_index(lengths, backward_layers[0].shape[1])
+    return [gather_time(y, reverse) for y in backward_layers]
 
 
 def _rows(layer: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

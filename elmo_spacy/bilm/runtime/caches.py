@@ -4,8 +4,8 @@ inference, and how it knows the version.
 Outside training and without gradients, a biLM keeps (`InferenceCache`):
 with an encoder that reads characters, on the CPU, the encodings of token
 strings (an `LruCache` of at most `type_cache_size`), since they do not
-depend on context; the LSTM weights packed for oneDNN (on the CPU) or the
-CUDA graphs of their clipped recurrences (on a GPU); and primed states. Any
+depend on context; the LSTM weights packed for oneDNN (on the CPU); and
+primed states. Any
 change to the weights that torch can see (new storage, an in-place update,
 `train()`) empties it; a change that torch cannot see (a write through
 numpy, as thinc's optimiser does) is announced with `weights_changed()`.
@@ -20,7 +20,6 @@ from ..inputs.batch import TokenBatch
 from ..inputs.chars import CharIds
 from ..inputs.vocab import PAD_ID
 from ..model.network import States
-from .graphs import GraphCache
 from .kernels import PackedWeights
 from .lru import LruCache
 from .products import onednn_packing
@@ -35,8 +34,7 @@ class InferenceCache:
     stamp: the weights it belongs to.
     types: (P,) encodings of token strings (char CNN), least recently used first.
     boundaries: (2, P) encodings of <S> and </S>.
-    packed: LSTM weights packed for oneDNN, per layer (see `run_lstm_layer`).
-    graphs: CUDA graphs of the LSTM layers (see `run_graphed_lstm_layer`).
+    packed: LSTM weights packed for oneDNN, per layer (see `packed_products`).
     primed: `primed_states` of each warm-up text.
     """
 
@@ -44,7 +42,6 @@ class InferenceCache:
     types: LruCache[str, torch.Tensor]
     boundaries: torch.Tensor | None = None
     packed: PackedWeights = field(default_factory=dict)
-    graphs: GraphCache = field(default_factory=GraphCache)
     primed: dict[tuple, States] = field(default_factory=dict)
 
 
@@ -94,17 +91,11 @@ class InferenceCacheSlot:
     def info(self) -> dict[str, int]:
         """What the cache holds now (all 0 when there is none): `types`, token
         strings whose encodings are kept; `primed`, warm-up texts whose primed
-        states are kept; `packed`, LSTM layers whose weights are packed;
-        `graphs`, CUDA graphs kept."""
+        states are kept; `packed`, LSTM layers whose weights are packed."""
         cache = self.cache
         if cache is None:
-            return {"types": 0, "primed": 0, "packed": 0, "graphs": 0}
-        return {
-            "types": len(cache.types),
-            "primed": len(cache.primed),
-            "packed": len(cache.packed),
-            "graphs": len(cache.graphs),
-        }
+            return {"types": 0, "primed": 0, "packed": 0}
+        return {"types": len(cache.types), "primed": len(cache.primed), "packed": len(cache.packed)}
 
     def __getstate__(self) -> dict:
         # Copies and pickles leave the cache out: it is rebuilt on demand, and
@@ -114,7 +105,7 @@ class InferenceCacheSlot:
 
 def packed_weights(cache: InferenceCache | None, weight: torch.Tensor) -> PackedWeights | None:
     """Where the LSTM stacks keep their weights packed for oneDNN (the
-    `packed` of `LstmStack.forward`): the cache's, when there is a cache and
+    `packed` of `run_stacks`): the cache's, when there is a cache and
     oneDNN packs weights like `weight` (float32, on the CPU); else None."""
     can_pack = weight.device.type == "cpu" and weight.dtype == torch.float32 and onednn_packing()
     return cache.packed if cache is not None and can_pack else None
