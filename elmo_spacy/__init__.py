@@ -1,6 +1,6 @@
 """ELMo for spaCy: a from-scratch biLM, the `elmo` pipe, listeners and layer mixes."""
 
-from . import architectures, loggers, schedules  # noqa: F401  (registers elmo_spacy.*.v1)
+from . import architectures, loaders, loggers, schedules  # noqa: F401  (registers elmo_spacy.*.v1)
 from .embedder import Embedder
 from .extensions import StaleLayersError, install_extensions, restore_views
 from .pipeline import Elmo, make_elmo

@@ -22,13 +22,7 @@ from typer.testing import CliRunner
 from elmo_spacy.bilm import BiLM, load_bilm, save_bilm
 from elmo_spacy.bilm.formats.bilm_tf import read_bilm_tf, write_bilm_tf
 from elmo_spacy.bilm.formats.directory import BiLMLoadError
-from elmo_spacy.bilm.formats.locate import (
-    BILM_DIR,
-    BILM_TF,
-    BILM_TF_PAIR,
-    BILM_TF_ZIP,
-    resolve_bilm_path,
-)
+from elmo_spacy.bilm.formats.locate import BILM_DIR, BILM_TF, BILM_TF_ZIP, FORMATS, find_bilm
 from elmo_spacy.cli import app
 
 from .conftest import tokenize
@@ -84,7 +78,7 @@ def embeddings_file(path: Path) -> Path:
 
 
 def assert_loads_as(path: Path, source: tuple[Path, Path], kind: str) -> None:
-    assert resolve_bilm_path(path).kind == kind
+    assert find_bilm(path)[0] == kind
     assert torch.equal(outputs(load_bilm(path)), outputs(read_bilm_tf(*source)))
 
 
@@ -115,11 +109,7 @@ def test_an_allennlp_folder_with_other_json_and_hdf5_files_loads(tmp_path, sourc
     )
     embeddings_file(folder / "lm_embeddings_0.hdf5")
     embeddings_file(folder / "lm_embeddings_1.hdf5")
-    location = resolve_bilm_path(folder)
-    assert (location.options, location.weights) == (
-        str(folder / "options.json"),
-        str(folder / "lm_weights.hdf5"),
-    )
+    assert find_bilm(folder) == (BILM_TF, (folder / "options.json", folder / "lm_weights.hdf5"))
     assert_loads_as(folder, source, BILM_TF)
 
 
@@ -139,8 +129,8 @@ def test_an_nlpl_zip_loads_from_its_top_level_or_one_subfolder(
     temporary = tmp_path / "temporary"
     temporary.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temporary))
-    location = resolve_bilm_path(archive)
-    assert (location.options, location.weights) == (prefix + "options.json", prefix + "model.hdf5")
+    found = (archive, prefix + "options.json", prefix + "model.hdf5")
+    assert find_bilm(archive) == (BILM_TF_ZIP, found)
     assert_loads_as(archive, source, BILM_TF_ZIP)
     assert list(temporary.iterdir()) == []  # the extracted members are removed
 
@@ -349,18 +339,12 @@ def test_convert_elmo_into_a_folder_of_other_files_says_what_is_there_and_what_t
     assert convert(*source, tmp_path / "out").exit_code == 0  # an empty folder is fine
 
 
-def test_every_layout_is_read_described_and_offered_in_one_table():
-    from elmo_spacy.bilm.formats.directory import READERS
-    from elmo_spacy.bilm.formats.locate import LAYOUTS
-
-    kinds = [layout.kind for layout in LAYOUTS]
-    assert len(set(kinds)) == len(kinds)
-    assert set(READERS) == set(kinds) - {BILM_DIR}  # the directory is read with its softmax
+def test_every_format_is_offered_in_the_commands_help():
     for command in ("embed", "export"):
         help_text = " ".join(CliRunner().invoke(app, [command, "--help"]).output.split())
         help_text = help_text.replace("│", "").replace("  ", " ")
-        for layout in LAYOUTS:
-            assert " ".join(layout.name.split()) in " ".join(help_text.split()), (command, layout)
+        for format in FORMATS.values():
+            assert " ".join(format.name.split()) in " ".join(help_text.split()), (command, format)
 
 
 def test_shapes_are_checked_one_way_for_every_format():
@@ -403,9 +387,6 @@ def test_load_bilm_takes_the_pair_as_a_tuple_or_list_of_paths_or_strings(tmp_pat
     options, weights = pair_apart(tmp_path, source)
     expected = outputs(load_bilm(folder_form(tmp_path, source)))
     for pair in [(options, weights), [str(options), str(weights)], (str(options), weights)]:
-        location = resolve_bilm_path(pair)
-        assert location.kind == BILM_TF_PAIR
-        assert (location.options, location.weights) == (str(options), str(weights))
         assert torch.equal(outputs(load_bilm(pair)), expected), pair
 
 
@@ -515,7 +496,8 @@ def test_the_pipe_and_its_own_tok2vec_take_the_pair_in_a_config_and_save_the_biL
     for ours, theirs in zip(docs, from_folder.pipe(texts), strict=True):
         assert numpy.array_equal(ours._.elmo, theirs._.elmo)
     folder_bilm = get_bilm(from_folder.get_pipe("elmo").model).state_dict()
-    owned = [node for node in nlp.get_pipe("tok2vec").model.walk() if node.name == "elmo_own_bilm"]
+    model = nlp.get_pipe("tok2vec").model
+    owned = [node for node in model.walk() if node.name == "elmo_inline_bilm"]
     owned_bilm = get_bilm(owned[0].layers[0]).state_dict()
     assert owned_bilm.keys() == folder_bilm.keys()
     assert all(torch.equal(owned_bilm[k], folder_bilm[k]) for k in folder_bilm)
@@ -582,12 +564,3 @@ def test_a_pair_that_is_not_one_says_what_is_wrong(tmp_path, source):
     nlp.config["initialize"]["components"]["elmo"] = {"bilm_path": [str(options)]}
     with pytest.raises(BiLMLoadError, match="holds 1 path"):
         nlp.initialize()
-
-
-def test_the_pair_is_a_layout_of_its_own_read_as_bilm_tf():
-    from elmo_spacy.bilm.formats.directory import READERS
-    from elmo_spacy.bilm.formats.locate import LAYOUTS
-
-    (layout,) = [layout for layout in LAYOUTS if layout.kind == BILM_TF_PAIR]
-    assert "pair" in layout.name and "--weight-file" in layout.files
-    assert READERS[BILM_TF_PAIR] is READERS[BILM_TF]

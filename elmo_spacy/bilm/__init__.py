@@ -12,7 +12,8 @@ profiled and saved on its own.
 """
 
 from .bilm import BiLM
-from .formats.directory import load_bilm, save_bilm
+from .formats.directory import save_bilm
+from .formats.locate import load_bilm
 from .inputs.batch import TokenBatch
 from .inputs.vocab import WordVocab
 from .model.config import BiLMConfig

@@ -16,25 +16,51 @@ mapping, dataset by dataset (TensorFlow stores `x @ W`, torch `x @ W.T`):
 | `.../W_P_0` | (H, P) | `weight_hr` (absent when H == P: no projection) |
 
 Reading never unpickles: HDF5 datasets are plain arrays, read with h5py.
+
+The two files come as people download them: given as a pair, of any names in
+any folders (as AllenNLP's `Elmo(options_file, weight_file)` takes them), or
+found in a folder or an NLPL .zip archive (`find_pair`, `find_zipped_pair`):
+by their published names first, else as the one options .json (a JSON object
+with an `lstm` or `char_cnn` section) and the one weights .hdf5 there.
 """
 
 import json
-from collections.abc import Callable, Iterable
-from pathlib import Path
+import os
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Callable, Collection, Iterable
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy
 import torch
 
-from ...errors import ElmoSpacyError
 from ...files import write_directory
 from ..bilm import BiLM
 from ..inputs.tokenization import WHITESPACE
 from ..inputs.vocab import WordVocab
 from ..model.config import BiLMConfig
-from .checks import check_shapes, read_json
+from .checks import BiLMLoadError, check_shapes, existing, listing, read_json
+from .efml import is_efml_folder
 
 OPTIONS_FILE, WEIGHTS_FILE = "options.json", "weights.hdf5"
+# Pairs known by name; `<name>_options.json` + `<name>_weights.hdf5` are found by pattern.
+NAMED_PAIRS = ((OPTIONS_FILE, WEIGHTS_FILE), (OPTIONS_FILE, "model.hdf5"))
+PAIR_FILES = (
+    "options.json + weights.hdf5, <name>_options.json + <name>_weights.hdf5, "
+    "options.json + model.hdf5 (NLPL), or one bilm-tf options .json and one weights "
+    ".hdf5 of any names (AllenNLP's options.json + lm_weights.hdf5)"
+)
+# How a pair is given, for the messages that ask for one.
+PAIR_FORMS = (
+    "load_bilm((OPTIONS_JSON, WEIGHTS_HDF5)) or Embedder((OPTIONS_JSON, WEIGHTS_HDF5)) in "
+    'Python, bilm_path = ["OPTIONS_JSON", "WEIGHTS_HDF5"] in a config, elmo-spacy embed '
+    "(or export) OPTIONS_JSON ... --weight-file WEIGHTS_HDF5 on the command line "
+    "(convert-elmo: OPTIONS_JSON WEIGHTS_HDF5 OUTPUT_DIR)"
+)
+WEIGHTS_SUFFIXES = (".hdf5", ".h5")
+MAX_OPTIONS_BYTES = 1 << 20  # options files are < 1 kB; larger JSON files are not read
 FORGET_BIAS = 1.0  # what TensorFlow's LSTMCell adds to the forget gate
 N_CHARACTERS = 262  # bilm-tf's options: 261 ids and the padding-token row of its runtime
 KNOWN_OPTIONS = {
@@ -64,7 +90,7 @@ TRAINING_OPTIONS = {
 }
 
 
-class BilmTfFormatError(ElmoSpacyError):
+class BilmTfFormatError(BiLMLoadError):
     """An options.json / weights.hdf5 pair that cannot be read, with what and where."""
 
 
@@ -204,8 +230,10 @@ def read_bilm_tf(
     """A BiLM (without softmax) that computes what bilm-tf computes from these
     files. `progress` wraps the names of the datasets as they are read;
     `names` are what error messages call the two files (e.g. the members of a
-    zip archive whose temporary copies are read), by default their paths."""
-    options_path, weights_path = Path(options_path), Path(weights_path)
+    zip archive whose temporary copies are read), by default their paths.
+    A missing file, a folder, or the two given the other way round is
+    refused with a `BiLMLoadError` that names the file."""
+    options_path, weights_path = _checked_pair(options_path, weights_path)
     options_name, weights_name = names or (str(options_path), str(weights_path))
     options = read_json(options_path, BilmTfFormatError, options_name)
     if not isinstance(options, dict):
@@ -220,6 +248,195 @@ def read_bilm_tf(
     bilm.load_state_dict(state)
     bilm.eval()
     return bilm
+
+
+def read_zipped_bilm_tf(
+    archive: str | Path, options: str, weights: str, progress: DatasetProgress = iter
+) -> BiLM:
+    """`read_bilm_tf` of the members `options` and `weights` of a zip archive,
+    extracted to a temporary folder that is removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="elmo-spacy-") as folder:
+        copies = Path(folder) / OPTIONS_FILE, Path(folder) / WEIGHTS_FILE
+        try:
+            with zipfile.ZipFile(archive) as opened:
+                for member, copy in zip((options, weights), copies):
+                    with opened.open(member) as source, copy.open("wb") as target:
+                        shutil.copyfileobj(source, target, 1 << 20)
+        except (zipfile.BadZipFile, OSError, EOFError) as err:
+            raise BiLMLoadError(
+                f"Cannot extract {options} and {weights} from {archive} into {folder} ({err}): "
+                "the archive may be truncated or corrupt (download it again), or the temporary "
+                "folder full (set TMPDIR to a folder with room)."
+            ) from err
+        return read_bilm_tf(
+            *copies, progress, names=(f"{archive}:{options}", f"{archive}:{weights}")
+        )
+
+
+def read_bilm_tf_in(path: str | Path, progress: DatasetProgress = iter) -> BiLM:
+    """`read_bilm_tf` of the one bilm-tf model in the folder or NLPL .zip
+    archive `path` (see `find_pair` and `find_zipped_pair`)."""
+    path = existing(path)
+    if path.is_dir():
+        pair = find_pair(path)
+        if pair is None:
+            raise BiLMLoadError(f"{path} holds no bilm-tf model: looked for {PAIR_FILES}.")
+        return read_bilm_tf(*pair, progress)
+    found = find_zipped_pair(path)
+    if found is None:
+        raise BiLMLoadError(f"{path} is a file, but not a zip archive: give a folder or a .zip.")
+    return read_zipped_bilm_tf(*found, progress)
+
+
+def _checked_pair(options: str | Path, weights: str | Path) -> tuple[Path, Path]:
+    files = []
+    for role, file in (("options", options), ("weights", weights)):
+        where = f"The {role} file of the bilm-tf pair (OPTIONS_JSON, WEIGHTS_HDF5)"
+        if not isinstance(file, (str, os.PathLike)):
+            raise BiLMLoadError(
+                f"{where} is {file!r:.120}, of type {type(file).__name__}: give the path of "
+                "each file (a str or Path)."
+            )
+        files.append(existing(file, f"{where}: "))
+        if not files[-1].is_file():
+            raise BiLMLoadError(
+                f"{where}, {files[-1]}, is a folder: a pair names the two files of a bilm-tf "
+                "model. For a folder or an NLPL .zip, give that path alone."
+            )
+    if not is_options_file(files[0]) and is_options_file(files[1]):
+        raise BiLMLoadError(
+            f"The pair ({files[0]}, {files[1]}) is the wrong way round: {files[1]} holds the "
+            "options. Give the options first, then the weights: (OPTIONS_JSON, WEIGHTS_HDF5)."
+        )
+    return files[0], files[1]
+
+
+def find_pair(folder: Path) -> tuple[Path, Path] | None:
+    """The (options, weights) files of the bilm-tf model in `folder`, or None
+    (see `choose_pair`)."""
+    if not folder.is_dir():
+        return None
+    files = {p.name for p in folder.iterdir() if p.is_file()}
+    pair = choose_pair(
+        str(folder),
+        files,
+        lambda name: is_options_file(folder / name),
+        lambda name: looks_like_weights(folder / name),
+    )
+    return None if pair is None else (folder / pair[0], folder / pair[1])
+
+
+def find_zipped_pair(path: Path) -> tuple[Path, str, str] | None:
+    """(archive, options member, weights member): the bilm-tf model at the
+    top level of the zip archive `path`, or else in exactly one of its
+    first-level folders. None if `path` is not a zip archive; a
+    `BiLMLoadError` saying what it holds if it holds no one bilm-tf model."""
+    if not path.is_file() or not (path.suffix.lower() == ".zip" or zipfile.is_zipfile(path)):
+        return None
+    try:
+        with zipfile.ZipFile(path) as archive:
+            infos = [i for i in archive.infolist() if not i.is_dir()]
+            folders: dict[str, dict[str, zipfile.ZipInfo]] = {}
+            for info in infos:
+                parts = PurePosixPath(info.filename).parts
+                if len(parts) <= 2 and not parts[0].startswith("__MACOSX"):
+                    prefix = parts[0] + "/" if len(parts) == 2 else ""
+                    folders.setdefault(prefix, {})[parts[-1]] = info
+            found = []
+            for prefix, members in sorted(folders.items()):
+
+                def options(name: str, members=members) -> bool:
+                    info = members[name]
+                    return info.file_size <= MAX_OPTIONS_BYTES and is_options(archive.read(info))
+
+                pair = choose_pair(f"{path}:{prefix}", set(members), options, lambda name: True)
+                if pair is not None:
+                    found.append((path, prefix + pair[0], prefix + pair[1]))
+                    if not prefix:  # the top level wins
+                        return found[-1]
+    except zipfile.BadZipFile as err:
+        raise BiLMLoadError(
+            f"{path} is not a readable zip archive ({err}): a download may have stopped "
+            "early; download it again."
+        ) from err
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise BiLMLoadError(
+            f"{path} holds a bilm-tf model in more than one folder ("
+            + ", ".join(options.rpartition("/")[0] + "/" for _, options, _ in found)
+            + "): unpack the archive and point to one of them."
+        )
+    if any(is_efml_folder(set(members)) for members in folders.values()):
+        raise BiLMLoadError(
+            f"{path} holds an ELMoForManyLangs model: unpack the archive (unzip {path.name}) "
+            "and point to the folder that holds its config.json."
+        )
+    raise BiLMLoadError(
+        f"{path} is a zip archive, but holds no bilm-tf model ({PAIR_FILES}) at its top level "
+        f"or in a first-level folder. It holds: {listing(info.filename for info in infos)}. "
+        "If it holds a model in a deeper folder, unpack it and point to that folder."
+    )
+
+
+def choose_pair(
+    where: str,
+    files: Collection[str],
+    is_options: Callable[[str], bool],
+    is_weights: Callable[[str], bool],
+) -> tuple[str, str] | None:
+    """The (options, weights) names among the file names of one folder: a pair
+    known by name, or else the only options .json and the only weights .hdf5.
+    None if there is none; `BiLMLoadError` naming them if there are several."""
+    named = {(o, w) for o, w in NAMED_PAIRS if o in files and w in files}
+    for options in files:
+        if options.endswith("_" + OPTIONS_FILE):
+            weights = options[: -len(OPTIONS_FILE)] + WEIGHTS_FILE
+            if weights in files:
+                named.add((options, weights))
+    if len(named) == 1:
+        return named.pop()
+    options = [n for n in sorted(files) if n.lower().endswith(".json") and is_options(n)]
+    weights = [n for n in sorted(files) if n.lower().endswith(WEIGHTS_SUFFIXES)]
+    if len(weights) > 1:
+        weights = [n for n in weights if is_weights(n)] or weights
+    several = sorted(named) or [(o, w) for o in options for w in weights]
+    if len(several) > 1:
+        raise BiLMLoadError(
+            f"{where} holds more than one candidate bilm-tf model ("
+            + "; ".join(f"{o} + {w}" for o, w in several)
+            + "): keep one pair in the folder, or give the two files as a pair, "
+            f"(OPTIONS_JSON, WEIGHTS_HDF5): {PAIR_FORMS}."
+        )
+    return several[0] if several else None
+
+
+def is_options(data: bytes | None) -> bool:
+    """Whether `data` is a JSON object with a section of bilm-tf options."""
+    try:
+        options = json.loads(data or b"")
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(options, dict) and any(key in options for key in KNOWN_OPTIONS)
+
+
+def is_options_file(path: Path) -> bool:
+    """Whether the file `path` is small and holds bilm-tf options."""
+    try:
+        return path.stat().st_size <= MAX_OPTIONS_BYTES and is_options(path.read_bytes())
+    except OSError:
+        return False
+
+
+def looks_like_weights(path: Path) -> bool:
+    """Whether an HDF5 file holds bilm-tf weights (its LSTM or char embedding)."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as file:
+            return "RNN_0" in file or "char_embed" in file
+    except OSError:
+        return False
 
 
 def write_bilm_tf(bilm: BiLM, output_dir: str | Path) -> tuple[Path, Path]:

@@ -1,12 +1,52 @@
-"""What every reader of a model's files checks, written once: a JSON file
-that must parse, and arrays whose shapes a model's description calls for."""
+"""What every reader of a model's files checks, written once: a path that
+must exist, a JSON file that must parse, and arrays whose shapes a model's
+description calls for."""
 
+import difflib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ...errors import ElmoSpacyError
+
+
+class BiLMLoadError(ElmoSpacyError):
+    """A biLM path, folder, file or payload that cannot be loaded, with the reason."""
+
+
+def existing(path: str | Path, what: str = "") -> Path:
+    """`path` (with `~` expanded), if it exists; else a `BiLMLoadError` that
+    says where the path breaks off and names the closest names there.
+    `what` starts the message (e.g. "The options file of the pair: ")."""
+    path = Path(path).expanduser()
+    if path.exists():
+        return path
+    missing, parent = path, path.parent
+    while not parent.exists():
+        missing, parent = parent, parent.parent
+    message = f"{what}{path} does not exist"
+    if not path.is_absolute():
+        message += f" (a relative path, from {Path.cwd()})"
+    if missing != path:
+        message += f": {parent} has no {missing.name}"
+    try:
+        names = [p.name for p in parent.iterdir()]
+    except OSError:
+        names = []
+    close = difflib.get_close_matches(missing.name, names, n=3, cutoff=0.6)
+    if close:
+        raise BiLMLoadError(
+            f"{message}. Did you mean {' or '.join(str(parent / n) for n in close)}?"
+        )
+    raise BiLMLoadError(message + ".")
+
+
+def listing(names: Iterable[str], limit: int = 12) -> str:
+    """Names for a message, the first `limit` of them."""
+    names = list(names)
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def read_json(path: Path, error: type[ElmoSpacyError], name: str | None = None) -> Any:

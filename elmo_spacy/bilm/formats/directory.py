@@ -1,15 +1,15 @@
-"""A biLM on disk: `config.json`, `vocab.json` and `weights.safetensors`, and
-`tokenization.json` where it is known how its text was tokenised.
+"""This package's own format: a biLM directory of `config.json`, `vocab.json`
+and `weights.safetensors`, and `tokenization.json` where it is known how its
+text was tokenised. `elmo-spacy pretrain` writes it (model-best/,
+model-last/, checkpoints), as do `convert-elmo` and `convert-efml`; the
+`elmo` pipe saves its biLM in it.
 
 `vocab.json` is the list of words, or, for a biLM with a character
 vocabulary (a converted ELMoForManyLangs model), {"words": [...], "chars": [...]}.
 `tokenization.json` is a `Tokenization` ({"tokenizer": "spacy", "lang": "en"}).
 
-safetensors holds raw tensors only, so loading a biLM never unpickles
-anything. Pretraining writes this layout and the `elmo` pipe reads it;
-`load_bilm` also reads the bilm-tf layouts that `locate` finds (published,
-AllenNLP and NLPL ELMo models, folders or .zip archives, or a model's two
-files given as a pair) and ELMoForManyLangs folders.
+safetensors holds raw tensors only, so reading a biLM never unpickles
+anything. `load_bilm` (`locate`) reads this format and the others.
 """
 
 import json
@@ -26,26 +26,14 @@ from ..bilm import BiLM
 from ..inputs.tokenization import Tokenization
 from ..inputs.vocab import WordVocab
 from ..model.config import BiLMConfig
-from .bilm_tf import DatasetProgress, read_bilm_tf
-from .checks import read_json
-from .efml import read_efml
-from .locate import (
-    BILM_DIR,
-    BILM_FILES,
-    BILM_TF,
-    BILM_TF_PAIR,
-    BILM_TF_ZIP,
-    CONFIG_FILE,
-    EFML,
-    TOKENIZATION_FILE,
-    VOCAB_FILE,
-    BiLMLoadError,
-    BiLMLocation,
-    BiLMPath,
-    bilm_tf_files,
-    resolve_bilm_path,
-)
-from .locate import SAFETENSORS_FILE as WEIGHTS_FILE
+from .checks import BiLMLoadError, existing, read_json
+
+CONFIG_FILE = "config.json"
+VOCAB_FILE = "vocab.json"
+WEIGHTS_FILE = "weights.safetensors"
+BILM_FILES = (CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE)
+TOKENIZATION_FILE = "tokenization.json"  # how its text was tokenised, where known
+PRETRAIN_OUTPUTS = ("model-best", "model-last")
 
 
 def save_bilm(bilm: BiLM, path: str | Path, extra_files: Collection[str] = ()) -> Path:
@@ -74,73 +62,76 @@ def write_bilm_files(bilm: BiLM, state: dict[str, torch.Tensor], folder: Path) -
         )
 
 
-def load_bilm(path: BiLMPath, with_softmax: bool | None = None) -> BiLM:
-    """Read the biLM at `path`, in any layout of
-    `elmo_spacy.bilm.formats.locate.LAYOUTS`: a biLM directory written by
-    `save_bilm` (`elmo-spacy pretrain`'s model-best/, `convert-elmo`'s
-    output), a bilm-tf model folder (the published ELMo files, AllenNLP's,
-    NLPL's), an NLPL .zip archive, or an ELMoForManyLangs model folder; or a
-    bilm-tf model's two files as a pair, `(options_json, weights_hdf5)` (a
-    2-tuple or list of paths or strings, of any names in any folders, as
-    AllenNLP's `Elmo(options_file, weight_file, ...)` takes them):
+def read_bilm_directory(folder: str | Path, with_softmax: bool | None = None) -> BiLM:
+    """The biLM in the biLM directory `folder` (see the module's docstring).
 
-        load_bilm("models/elmo-original")
-        load_bilm(("downloads/elmo_options.json", "weights/elmo_weights.hdf5"))
-
-    Any other path (an options file alone, too) is refused with a
-    `BiLMLoadError` that says what is there and what to point to.
-
-    with_softmax: None loads the softmax head where the directory has one;
+    with_softmax: None reads the softmax head where the directory has one;
         False leaves it out (the `elmo` pipe does not need it); True requires it.
-
-    The biLM computes in float32 until told otherwise (`BiLM.precision`).
     """
-    return load_bilm_at(resolve_bilm_path(path), with_softmax)
-
-
-def load_bilm_at(
-    location: BiLMLocation, with_softmax: bool | None = None, progress: DatasetProgress = iter
-) -> BiLM:
-    """Read the biLM that `resolve_bilm_path` (or `bilm_tf_pair`) found.
-    `progress` wraps the names of a bilm-tf model's datasets as they are read."""
-    if location.kind == BILM_DIR:
-        return _load_directory(location.path, with_softmax)
-    if with_softmax:
-        raise BiLMLoadError(
-            f"{location.describe()} has no softmax head (converted models have none)"
-        )
-    return READERS[location.kind](location, progress)
-
-
-def _read_bilm_tf(location: BiLMLocation, progress: DatasetProgress) -> BiLM:
-    with bilm_tf_files(location) as files:
-        return read_bilm_tf(*files, progress, names=location.file_names())
-
-
-# How each layout of `locate.LAYOUTS` but the biLM directory is read:
-# (location, progress) -> BiLM, without a softmax head.
-READERS = {
-    BILM_TF: _read_bilm_tf,
-    BILM_TF_PAIR: _read_bilm_tf,
-    BILM_TF_ZIP: _read_bilm_tf,
-    EFML: lambda location, progress: read_efml(location.path),
-}
-
-
-def _load_directory(path: Path, with_softmax: bool | None) -> BiLM:
-    config = read_json(path / CONFIG_FILE, BiLMLoadError)
-    words = read_json(path / VOCAB_FILE, BiLMLoadError)
+    folder = existing(folder)
+    check_bilm_directory(folder)
+    config = read_json(folder / CONFIG_FILE, BiLMLoadError)
+    words = read_json(folder / VOCAB_FILE, BiLMLoadError)
     try:
-        weights = load_file(str(path / WEIGHTS_FILE))
+        weights = load_file(str(folder / WEIGHTS_FILE))
     except (SafetensorError, OSError, ValueError) as err:
         raise BiLMLoadError(
-            f"{path / WEIGHTS_FILE} is not a readable safetensors file ({err}). "
+            f"{folder / WEIGHTS_FILE} is not a readable safetensors file ({err}). "
             "It may be truncated or corrupt: copy or pretrain it again."
         ) from err
-    bilm = _build(config, words, weights, with_softmax, where=str(path))
-    if (path / TOKENIZATION_FILE).is_file():
-        bilm.tokenization = _tokenization(read_json(path / TOKENIZATION_FILE, BiLMLoadError), path)
+    bilm = _build(config, words, weights, with_softmax, where=str(folder))
+    if (folder / TOKENIZATION_FILE).is_file():
+        tokenization = read_json(folder / TOKENIZATION_FILE, BiLMLoadError)
+        bilm.tokenization = _tokenization(tokenization, folder)
     return bilm
+
+
+def is_bilm_directory(path: Path) -> bool:
+    return all((path / name).is_file() for name in BILM_FILES)
+
+
+def check_bilm_directory(folder: Path) -> None:
+    """Nothing, if `folder` holds the files of a biLM directory; else a
+    `BiLMLoadError` that names the missing files, or, for the folder that
+    `elmo-spacy pretrain` writes, the biLM in it to point to instead."""
+    missing = [name for name in BILM_FILES if not (folder / name).is_file()]
+    if not missing:
+        return
+    if len(missing) < len(BILM_FILES):
+        present = [name for name in BILM_FILES if name not in missing]
+        raise BiLMLoadError(
+            f"{folder} is an incomplete biLM directory: {', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} missing (it holds {', '.join(present)}). "
+            "Copy the whole folder that `elmo-spacy pretrain` or `convert-elmo` wrote."
+        )
+    raise BiLMLoadError(
+        pretraining_message(folder)
+        or f"{folder} is not a biLM directory: it has none of {', '.join(BILM_FILES)}."
+    )
+
+
+def pretraining_message(folder: Path) -> str | None:
+    """What to point to, if `folder` is what `elmo-spacy pretrain` writes."""
+    outputs = [folder / name for name in PRETRAIN_OUTPUTS if (folder / name).is_dir()]
+    checkpoints = sorted(folder.glob("checkpoint-*"))
+    if not outputs and not ((folder / "latest-checkpoint").is_file() and checkpoints):
+        return None
+    start = f"{folder} is the output folder of `elmo-spacy pretrain`, not a biLM: "
+    if outputs and outputs[0].name == "model-best":
+        return start + f"point to its model-best, {outputs[0]} (the biLM of best dev perplexity)."
+    if outputs:
+        return start + f"point to its {outputs[0].name}, {outputs[0]} (there is no model-best)."
+    return start + (
+        "it holds no model-best yet, as pretraining has not finished an epoch; its latest "
+        f"checkpoint ({checkpoints[-1].name}) is a biLM directory too."
+    )
+
+
+def load_bilm(path: Any, with_softmax: bool | None = None) -> BiLM:
+    """`elmo_spacy.bilm.load_bilm`, the reader of every format (`locate`)."""
+    from .locate import load_bilm
+
+    return load_bilm(path, with_softmax)
 
 
 def bilm_to_bytes(bilm: BiLM) -> dict[str, Any]:

@@ -35,17 +35,17 @@ by unpickling arbitrary objects.
 """
 
 import pickle
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ...errors import ElmoSpacyError
 from ..bilm import BiLM
 from ..inputs.tokenization import WHITESPACE
 from ..inputs.vocab import EFML_SPECIALS, WordVocab
 from ..model.config import BiLMConfig
-from .checks import check_shapes, read_json
+from .checks import BiLMLoadError, check_shapes, existing, read_json
 
 ARGS_FILE = "config.json"
 CHAR_DIC, WORD_DIC = "char.dic", "word.dic"
@@ -92,7 +92,7 @@ PUBLISHED_ARCHITECTURES: dict[str, dict[str, Any]] = {
 }
 
 
-class EfmlFormatError(ElmoSpacyError):
+class EfmlFormatError(BiLMLoadError):
     """An ELMoForManyLangs model folder that cannot be read, with what and where."""
 
 
@@ -102,10 +102,13 @@ def is_efml_folder(files: set[str]) -> bool:
     return any(name in files for name in (*WEIGHT_FILES, CHAR_DIC, WORD_DIC))
 
 
-def read_efml(folder: str | Path) -> BiLM:
+def read_efml(
+    folder: str | Path, progress: Callable[[Iterable[str]], Iterable[str]] = iter
+) -> BiLM:
     """A BiLM (without softmax) that computes what ELMoForManyLangs computes
-    from the model in `folder` (see the module docstring)."""
-    folder = Path(folder)
+    from the model in `folder` (see the module docstring). `progress` wraps
+    the names of the weight files as they are read."""
+    folder = existing(folder)
     architecture, architecture_name = _architecture(folder)
     config = config_from_architecture(architecture, architecture_name)
     uses_chars, uses_words = config.encoder != "word", config.encoder != "char_cnn"
@@ -117,8 +120,7 @@ def read_efml(folder: str | Path) -> BiLM:
             f"{'is' if len(missing) == 1 else 'are'} missing. Unpack the whole archive of the "
             "model into the folder."
         )
-    embedder = _read_weights(folder / TOKEN_EMBEDDER_FILE)
-    encoder = _read_weights(folder / ENCODER_FILE)
+    embedder, encoder = (_read_weights(folder / name) for name in progress(WEIGHT_FILES))
     for path, state, shapes in (
         (folder / TOKEN_EMBEDDER_FILE, embedder, _embedder_shapes(config)),
         (folder / ENCODER_FILE, encoder, _encoder_shapes(config)),
