@@ -4,7 +4,7 @@ reference-style forward, and the machine's matmul rates measured in the same
 run; and how far bfloat16 moves each layer from float32.
 
     python benchmarks/elmo_shapes.py [--text ../shared/data/ag_news/train.csv] [--batches 10]
-        [--precisions float32 bfloat16] [--forwards clipped fused reference-style loop]
+        [--precisions float32 bfloat16] [--forwards clipped embedder fused reference-style]
         [--bilm PATH] [--batch-tokens 4096] [--device cpu] [--int8-lstm]
         [--type-cache-size N] [--profile]
 
@@ -19,12 +19,10 @@ pipe runs them:
   type cache on (it warms up over the run, as in a pipe); once per precision
   ("clipped" in float32, "clipped-bfloat16": `BiLM.precision = "bfloat16"`,
   bfloat16 weights packed once, cell state in float32). On a GPU, no type
-  cache, and the recurrence replays CUDA graphs (`run_graphed_lstm_layer`),
-  captured before the clock starts, as a pipe's run over a corpus has them;
-- "loop" (not by default): "clipped" with the recurrence forced onto the
-  step loop (on the CPU, what "clipped" runs; on a GPU, without graphs);
+  cache, and the recurrence runs step by step (cuDNN cannot clip);
 - "fused": the same model and cache on torch's fused nn.LSTM over packed
-  sequences, without clipping (cuDNN on a GPU);
+  sequences, without clipping (cuDNN on a GPU): the LSTM kernel forced
+  (`on_fused_lstm`);
 - "embedder" (once per precision, as "clipped"): the same biLM as the `elmo`
   pipe, `embed` and `Embedder` run it, on all the timed sentences at once:
   sorted by length, in batches of at most --batch-tokens padded tokens (4,096,
@@ -73,6 +71,7 @@ import torch
 from matmul_rates import float32_without_tf32, matmul_rates, roofline, synchronize
 from step_gemm_rates import int8_lstm_products
 
+import elmo_spacy.bilm.runtime.kernels as lstm_kernels
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm
 from elmo_spacy.bilm.runner import Runner, RunSettings
 
@@ -216,9 +215,7 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES))
     parser.add_argument("--bilm", type=Path, help="a trained biLM to run instead of the shapes")
     parser.add_argument("--precisions", nargs="*", default=list(PRECISIONS), choices=PRECISIONS)
-    parser.add_argument(
-        "--forwards", nargs="*", default=list(FORWARDS), choices=(*FORWARDS, "loop")
-    )
+    parser.add_argument("--forwards", nargs="*", default=list(FORWARDS), choices=FORWARDS)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-tokens", type=int, default=4096, help="the embedder's batches")
@@ -270,11 +267,10 @@ def main() -> None:
                 bilm = make()
                 if args.type_cache_size is not None:
                     bilm.type_cache_size = args.type_cache_size
-                if name in ("fused", "loop"):
-                    bilm.lstm_kernel = name
                 bilm.precision = "float32" if name == INT8_RUN else precision_of(name)
                 int8 = int8_lstm_products() if name == INT8_RUN else contextlib.nullcontext()
-                with int8, torch.inference_mode():
+                fused = on_fused_lstm() if name == "fused" else contextlib.nullcontext()
+                with int8, fused, torch.inference_mode():
                     if name.startswith("embedder"):
                         settings = RunSettings(
                             precision=bilm.precision, max_batch_tokens=args.batch_tokens
@@ -289,9 +285,6 @@ def main() -> None:
                         continue
                     run = ReferenceStyle(bilm) if name == "reference-style" else bilm_forward(bilm)
                     run(warm_up)
-                    if "cuda" in args.device and name != "reference-style":
-                        for batch in timed_batches:  # the graphs of their shapes
-                            run(batch)
                     seconds[name] = min(seconds[name], timed(run, timed_batches, args.device))
                     if args.profile and name == runs[0] and round_ == args.rounds - 1:
                         bilm.inference_cache().types.clear()
@@ -393,6 +386,18 @@ def profile_run(run, batches, device: str) -> None:
     print(table.table(sort_by="self_cpu_time_total", row_limit=30), flush=True)
     if "cuda" in device:
         print(table.table(sort_by="self_device_time_total", row_limit=30), flush=True)
+
+
+@contextlib.contextmanager
+def on_fused_lstm():
+    """Every biLM's LSTM stacks on torch's fused nn.LSTM inside the block,
+    the clips ignored: the package's own choice (`choose_kernel`) replaced."""
+    chosen = lstm_kernels.choose_kernel
+    lstm_kernels.choose_kernel = lambda device, **run: "fused"
+    try:
+        yield
+    finally:
+        lstm_kernels.choose_kernel = chosen
 
 
 def bilm_forward(bilm: BiLM):

@@ -76,7 +76,7 @@ for name in $steps; do
     allennlp_module) step allennlp_module 150 python3 benchmarks/allennlp_module.py \
         --device cuda --text $text/train.csv --batches 5 ;;
     elmo_shapes) step elmo_shapes 150 python3 benchmarks/elmo_shapes.py --device cuda \
-        --text $text/train.csv --forwards clipped loop fused reference-style embedder ;;
+        --text $text/train.csv --forwards clipped fused reference-style embedder ;;
     pretrain_throughput) step pretrain_throughput 90 python3 benchmarks/pretrain_throughput.py \
         configs/bilm.cfg $text/unlabeled.txt --device cuda --no-full-softmax \
         --precisions float32 bfloat16 float16 ;;
@@ -97,7 +97,7 @@ for name in $steps; do
         --text $text/train.csv --shapes "original 2x4096_512" --forwards clipped \
         --precisions float32 --rounds 1 --profile ;;
     kernel_tests) step kernel_tests 120 python3 -m pytest -q -x -p no:cacheprovider \
-        tests/test_cell_steps.py tests/test_gpu.py -k "triton or torch_steps or never_waits" ;;
+        tests/test_lstm_implementations.py tests/test_gpu.py -k "triton or compiled or never_waits" ;;
     recipe_step) step recipe_step 240 python3 benchmarks/pretrain_throughput.py $lm1b \
         $text/unlabeled.txt --device cuda --no-full-softmax --precisions float32 bfloat16 \
         --kernels training fused loop --steps 20 ;;

@@ -11,7 +11,8 @@ Two implementations of one contract:
   every operator call is a kernel launch and the launches, not the
   arithmetic, set a step's pace at the biLM's sizes. Triton compiles for the
   GPU; its interpreter (TRITON_INTERPRET=1) runs the same kernels on the CPU,
-  which is how tests/test_cell_steps.py checks them against the torch ones.
+  which is how tests/test_lstm_implementations.py checks them on machines
+  without a GPU.
 
 Shapes, for D layers run together (the biLM's two directions), B rows and
 H cell units; "dtype" is the products' dtype (bfloat16 or float32), "state"
