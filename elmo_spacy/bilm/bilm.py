@@ -32,10 +32,10 @@ class BiLM(BiLMNetwork):
     - at inference (eval mode, no gradients), what it derives from its
       weights (`runtime/caches.py`): on the CPU the encodings of token
       strings (at most `type_cache_size`) and the LSTM weights packed for
-      oneDNN, and primed states. Any change to the weights that torch can see (new storage, an
-      in-place update, `train()`) empties it; after writing weights where
-      torch cannot see it (through numpy, as thinc's optimiser does), call
-      `weights_changed()`;
+      oneDNN, and primed states. Any change to the weights that torch can
+      see (new storage, an in-place update, `train()`) empties it; after
+      writing weights where torch cannot see it (through numpy, as thinc's
+      optimiser does), call `weights_changed()`;
     - with `stateful` (default off), the state each batch row ends in,
       carried to the next batch as bilm-tf's models were trained; otherwise
       every batch starts from zeros or from given states (`primed_states`).
@@ -169,11 +169,11 @@ class BiLM(BiLMNetwork):
 
     @property
     def precision(self) -> str:
-        """ "float32" (the default, conformant), "bfloat16" or "float16" (see
-        `elmo_spacy.bilm.runtime.precision`): what `forward`,
-        `forward_with_states` and `lm_loss` compute in. Setting a reduced
-        precision where it does not pay (or cannot run) warns and keeps
-        "float32"."""
+        """ "float32" (the default, conformant), "bfloat16" or "float16":
+        what `forward`, `forward_with_states` and `lm_loss` compute in. Set
+        it to one of those or to "auto" (the package chooses); a reduced
+        precision that the device cannot run warns and runs "float32" (see
+        `elmo_spacy.bilm.runtime.precision`)."""
         return self._precision
 
     @precision.setter
