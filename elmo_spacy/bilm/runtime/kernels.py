@@ -85,7 +85,7 @@ def run_stacks(
     if kernel == "training":  # layer i of every stack in one call
         xs = list(inputs)
         for i, layers in enumerate(zip(*(stack.layers for stack in stacks))):
-            x = torch.stack([stack.dropout(x) for stack, x in zip(stacks, xs)])
+            x = torch.stack([stack.dropout(xs[d]) for d, stack in enumerate(stacks)])
             starts = None
             if initial[0] is not None:
                 starts = tuple(torch.stack([states[i][k] for states in initial]) for k in (0, 1))
@@ -99,7 +99,8 @@ def run_stacks(
                 if final:
                     finals[d].append((ends[0][d], ends[1][d]))
         return outputs, finals
-    for d, stack in enumerate(stacks):  # one stack after the other, as the network runs them
+    # one stack after the other, in the network's order: dropout draws the network's masks
+    for d, stack in enumerate(stacks):
         x = inputs[d]
         for i, layer in enumerate(stack.layers):
             if kernel == "fused":
