@@ -30,9 +30,8 @@ def convert_elmo_command(
     as downloaded. Or name the two files: OPTIONS_JSON WEIGHTS_HDF5."""
     from tqdm import tqdm
 
-    from ..bilm import save_bilm
-    from ..bilm.formats.directory import load_bilm_at
-    from ..bilm.formats.locate import BILM_DIR, BiLMLoadError, bilm_tf_pair, resolve_bilm_path
+    from ..bilm import load_bilm, save_bilm
+    from ..bilm.formats.locate import BILM_DIR, BiLMLoadError, find_bilm
 
     if len(inputs) > 2:
         raise typer.BadParameter(
@@ -40,25 +39,24 @@ def convert_elmo_command(
             "WEIGHTS_HDF5 OUTPUT_DIR",
             param_hint="MODEL_PATH",
         )
+    source = inputs[0] if len(inputs) == 1 else tuple(inputs)
     with errors_to_exit():
-        location = resolve_bilm_path(inputs[0]) if len(inputs) == 1 else bilm_tf_pair(*inputs)
-        if location.kind == BILM_DIR:
+        if find_bilm(source)[0] == BILM_DIR:
             raise BiLMLoadError(
-                f"{location.path} is already a biLM directory: the elmo pipe (bilm_path) and "
+                f"{inputs[0]} is already a biLM directory: the elmo pipe (bilm_path) and "
                 "load_bilm read it as it is, with nothing to convert."
             )
 
         def progress(names):
-            weights = Path(location.weights).name
-            return tqdm(list(names), desc=f"reading {weights}", unit="dataset", leave=False)
+            return tqdm(list(names), desc=f"reading {inputs[-1].name}", unit="dataset", leave=False)
 
-        bilm = load_bilm_at(location, with_softmax=False, progress=progress)
+        bilm = load_bilm(source, with_softmax=False, progress=progress)
         save_bilm(bilm, output_dir)
     config = bilm.config
     typer.echo(
-        f"{location.describe()}: {config.n_layers} x {config.lstm_dim} LSTM layers projected "
-        f"to {config.projection_dim}, {sum(n for _, n in config.filters)} char filters "
-        f"-> {output_dir}"
+        f"{' + '.join(map(str, inputs))}: {config.n_layers} x {config.lstm_dim} LSTM layers "
+        f"projected to {config.projection_dim}, {sum(n for _, n in config.filters)} char "
+        f"filters -> {output_dir}"
     )
 
 
@@ -77,19 +75,19 @@ def convert_efml_command(
     """Convert an ELMoForManyLangs model (HIT-SCIR's, 44 languages) into a
     biLM directory for the `elmo` pipe (bilm_path), `load_bilm` and `embed`,
     which also read the model folder as it is."""
-    from ..bilm import save_bilm
-    from ..bilm.formats.efml import EfmlFormatError, read_efml
-    from ..bilm.formats.locate import EFML, resolve_bilm_path
+    from ..bilm import load_bilm, save_bilm
+    from ..bilm.formats.efml import EfmlFormatError
+    from ..bilm.formats.locate import EFML, FORMATS, find_bilm
 
     with errors_to_exit():
-        location = resolve_bilm_path(model_dir)  # says what is there if nothing is
-        if location.kind != EFML:
+        kind, _ = find_bilm(model_dir)  # says what is there if nothing is
+        if kind != EFML:
             raise EfmlFormatError(
-                f"{model_dir} is {location.describe()}, not an ELMoForManyLangs model: "
+                f"{model_dir} is {FORMATS[kind].name}, not an ELMoForManyLangs model: "
                 "elmo-spacy convert-elmo converts bilm-tf models; biLM directories need no "
                 "conversion."
             )
-        bilm = read_efml(location.path)
+        bilm = load_bilm(model_dir)
         save_bilm(bilm, output_dir)
     config = bilm.config
     reads = {"word_char": "words and characters", "char_cnn": "characters", "word": "words"}
