@@ -26,7 +26,7 @@ from elmo_shapes import SHAPES, elmo_config
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab
 from elmo_spacy.pretrain import PretrainConfig, load_pretrain_config
 from elmo_spacy.pretrain.checkpoint import new_optimizer
-from elmo_spacy.pretrain.train import ShareLoss, training_step
+from elmo_spacy.pretrain.loop import RankLoss, training_step
 
 ROOT = Path(__file__).parent.parent
 AG_NEWS = ROOT.parent / "shared" / "data" / "ag_news" / "unlabeled.txt"
@@ -71,7 +71,7 @@ def main() -> None:
             )
         variants = {"once per word": batches, "once per token": [b.per_token() for b in batches]}
         optimizer = new_optimizer(bilm, PretrainConfig())
-        loss = ShareLoss(bilm, world_size=1)
+        loss = RankLoss(bilm, world_size=1)
         bilm.train()
         seconds = dict.fromkeys(variants, 0.0)
         for step in range(steps + 1):

@@ -34,16 +34,16 @@ from spacy.cli._util import parse_config_overrides
 from torch.nn.parallel import DistributedDataParallel
 
 from elmo_spacy.bilm import BiLM
-from elmo_spacy.pretrain import load_pretrain_config, start_workers, stop_workers
+from elmo_spacy.pretrain import join_process_group, leave_process_group, load_pretrain_config
 from elmo_spacy.pretrain.batches import BatchBuilder, corpus_vocabulary, epoch_batches
+from elmo_spacy.pretrain.checkpoint import new_optimizer
 from elmo_spacy.pretrain.corpus import Corpus
-from elmo_spacy.pretrain.loop import ShareLoss, training_step
-from elmo_spacy.pretrain.train import new_optimizer
+from elmo_spacy.pretrain.loop import RankLoss, training_step
 
 
-def searched_loss(bilm: BiLM, world_size: int) -> ShareLoss:
+def searched_loss(bilm: BiLM, world_size: int) -> RankLoss:
     """The share's loss without the zero terms: parameters can go unused."""
-    loss = ShareLoss(bilm, world_size)
+    loss = RankLoss(bilm, world_size)
     loss.every_parameter = False
     return loss
 
@@ -56,7 +56,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args, extra = parser.parse_known_args()
     bilm_config, config = load_pretrain_config(args.config, parse_config_overrides(extra))
-    workers = start_workers(-1)
+    group = join_process_group(-1)
     torch.manual_seed(config.seed)
     corpus = Corpus.open([args.corpus])
     vocab = corpus_vocabulary(corpus.types, bilm_config.max_vocab_size, bilm_config.min_count)
@@ -72,15 +72,15 @@ def main() -> None:
         exclude=numpy.zeros(0, dtype="int64"),
     )
     batches = []  # (this rank's share, the whole batch's predictions), as `Prefetcher` makes them
-    for pieces in itertools.islice(plans, args.steps + 2):
-        share = pieces.take(slice(workers.rank, None, workers.world_size))
-        batches.append((build(share if len(share) else pieces.take(slice(0, 1))), pieces))
+    for spans in itertools.islice(plans, args.steps + 2):
+        share = spans.take(slice(group.rank, None, group.world_size))
+        batches.append((build(share if len(share) else spans.take(slice(0, 1))), spans))
     modes = {
         "search": lambda: DistributedDataParallel(
-            searched_loss(bilm, workers.world_size), find_unused_parameters=True
+            searched_loss(bilm, group.world_size), find_unused_parameters=True
         ),
         "every parameter": lambda: DistributedDataParallel(
-            ShareLoss(bilm, workers.world_size), find_unused_parameters=False
+            RankLoss(bilm, group.world_size), find_unused_parameters=False
         ),
     }
     times: dict[str, list[float]] = {mode: [] for mode in modes}
@@ -88,17 +88,17 @@ def main() -> None:
         for mode, make in modes.items():
             loss = make()
             optimizer = new_optimizer(bilm, config)
-            for batch, pieces in batches[:2]:
-                training_step(loss, optimizer, config.grad_clip, batch, pieces.predictions)
-            workers.wait_for_all()
+            for batch, spans in batches[:2]:
+                training_step(loss, optimizer, config.grad_clip, batch, spans.predictions)
+            group.wait_for_all()
             started = time.perf_counter()
-            for batch, pieces in batches[2:]:
-                training_step(loss, optimizer, config.grad_clip, batch, pieces.predictions)
-            workers.wait_for_all()
+            for batch, spans in batches[2:]:
+                training_step(loss, optimizer, config.grad_clip, batch, spans.predictions)
+            group.wait_for_all()
             seconds = time.perf_counter() - started
             times[mode].append(seconds / args.steps)
-            if workers.is_main:
-                tokens = sum(pieces.predictions for _, pieces in batches[2:])
+            if group.is_main:
+                tokens = sum(spans.predictions for _, spans in batches[2:])
                 print(
                     json.dumps(
                         {
@@ -106,15 +106,15 @@ def main() -> None:
                             "mode": mode,
                             "ms_per_step": round(1000 * seconds / args.steps, 1),
                             "tokens_per_second": round(tokens / seconds),
-                            "world_size": workers.world_size,
+                            "world_size": group.world_size,
                         }
                     ),
                     flush=True,
                 )
-    if workers.is_main:
+    if group.is_main:
         search, every = (statistics.median(times[mode]) for mode in modes)
         print(json.dumps({"search_over_every_parameter": round(search / every, 3)}))
-    stop_workers(workers)
+    leave_process_group(group)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ the same initial weights on the same batches, for `--steps` steps (as many
 epochs as that takes, dev perplexity measured at each epoch's end and after
 the last step), then measures the dev perplexity of each run's last weights
 in float32 and in bfloat16 (on the LSTM kernel `--kernel` names: "auto",
-pretraining's own choice, or one of `BiLM.lstm_kernel`'s), so that the effect of training in bfloat16 and
-the effect of evaluating in it are told apart. The corpus is a prepared
+pretraining's own choice, or training, fused or loop), so that the effect of
+training in bfloat16 and the effect of evaluating in it are told apart. The corpus is a prepared
 folder or a text (prepared into OUTPUT_DIR/corpus); the dev sample is the
 config's (dev_fraction, max_dev_tokens, seed), as `elmo-spacy pretrain`
 draws it.
@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 from spacy.cli._util import parse_config_overrides
 
+import elmo_spacy.bilm.runtime.kernels as lstm_kernels
 from elmo_spacy.bilm import BiLM, load_bilm
 from elmo_spacy.pretrain import evaluate_perplexity, load_pretrain_config, open_corpus, pretrain
 from elmo_spacy.pretrain.batches import (
@@ -38,9 +39,15 @@ from elmo_spacy.pretrain.batches import (
     dev_sample,
     ordered_batches,
 )
-from elmo_spacy.pretrain.distributed import start_workers
+from elmo_spacy.pretrain.distributed import join_process_group
 
 PRECISIONS = ("float32", "bfloat16")
+AUTOMATIC = lstm_kernels.choose_kernel
+
+
+def force_kernel(kernel: str) -> None:
+    """Run every biLM's stacks on `kernel` from now on ("auto": the automatic choice)."""
+    lstm_kernels.choose_kernel = AUTOMATIC if kernel == "auto" else (lambda device, **run: kernel)
 
 
 def main() -> None:
@@ -64,7 +71,8 @@ def main() -> None:
         training, max_steps=args.steps, max_epochs=10_000, patience=0, checkpoint_every=0
     )
     sample = dev_sample(corpus, settings.dev_fraction, settings.max_dev_tokens, settings.seed)
-    dev = ordered_batches(sample.pieces(settings.max_length), settings.eval_batch_tokens)
+    dev = ordered_batches(sample.spans(settings.max_length), settings.eval_batch_tokens)
+    force_kernel(args.kernel)
     results = {}
     for precision in args.precisions:
         output = args.output_dir / precision
@@ -73,7 +81,6 @@ def main() -> None:
             corpus.types, bilm_config.max_vocab_size, bilm_config.min_count, held_out=sample
         )  # pretraining's own
         bilm = BiLM(bilm_config, vocab)
-        bilm.lstm_kernel = args.kernel
         started = time.perf_counter()
         log = pretrain(
             corpus,
@@ -83,7 +90,7 @@ def main() -> None:
             show_progress=False,
             overwrite=True,
             init_bilm=bilm,
-            workers=start_workers(args.gpu_id),
+            group=join_process_group(args.gpu_id),
         )
         wall = time.perf_counter() - started
         line = {
@@ -99,7 +106,7 @@ def main() -> None:
             "dev_perplexity_own_precision": log["epochs"][-1]["dev_perplexity"]["mean"],
         }
         for evaluated_in in dict.fromkeys([*PRECISIONS, precision]):
-            bilm = load_bilm(output / "model-last").to(start_workers(args.gpu_id).device)
+            bilm = load_bilm(output / "model-last").to(join_process_group(args.gpu_id).device)
             bilm.precision = evaluated_in
             build = BatchBuilder(corpus, bilm)
             perplexity = evaluate_perplexity(bilm, map(build, dev))

@@ -20,12 +20,12 @@ Triton's, as it runs there clipped; "loop": the written-out recurrence under
 autograd; "fused" ignores the clips), from each feed asked for (batches built
 beforehand and kept on the device, or built from the prepared corpus in a
 thread, as pretraining feeds its step); the milliseconds per step (on the
-CPU of its forward (loss included), backward and optimizer phases; on a GPU
-of the whole step, with no wait between steps, as pretraining runs them),
-Adam's state and on a GPU the peak of allocated memory (with --profile,
-then torch.profiler's operators over that many more steps and three warm-up
-steps, by their own time, on the GPU where there is one); last, each run's
-speed over float32's on each kernel. Dev perplexity after the same steps in
+CPU of its forward (loss included), backward (clipping included) and
+optimizer phases; on a GPU of the whole step, with no wait between steps, as
+pretraining runs them), Adam's state and on a GPU the peak of allocated
+memory (with --profile, then torch.profiler's operators over that many more
+steps and three warm-up steps, by their own time, on the GPU where there is
+one); last, each run's speed over float32's on each kernel. Dev perplexity after the same steps in
 each precision: benchmarks/precision_perplexity.py.
 """
 
@@ -42,20 +42,28 @@ import torch
 from matmul_rates import float32_without_tf32, matmul_rates, roofline, synchronize
 from spacy.cli._util import parse_config_overrides
 
+import elmo_spacy.bilm.runtime.kernels as lstm_kernels
 from elmo_spacy.bilm import BiLM, BiLMConfig, TokenBatch
 from elmo_spacy.pretrain import PretrainConfig, load_pretrain_config, open_corpus
 from elmo_spacy.pretrain.batches import (
     BatchBuilder,
-    Pieces,
     Prefetcher,
+    Spans,
     corpus_vocabulary,
     epoch_batches,
     word_ids_of_types,
 )
 from elmo_spacy.pretrain.checkpoint import new_optimizer
-from elmo_spacy.pretrain.distributed import Workers
+from elmo_spacy.pretrain.distributed import ProcessGroup
+from elmo_spacy.pretrain.loop import RankLoss, training_step
 from elmo_spacy.pretrain.memory import keep_freed_memory
-from elmo_spacy.pretrain.train import ShareLoss, training_step
+
+AUTOMATIC = lstm_kernels.choose_kernel
+
+
+def force_kernel(kernel: str | None) -> None:
+    """Run every biLM's stacks on `kernel` from now on (None: the automatic choice)."""
+    lstm_kernels.choose_kernel = AUTOMATIC if kernel is None else (lambda device, **run: kernel)
 
 
 def forward_flops_per_token(config: BiLMConfig, vocab_size: int, tail_shares: list[float]) -> float:
@@ -89,13 +97,14 @@ def train_steps(
     """Pretraining's own step (`training_step`: forward, backward, clipping
     and Adam) over `feed(steps + 3)`'s batches, the first 3 a warm-up, in
     the biLM's precision: tokens/s (`tokens_per_second`), milliseconds per
-    step (`ms_per_step`: on the CPU by phase: `forward`, both stacks and the
-    softmax loss, `backward`, `optimizer`, clipping and Adam; on a GPU the
-    whole step, timed over all steps with no wait in between, as pretraining
-    runs them), the optimizer's state (`optimizer_state_mb`) and on a GPU the
-    peak of allocated memory (`peak_device_mb`)."""
+    step (`ms_per_step`: on the CPU by phase, timed by hooks: `forward`, both
+    stacks and the softmax loss, `backward`, with the clipping, `optimizer`,
+    Adam; on a GPU the whole step, timed over all steps with no wait in
+    between, as pretraining runs them), the optimizer's state
+    (`optimizer_state_mb`) and on a GPU the peak of allocated memory
+    (`peak_device_mb`)."""
     optimizer = new_optimizer(bilm, training)
-    loss = ShareLoss(bilm, world_size=1)
+    loss = RankLoss(bilm, world_size=1)
     device = next(bilm.parameters()).device
     on_gpu = device.type == "cuda"
     scaler = torch.amp.GradScaler(device.type) if bilm.precision == "float16" else None
@@ -106,25 +115,21 @@ def train_steps(
     phases = dict.fromkeys(("step",) if on_gpu else PHASES, 0.0)
     marks: list[float] = []
 
-    def mark(_phase: str) -> None:
+    def mark(*_) -> None:
         marks.append(_clock(device))
 
+    if not on_gpu:  # the ends of the forward pass and of the backward pass and clipping
+        loss.register_forward_hook(mark)
+        optimizer.register_step_pre_hook(mark)
     started = 0.0
     for i, batch in enumerate(feed(steps + 3)):
         if i == 3:
             started = _clock(device)
         marks[:] = [_clock(device)] if not on_gpu else []
         predictions = batch.targets.n_tokens
-        training_step(
-            loss,
-            optimizer,
-            training.grad_clip,
-            batch,
-            predictions,
-            1.0,
-            None if on_gpu else mark,
-            scaler=scaler,
-        )
+        training_step(loss, optimizer, training.grad_clip, batch, predictions, scaler=scaler)
+        if not on_gpu:
+            mark()
         if i >= 3:
             for phase, start, end in zip(PHASES, marks, marks[1:]):
                 phases[phase] += end - start
@@ -165,21 +170,21 @@ def _built_feed(batches: list[TokenBatch]) -> Callable[[int], Iterable[TokenBatc
 
 
 def _prepared_feed(
-    plans: list[Pieces], build: BatchBuilder, workers: Workers
+    plans: list[Spans], build: BatchBuilder, group: ProcessGroup
 ) -> Callable[[int], Iterable[TokenBatch]]:
     """As pretraining feeds its step: each batch built from the corpus in a
     thread, ahead of the step (on a GPU in pinned memory, copied as the step
     takes it)."""
 
     def feed(n: int) -> Iterator[TokenBatch]:
-        with Prefetcher(itertools.islice(itertools.cycle(plans), n), build, workers) as batches:
-            for batch, _pieces, _weight in batches:
+        with Prefetcher(itertools.islice(itertools.cycle(plans), n), build, group) as batches:
+            for batch, _spans, _weight in batches:
                 yield batch
 
     return feed
 
 
-def first_epoch(corpus, training: PretrainConfig) -> Iterator[Pieces]:
+def first_epoch(corpus, training: PretrainConfig) -> Iterator[Spans]:
     """The first epoch's batches of the whole corpus (seed 0), planned as
     pretraining plans them with `training`'s settings."""
     return epoch_batches(
@@ -256,10 +261,10 @@ def main() -> None:
 
     plans = list(itertools.islice(first_epoch(corpus, training), args.steps + 3))
 
-    workers = Workers(device=torch.device(args.device))
+    group = ProcessGroup(device=torch.device(args.device))
     feeds = {
         "built": lambda build: _built_feed([build(p).to(args.device) for p in plans]),
-        "prepared": lambda build: _prepared_feed(plans, build, workers),
+        "prepared": lambda build: _prepared_feed(plans, build, group),
     }
     rates = matmul_rates(device=args.device)
     print(
@@ -285,7 +290,7 @@ def main() -> None:
                 torch.manual_seed(0)
                 bilm = BiLM(config, vocab).to(args.device)
                 bilm.precision = precision
-                bilm.lstm_kernel = kernel
+                force_kernel(kernel)
                 feed = feeds[feed_name](BatchBuilder(corpus, bilm))
                 key = "_".join(
                     [precision]
@@ -335,7 +340,7 @@ def print_profile(operators) -> None:
 
 
 LSTM_KERNELS = {
-    "training": "elmo_spacy (bilm/recurrence.py)",
+    "training": "elmo_spacy (bilm/runtime/recurrence.py)",
     "fused": "torch's nn.LSTM",
     "loop": "the written-out recurrence (bilm/model/lstm.py)",
 }

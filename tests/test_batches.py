@@ -8,14 +8,14 @@ import torch
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab
 from elmo_spacy.pretrain.batches import (
     BatchBuilder,
-    Pieces,
     Prefetcher,
+    Spans,
     corpus_vocabulary,
     dev_sample,
     epoch_batches,
     ordered_batches,
 )
-from elmo_spacy.pretrain.distributed import Workers
+from elmo_spacy.pretrain.distributed import ProcessGroup
 
 from .conftest import DATA, TINY_BILM, corpus_of, tokenize
 
@@ -24,7 +24,7 @@ DOCS = tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines(
 LONG = [doc * 7 for doc in DOCS[:5]] + DOCS[5:]
 
 
-def tokens_of(corpus, pieces: Pieces) -> list[tuple[str, ...]]:
+def tokens_of(corpus, pieces: Spans) -> list[tuple[str, ...]]:
     return [
         tuple(corpus.types.strings_of(corpus.tokens(s, b, n)))
         for s, b, n in zip(pieces.shard, pieces.start, pieces.length)
@@ -75,9 +75,9 @@ def test_the_dev_sample_is_seeded_capped_and_left_out_of_training():
     assert numpy.array_equal(sample.docs, dev_sample(corpus, 0.25, 10**6, seed=0).docs)
     assert not numpy.array_equal(sample.docs, dev_sample(corpus, 0.25, 10**6, seed=1).docs)
     capped = dev_sample(corpus, 0.25, max_tokens=100, seed=0)
-    assert capped.pieces(200).tokens <= 100 + max(map(len, DOCS))  # stops once it holds 100
+    assert capped.spans(200).tokens <= 100 + max(map(len, DOCS))  # stops once it holds 100
     assert 1 <= len(capped.docs) < len(sample.docs)
-    dev = set(tokens_of(corpus, sample.pieces(60)))
+    dev = set(tokens_of(corpus, sample.spans(60)))
     trained = {
         p for b in plan(corpus, exclude=sample.excluded_from(corpus)) for p in tokens_of(corpus, b)
     }
@@ -121,10 +121,10 @@ def test_a_batch_built_from_ids_runs_as_the_batch_of_its_strings(encoder):
 
 def test_the_prefetcher_gives_each_rank_its_share_and_passes_errors_on():
     corpus = corpus_of(DOCS)
-    batches = ordered_batches(dev_sample(corpus, 0.5, 10**6, seed=0).pieces(200), 300)
+    batches = ordered_batches(dev_sample(corpus, 0.5, 10**6, seed=0).spans(200), 300)
     shares = []
     for rank in (0, 1):
-        with Prefetcher(iter(batches), lambda p: p, Workers(rank=rank, world_size=2)) as built:
+        with Prefetcher(iter(batches), lambda p: p, ProcessGroup(rank=rank, world_size=2)) as built:
             shares.append(list(built))
     for (first, whole, w0), (second, _, w1) in zip(*shares):
         assert len(first) + len(second) * w1 == len(whole)
@@ -134,7 +134,7 @@ def test_the_prefetcher_gives_each_rank_its_share_and_passes_errors_on():
         raise RuntimeError("the builder failed")
 
     with pytest.raises(RuntimeError, match="the builder failed"):
-        with Prefetcher(iter(batches), broken, Workers()) as built:
+        with Prefetcher(iter(batches), broken, ProcessGroup()) as built:
             list(built)
 
 

@@ -19,9 +19,9 @@ import torch
 
 from elmo_spacy.bilm import BiLM, WordVocab, load_bilm
 from elmo_spacy.bilm.inputs.vocab import SPECIALS
-from elmo_spacy.pretrain import start_workers
+from elmo_spacy.pretrain import join_process_group
+from elmo_spacy.pretrain.loop import RankLoss
 from elmo_spacy.pretrain.run_folder import LATEST
-from elmo_spacy.pretrain.train import ShareLoss
 
 from .conftest import DATA, TINY_BILM, cli, tokenize
 
@@ -141,7 +141,7 @@ def test_shard_losses_average_to_the_whole_batch_gradient():
 
     def gradients(docs, world_size):
         bilm.zero_grad()
-        loss, _ = ShareLoss(bilm, world_size)(bilm.batch(docs), batch_tokens, 1.0)
+        loss, _ = RankLoss(bilm, world_size)(bilm.batch(docs), batch_tokens, 1.0)
         loss.backward()
         return [p.grad.clone() for p in bilm.parameters()]
 
@@ -269,4 +269,4 @@ def test_machines_that_see_other_text_under_the_same_path_are_refused(tmp_path, 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_a_gpu_asked_for_without_one_says_what_to_do():
     with pytest.raises(ValueError, match="no CUDA device.*--gpu-id -1"):
-        start_workers(gpu_id=0)
+        join_process_group(gpu_id=0)

@@ -31,7 +31,7 @@ def test_the_rule_says_which_limits_are_reached_where_they_are_checked():
         "max_hours = 0.5, 0.50 hours done",
     ]  # max_tokens = 0: no limit, however many tokens
     assert limits_reached(state, config, at="step") == ["max_steps = 10, 10 steps done"]
-    assert limits_reached(state, config, at="flush") == ["max_hours = 0.5, 0.50 hours done"]
+    assert limits_reached(state, config, at="log") == ["max_hours = 0.5, 0.50 hours done"]
     assert limits_reached(state, config, at="evaluation") == []
     state.bad_evaluations = 2
     assert limits_reached(state, config, at="evaluation") == [

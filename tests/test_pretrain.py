@@ -14,7 +14,7 @@ from elmo_spacy.bilm import BiLMConfig, WordVocab, load_bilm
 from elmo_spacy.errors import ElmoSpacyError
 from elmo_spacy.pretrain import PretrainConfig, pretrain
 from elmo_spacy.pretrain.checkpoint import load_checkpoint
-from elmo_spacy.pretrain.run_folder import LATEST, PROGRESS_FILE, RunFolder
+from elmo_spacy.pretrain.run_folder import LATEST, RunFolder
 from elmo_spacy.pretrain.texts import read_texts
 from elmo_spacy.pretrain.train import NotEnoughText
 
@@ -88,8 +88,8 @@ def test_checkpoint_minutes_checkpoint_within_an_epoch_and_the_run_resumes_from_
     tmp_path, monkeypatch
 ):
     """With no checkpoints by steps (checkpoint_every = 0, as the tiny preset),
-    checkpoint_minutes writes one mid-epoch at the first flush (every
-    log_every steps) after that much time; a run killed after it resumes to
+    checkpoint_minutes writes one mid-epoch at the first point where the
+    ranks sync (every log_every steps) after that much time; a run killed after it resumes to
     the uninterrupted weights. 0 writes none but at the epochs' ends."""
     by_time = PretrainConfig(
         max_epochs=1, batch_tokens=300, patience=0, checkpoint_every=0, log_every=2
@@ -113,10 +113,10 @@ def test_checkpoint_minutes_checkpoint_within_an_epoch_and_the_run_resumes_from_
     assert saved == [(off["steps"], 0)] and off["steps"] > 4  # the epoch's end only
     saved.clear()
     crash = True
-    often = replace(by_time, checkpoint_minutes=1e-9)  # past at every flush
+    often = replace(by_time, checkpoint_minutes=1e-9)  # past at every sync
     with pytest.raises(Crash):
         pretrain(corpus_of(DOCS), BILM, often, tmp_path / "killed", show_progress=False)
-    assert saved == [(2, 2)]  # the first flush, mid-epoch
+    assert saved == [(2, 2)]  # the first sync, mid-epoch
     assert (tmp_path / "killed" / LATEST).read_text().strip() == "checkpoint-2"
     crash = False
     resumed = pretrain(
@@ -124,7 +124,7 @@ def test_checkpoint_minutes_checkpoint_within_an_epoch_and_the_run_resumes_from_
     )
     assert resumed["resumed_from"].endswith("checkpoint-2")
     mid_epoch = [step for step, batch in saved[1:] if batch]
-    assert mid_epoch == list(range(4, off["steps"] + 1, 2))  # at every flush
+    assert mid_epoch == list(range(4, off["steps"] + 1, 2))  # at every sync
     assert saved[-1] == (off["steps"], 0)  # and at the epoch's end
     a = load_bilm(tmp_path / "off" / "model-last").state_dict()
     b = load_bilm(tmp_path / "killed" / "model-last").state_dict()
@@ -181,8 +181,7 @@ def test_resume_refuses_another_bilm_config(tmp_path):
 
 def test_resume_with_other_batching_settings_says_what_it_changes(tmp_path, monkeypatch):
     """A run stopped in the middle of an epoch and resumed with other batches
-    (here max_length) says so; resumed again with the same settings, not. A
-    setting the checkpoint records that is no longer one is left out."""
+    (here max_length) says so; resumed again with the same settings, not."""
     steps = []
     real_step = loop_module.training_step
 
@@ -197,12 +196,6 @@ def test_resume_with_other_batching_settings_says_what_it_changes(tmp_path, monk
         patched.setattr(loop_module, "training_step", killed_at_the_second_step)
         with pytest.raises(RuntimeError, match="killed"):
             pretrain(corpus_of(DOCS), BILM, first, tmp_path, show_progress=False)
-    # As earlier versions saved it: the batching settings under "plan", with
-    # one that is gone since.
-    checkpoint = RunFolder(tmp_path).latest_checkpoint()
-    saved = json.loads((checkpoint / PROGRESS_FILE).read_text())
-    saved["progress"]["plan"] = {**saved["progress"].pop("batching"), "shape_buckets": 4}
-    (checkpoint / PROGRESS_FILE).write_text(json.dumps(saved))
     changed = PretrainConfig(**{**first.to_dict(), "max_length": 100})
     with pytest.warns(
         UserWarning, match=r"\(max_length 200 -> 100\): .*epoch 1 .*from its batch 1,"
@@ -440,9 +433,10 @@ def test_a_resumed_run_keeps_the_perplexity_its_start_had(tmp_path, monkeypatch)
             init_bilm=start,
         )
     monkeypatch.setattr(loop_module, "save_checkpoint", real_save)
-    log = pretrain(
-        corpus_of(OTHER_DOCS), BILM, SETTINGS, tmp_path / "b", show_progress=False, resume=True
-    )
+    log = pretrain(  # as `elmo-spacy pretrain --init-bilm ... --resume` calls it
+        corpus_of(OTHER_DOCS), None, SETTINGS, tmp_path / "b", show_progress=False, resume=True,
+        init_bilm=tmp_path / "a" / "model-best",
+    )  # fmt: skip
     assert log["resumed_from"] is not None
     start = load_bilm(tmp_path / "a" / "model-best", with_softmax=True)
     again = pretrain(

@@ -72,7 +72,7 @@ def pretrain_command(
     bfloat16 (faster on CPUs with bfloat16 instructions: README, Precision).
     Data-parallel on N processes: torchrun --nproc_per_node N --no-python
     elmo-spacy pretrain ..."""
-    from ..pretrain import load_pretrain_config, pretrain, start_workers, stop_workers
+    from ..pretrain import join_process_group, leave_process_group, load_pretrain_config, pretrain
     from ..pretrain.run_folder import RunFolder
 
     with errors_to_exit():
@@ -93,8 +93,8 @@ def pretrain_command(
                     f"settings ({init_bilm / 'config.json'}); leave out the --bilm.* options."
                 )
             bilm_config = None
-        folder.check(resume=resume, overwrite=overwrite)  # before starting workers
-        workers = start_workers(gpu_id)
+        folder.check(resume=resume, overwrite=overwrite)  # before joining the process group
+        group = join_process_group(gpu_id)
         try:
             log = pretrain(
                 corpus,
@@ -108,15 +108,15 @@ def pretrain_command(
                 overwrite=overwrite,
                 init_vectors=init_vectors,
                 init_bilm=init_bilm,
-                workers=workers,
+                group=group,
             )
         except KeyboardInterrupt as interrupt:
-            if workers.is_main:
+            if group.is_main:
                 typer.secho(_how_to_resume(folder, overwrite), fg="yellow", err=True)
             raise typer.Exit(130) from interrupt
         finally:  # after an error or Ctrl-C too: no process group left behind
-            stop_workers(workers)
-    if not workers.is_main:
+            leave_process_group(group)
+    if not group.is_main:
         return
     try:
         from ..pretrain.plots import plot_perplexity

@@ -4,21 +4,22 @@ streamed in length-bucketed batches to the training loop (`pretrain`)."""
 from ..bilm.inputs.tokenization import Tokenization
 from .config import PretrainConfig, load_pretrain_config
 from .corpus import Corpus
-from .distributed import Workers, start_workers, stop_workers
+from .distributed import ProcessGroup, join_process_group, leave_process_group
+from .loop import evaluate_perplexity
 from .prepare import open_corpus, prepare_corpus, prepare_docs
-from .train import evaluate_perplexity, pretrain
+from .train import pretrain
 
 __all__ = [
     "Corpus",
     "PretrainConfig",
+    "ProcessGroup",
     "Tokenization",
-    "Workers",
     "evaluate_perplexity",
+    "join_process_group",
+    "leave_process_group",
     "load_pretrain_config",
     "open_corpus",
     "prepare_corpus",
     "prepare_docs",
     "pretrain",
-    "start_workers",
-    "stop_workers",
 ]

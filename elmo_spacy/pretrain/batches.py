@@ -1,15 +1,15 @@
 """Pretraining batches over a prepared corpus: the dev sample, each epoch's
 batches planned over index arrays, and the batches built ahead of the step.
 
-A batch is planned as `Pieces` (where its docs lie in the corpus) and built
-into a `TokenBatch` only for the rank that trains on it. Docs longer than
-`max_length` tokens are cut into pieces. Each epoch's order follows from
-(seed, epoch) alone: the corpus's docs, in chunks of CHUNK_DOCS consecutive
-docs, are shuffled; POOL_CHUNKS chunks at a time are pooled, their pieces
-sorted by length (ties in random order) and cut into batches of like-length
-pieces (`length_runs`), which run in random order. So memory holds one
-pool's index arrays whatever the corpus's size, and a run that resumes at
-step n only needs n to find its place.
+A batch is planned as `Spans` (where its docs, or pieces of docs, lie in the
+corpus) and built into a `TokenBatch` only for the rank that trains on it.
+Docs longer than `max_length` tokens are cut into pieces. Each epoch's order
+follows from (seed, epoch) alone: the corpus's docs, in chunks of CHUNK_DOCS
+consecutive docs, are shuffled; POOL_CHUNKS chunks at a time are pooled,
+their pieces sorted by length (ties in random order) and cut into batches of
+like-length pieces (`length_runs`), which run in random order. So memory
+holds one pool's index arrays whatever the corpus's size, and a run that
+resumes at step n only needs n to find its place.
 """
 
 import queue
@@ -24,7 +24,7 @@ from ..bilm.inputs.batch import BOS_TYPE, EOS_TYPE, length_runs, types_batch
 from ..bilm.inputs.vocab import BOS_ID, EOS_ID, SPECIALS, UNK_ID
 from ..errors import ElmoSpacyError
 from .corpus import Corpus, TypeTable
-from .distributed import Workers
+from .distributed import ProcessGroup
 
 CHUNK_DOCS = 1024  # consecutive docs that stay together when an epoch is shuffled
 POOL_CHUNKS = 256  # chunks whose pieces are sorted by length together
@@ -36,9 +36,9 @@ class NotEnoughText(ElmoSpacyError):
 
 
 @dataclass
-class Pieces:
-    """Doc pieces of a corpus: (n,) int64 arrays of the shard, first token and
-    length of each."""
+class Spans:
+    """Spans of a corpus's tokens (docs, or pieces of docs): (n,) int64 arrays
+    of the shard, first token and length of each."""
 
     shard: numpy.ndarray
     start: numpy.ndarray
@@ -47,8 +47,8 @@ class Pieces:
     def __len__(self) -> int:
         return len(self.length)
 
-    def take(self, rows: numpy.ndarray | slice) -> "Pieces":
-        return Pieces(self.shard[rows], self.start[rows], self.length[rows])
+    def take(self, rows: numpy.ndarray | slice) -> "Spans":
+        return Spans(self.shard[rows], self.start[rows], self.length[rows])
 
     @property
     def tokens(self) -> int:
@@ -60,7 +60,7 @@ class Pieces:
         return self.tokens + len(self)
 
     @classmethod
-    def concatenate(cls, parts: list["Pieces"]) -> "Pieces":
+    def concatenate(cls, parts: list["Spans"]) -> "Spans":
         if not parts:
             return cls(*(numpy.zeros(0, dtype="int64") for _ in range(3)))
         return cls(*(numpy.concatenate([getattr(p, f) for p in parts]) for f in FIELDS))
@@ -76,7 +76,7 @@ def cut(shard: numpy.ndarray, start: numpy.ndarray, length: numpy.ndarray, max_l
     doc = numpy.repeat(numpy.arange(len(length)), n_pieces)
     first_piece = numpy.repeat(numpy.cumsum(n_pieces) - n_pieces, n_pieces)
     offset = (numpy.arange(len(doc)) - first_piece) * max_length
-    return Pieces(
+    return Spans(
         shard[doc].astype("int64"),
         start[doc] + offset,
         numpy.minimum(length[doc] - offset, max_length),
@@ -105,7 +105,8 @@ class DevSample:
     docs: numpy.ndarray
     held_out: bool
 
-    def pieces(self, max_length: int) -> Pieces:
+    def spans(self, max_length: int) -> Spans:
+        """The sample's docs, cut into pieces of at most `max_length` tokens."""
         return cut(*doc_spans(self.corpus, self.docs), max_length)
 
     def excluded_from(self, corpus: Corpus) -> numpy.ndarray:
@@ -156,7 +157,7 @@ def epoch_batches(
     max_length: int,
     batch_tokens: int,
     exclude: numpy.ndarray,
-) -> Iterator[Pieces]:
+) -> Iterator[Spans]:
     """The batches of one epoch in order (see the module docstring): each
     padded to at most `batch_tokens` tokens (a piece longer than that alone),
     the docs numbered in `exclude` (sorted) left out."""
@@ -172,7 +173,7 @@ def epoch_batches(
             keep = ~_members(docs, exclude)
             length = numpy.diff(offsets)[keep]
             parts.append(cut(numpy.full(len(length), s), offsets[:-1][keep], length, max_length))
-        pieces = Pieces.concatenate(parts)
+        pieces = Spans.concatenate(parts)
         shuffled = rng.permutation(len(pieces))
         by_length = shuffled[numpy.argsort(pieces.length[shuffled], kind="stable")]
         bounds = length_runs(pieces.length[by_length], batch_tokens)
@@ -180,12 +181,12 @@ def epoch_batches(
             yield pieces.take(by_length[bounds[b] : bounds[b + 1]])
 
 
-def ordered_batches(pieces: Pieces, batch_tokens: int) -> list[Pieces]:
-    """Pieces sorted by length and cut into batches of at most `batch_tokens`
+def ordered_batches(spans: Spans, batch_tokens: int) -> list[Spans]:
+    """Spans sorted by length and cut into batches of at most `batch_tokens`
     padded tokens, in that order (for measuring perplexity)."""
-    by_length = numpy.argsort(pieces.length, kind="stable")
-    bounds = length_runs(pieces.length[by_length], batch_tokens)
-    return [pieces.take(by_length[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    by_length = numpy.argsort(spans.length, kind="stable")
+    bounds = length_runs(spans.length[by_length], batch_tokens)
+    return [spans.take(by_length[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def _chunks(corpus: Corpus) -> tuple[numpy.ndarray, numpy.ndarray]:
@@ -246,8 +247,8 @@ def word_ids_of_types(
 
 
 class BatchBuilder:
-    """`TokenBatch`es of a corpus's pieces for one biLM, with their LM targets
-    where the biLM has a softmax: what `BiLM.batch` gives for the pieces' tokens
+    """`TokenBatch`es of spans of a corpus for one biLM, with their LM targets
+    where the biLM has a softmax: what `BiLM.batch` gives for their tokens
     (the types in another order)."""
 
     def __init__(self, corpus: Corpus, bilm: BiLM) -> None:
@@ -257,21 +258,21 @@ class BatchBuilder:
         self.word_ids = word_ids_of_types(corpus.types, bilm.vocab, cut_at)
         self.cluster_starts = bilm.softmax.cluster_starts if bilm.softmax is not None else None
 
-    def __call__(self, pieces: Pieces) -> TokenBatch:
-        width = int(pieces.length.max())
-        ids = numpy.full((len(pieces), width), -1, dtype="int64")
+    def __call__(self, spans: Spans) -> TokenBatch:
+        width = int(spans.length.max())
+        ids = numpy.full((len(spans), width), -1, dtype="int64")
         for row, (shard, start, length) in enumerate(
-            zip(pieces.shard.tolist(), pieces.start.tolist(), pieces.length.tolist())
+            zip(spans.shard.tolist(), spans.start.tolist(), spans.length.tolist())
         ):
             ids[row, :length] = self.corpus.tokens(shard, start, length)
         real = ids >= 0
         unique, inverse = numpy.unique(ids[real], return_inverse=True)
-        index = numpy.full((len(pieces), width + 2), EOS_TYPE, dtype="int64")
+        index = numpy.full((len(spans), width + 2), EOS_TYPE, dtype="int64")
         index[:, 0] = BOS_TYPE
         index[:, 1 : width + 1][real] = inverse + 2
         type_word_ids = numpy.concatenate([[BOS_ID, EOS_ID], self.word_ids[unique]])
         types = self.corpus.types.strings_of(unique) if self.chars is not None else ()
-        batch = types_batch(types, type_word_ids, index, pieces.length.copy(), self.chars)
+        batch = types_batch(types, type_word_ids, index, spans.length.copy(), self.chars)
         if self.cluster_starts is None:
             return batch
         return batch.with_targets(self.cluster_starts)
@@ -280,20 +281,20 @@ class BatchBuilder:
 class Prefetcher:
     """Builds this rank's share of each planned batch in a thread, up to
     `depth` batches ahead of the step. Iterating yields (this rank's batch,
-    the whole batch's `Pieces`, weight): weight 0 where the rank has no piece
+    the whole batch's `Spans`, weight): weight 0 where the rank has no piece
     of the batch (it runs the batch's first piece, so that every rank takes
     part in each step, and adds nothing). A context manager that stops the
     thread on leaving."""
 
     def __init__(
         self,
-        planned: Iterator[Pieces],
-        build: Callable[[Pieces], TokenBatch],
-        workers: Workers,
+        planned: Iterator[Spans],
+        build: Callable[[Spans], TokenBatch],
+        group: ProcessGroup,
         depth: int = 4,
     ) -> None:
-        self.planned, self.build, self.workers = planned, build, workers
-        self.pin = workers.device.type == "cuda"
+        self.planned, self.build, self.group = planned, build, group
+        self.pin = group.device.type == "cuda"
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._fill, name="batch builder", daemon=True)
@@ -311,7 +312,7 @@ class Prefetcher:
                 pass
         self.thread.join()
 
-    def __iter__(self) -> Iterator[tuple[TokenBatch, Pieces, float]]:
+    def __iter__(self) -> Iterator[tuple[TokenBatch, Spans, float]]:
         while True:
             item = self.queue.get()
             if item is _DONE:
@@ -322,14 +323,14 @@ class Prefetcher:
 
     def _fill(self) -> None:
         try:
-            rank, world = self.workers.rank, self.workers.world_size
-            for pieces in self.planned:
-                share = pieces.take(slice(rank, None, world))
+            rank, world = self.group.rank, self.group.world_size
+            for spans in self.planned:
+                share = spans.take(slice(rank, None, world))
                 weight = 1.0 if len(share) else 0.0
-                batch = self.build(share if len(share) else pieces.take(slice(0, 1)))
+                batch = self.build(share if len(share) else spans.take(slice(0, 1)))
                 if self.pin:
                     batch = batch.pin_memory()
-                if not self._put((batch, pieces, weight)):
+                if not self._put((batch, spans, weight)):
                     return
             self._put(_DONE)
         except BaseException as err:  # raised again in the training thread

@@ -4,10 +4,12 @@ A checkpoint is a directory `checkpoint-<step>/` with the biLM (the layout of
 `save_bilm`), `training_state.safetensors` (Adam's tensors and torch's random
 state) and `progress.json` (step, epoch, batches done in the epoch, the
 corpus's fingerprint, the log so far). Each epoch's batches follow from the
-seed and the epoch, so that is all a run needs to go on. It is written under a temporary name and renamed into
-place, then `latest-checkpoint` (a one-line file, itself replaced atomically)
-is pointed at it; older checkpoints are removed after that. A run killed at
-any moment leaves the previous checkpoint intact and pointed to.
+seed and the epoch, so that is all a run needs to go on: a resumed run ends
+with the weights of an uninterrupted one (on the CPU, bit for bit). It is
+written under a temporary name and renamed into place, then
+`latest-checkpoint` (a one-line file, itself replaced atomically) is pointed
+at it; older checkpoints are removed after that. A run killed at any moment
+leaves the previous checkpoint intact and pointed to.
 """
 
 import json
@@ -112,10 +114,7 @@ def load_checkpoint(
     optimizer = new_optimizer(bilm, config)
     optimizer.load_state_dict(_optimizer_state(tensors, saved["param_groups"]))
     torch.set_rng_state(tensors["torch_rng_state"])
-    progress = saved["progress"]
-    if "plan" in progress:  # the name earlier versions saved it under
-        progress["batching"] = progress.pop("plan")
-    return bilm, optimizer, RunState(**progress)
+    return bilm, optimizer, RunState(**saved["progress"])
 
 
 def new_optimizer(bilm: BiLM, config: PretrainConfig) -> torch.optim.Adam:

@@ -8,8 +8,8 @@ builds and trains on its own share of every batch, and PyTorch's
 DistributedDataParallel averages the gradients (gloo on the CPU, NCCL on
 GPUs). Started without torchrun, there is one rank and nothing is shared.
 
-The machines may or may not share a filesystem: `folder_groups` finds out
-which ranks see the same output folder, so that one rank of each group
+The machines may or may not share a filesystem: `find_folder_leaders` finds
+out which ranks see the same output folder, so that one rank of each group
 prepares text while the others wait, and ranks that cannot see rank 0's
 checkpoints are sent them.
 """
@@ -26,8 +26,9 @@ from ..bilm.runtime.devices import resolve_device
 
 
 @dataclass(frozen=True)
-class Workers:
-    """The ranks of one pretraining run, seen from one of them.
+class ProcessGroup:
+    """The processes (ranks) of one pretraining run, seen from one of them:
+    torchrun's process group, or one process alone.
 
     rank, world_size: torchrun's RANK and WORLD_SIZE (0 and 1 without it).
     device: where this rank's biLM lives.
@@ -36,7 +37,7 @@ class Workers:
     rank: int = 0
     world_size: int = 1
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    # Rank -> the lowest rank that sees the same output folder (`folder_groups`);
+    # Rank -> the lowest rank that sees the same output folder (`find_folder_leaders`);
     # None (or all 0) where every rank sees rank 0's.
     folder_leaders: tuple[int, ...] | None = None
 
@@ -93,6 +94,15 @@ class Workers:
         """Whether every rank sees rank 0's output folder."""
         return self.folder_leaders is None or not any(self.folder_leaders)
 
+    @property
+    def ranks_by_folder(self) -> list[list[int]]:
+        """The ranks in groups that see one output folder: [[0, 1, ...]] where
+        all share a filesystem, a group a machine where none is shared."""
+        groups: dict[int, list[int]] = {}
+        for rank, leader in enumerate(self.folder_leaders or (0,) * self.world_size):
+            groups.setdefault(leader, []).append(rank)
+        return list(groups.values())
+
     def gather(self, value) -> list:
         """`value` (any picklable object) of every rank, in rank order."""
         if not self.distributed:
@@ -114,7 +124,7 @@ class Workers:
         return self.device if self.device.type == "cuda" else None
 
 
-def start_workers(gpu_id: int = -1) -> Workers:
+def join_process_group(gpu_id: int = -1) -> ProcessGroup:
     """Join the process group that torchrun set up, or run alone.
 
     gpu_id: -1 for the CPU. Alone, the index of the GPU to use; under torchrun
@@ -122,23 +132,23 @@ def start_workers(gpu_id: int = -1) -> Workers:
     """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size == 1:
-        return Workers(device=resolve_device(gpu_id, "--gpu-id"))
+        return ProcessGroup(device=resolve_device(gpu_id, "--gpu-id"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = resolve_device(local_rank if gpu_id >= 0 else -1, "--gpu-id")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return Workers(dist.get_rank(), dist.get_world_size(), device)
+    return ProcessGroup(dist.get_rank(), dist.get_world_size(), device)
 
 
-def stop_workers(workers: Workers) -> None:
-    if workers.distributed and dist.is_initialized():
+def leave_process_group(group: ProcessGroup) -> None:
+    if group.distributed and dist.is_initialized():
         dist.destroy_process_group()
 
 
-def folder_groups(workers: Workers, folder: Path) -> Workers:
-    """`workers` with `folder_leaders`: which ranks see the same `folder`.
+def find_folder_leaders(group: ProcessGroup, folder: Path) -> ProcessGroup:
+    """`group` with `folder_leaders`: which ranks see the same `folder`.
 
     Each rank writes a file of its own, named by a token rank 0 draws, into
     the folder that holds `folder` (made if missing); after a barrier each
@@ -146,40 +156,40 @@ def folder_groups(workers: Workers, folder: Path) -> Workers:
     leads its group. On one machine, or on machines that share the folder
     (NFS, Lustre...), every rank's leader is 0; on machines with disks of
     their own, each machine is a group."""
-    if not workers.distributed:
-        return workers
+    if not group.distributed:
+        return group
     place = Path(folder).absolute().parent
     place.mkdir(parents=True, exist_ok=True)
-    token = workers.from_main(uuid.uuid4().hex)
+    token = group.from_main(uuid.uuid4().hex)
 
     def probe(rank: int) -> Path:
         return place / f".elmo-spacy-{token}-{rank}"
 
-    mine = probe(workers.rank)
+    mine = probe(group.rank)
     mine.touch()
     try:
-        workers.wait_for_all()
-        leader = min(r for r in range(workers.world_size) if probe(r).exists())
-        leaders = tuple(workers.gather(leader))
-        workers.wait_for_all()  # every rank has looked before any file goes
+        group.wait_for_all()
+        leader = min(r for r in range(group.world_size) if probe(r).exists())
+        leaders = tuple(group.gather(leader))
+        group.wait_for_all()  # every rank has looked before any file goes
     finally:
         mine.unlink(missing_ok=True)
-    return Workers(workers.rank, workers.world_size, workers.device, leaders)
+    return ProcessGroup(group.rank, group.world_size, group.device, leaders)
 
 
-def send_folder(workers: Workers, source: Path | None, into: Path) -> Path | None:
+def send_folder(group: ProcessGroup, source: Path | None, into: Path) -> Path | None:
     """Rank 0's folder `source` (its files, not its subfolders), or None where
     rank 0 has none, on every rank: itself on the ranks that see rank 0's
     folder; on the others, a copy sent by rank 0 and written to
     `into / source.name`. Every rank calls it; where every rank sees rank
     0's folder, nothing is sent."""
-    if workers.folders_shared:
+    if group.folders_shared:
         return source
     sent = None
-    if workers.is_main and source is not None:
+    if group.is_main and source is not None:
         sent = (source.name, {p.name: p.read_bytes() for p in source.iterdir() if p.is_file()})
-    sent = workers.from_main(sent)
-    if workers.sees_main_folder or sent is None:
+    sent = group.from_main(sent)
+    if group.sees_main_folder or sent is None:
         return source
     name, files = sent
     copy = into / name

@@ -1,6 +1,7 @@
 """When pretraining stops: one table of the run's limits and one function
-that says which are reached. The loop asks it at each point where a limit
-can change; a resumed run asks it before training again.
+that says which are reached. The loop (`loop.Pretraining.run`) asks it at
+each point where a limit can change; a resumed run asks it before training
+again.
 
 A new limit is one row of LIMITS (and its [training] setting, 0 for none).
 """
@@ -20,9 +21,10 @@ class Limit:
     progress: how far the run is, in the setting's unit.
     unit: what `progress` counts, for messages ("3 epochs done").
     checked: where the loop checks it: "step" (after every step: every rank
-        moves it alike), "flush" (where the ranks add up their figures, so
-        that all agree to stop at the same step), "evaluation" (after each
-        dev evaluation) or "epoch" (at each epoch's end).
+        moves it alike), "log" (every `log_every` steps, where the ranks add
+        up their figures, so that all agree to stop at the same step),
+        "evaluation" (after each dev evaluation) or "epoch" (at each epoch's
+        end).
     """
 
     setting: str
@@ -36,7 +38,7 @@ LIMITS = (
     Limit("max_epochs", lambda state: state.epoch - 1, "epochs done", "epoch"),
     Limit("max_steps", lambda state: state.step, "steps done", "step"),
     Limit("max_tokens", lambda state: state.tokens, "tokens done", "step"),
-    Limit("max_hours", lambda state: state.train_seconds / 3600, "hours done", "flush"),
+    Limit("max_hours", lambda state: state.train_seconds / 3600, "hours done", "log"),
     Limit(
         "patience",
         lambda state: state.bad_evaluations,
@@ -44,7 +46,7 @@ LIMITS = (
         "evaluation",
     ),
 )
-CHECK_POINTS = ("step", "flush", "evaluation", "epoch")
+CHECK_POINTS = ("step", "log", "evaluation", "epoch")
 
 
 def limits_reached(state: RunState, config: PretrainConfig, at: str | None = None) -> list[str]:

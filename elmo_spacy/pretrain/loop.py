@@ -1,34 +1,29 @@
-"""The biLM training loop, top to bottom: each step trains on a planned batch
-(Adam, gradient clipping), the figures come to the host every `log_every`
-steps, dev perplexity is measured at each epoch's end (and every
-`eval_every` steps), checkpoints are written for a killed run to resume from
-(every `checkpoint_every` steps, every `checkpoint_minutes` and at each
-epoch's end), and the run stops where `limits.limits_reached` says. What the loop runs
-with (the corpus, the biLM, its optimizer, the state of a resumed run) is
-set up by `train.pretrain`."""
+"""The pretraining loop, `Pretraining.run`, read top to bottom: each step
+trains on one batch (Adam, gradient clipping); every `log_every` steps the
+figures come to the host; dev perplexity is measured every `eval_every`
+steps and at each epoch's end; checkpoints are written every
+`checkpoint_every` steps, every `checkpoint_minutes` and at each epoch's
+end, for a killed run to resume from; and the run stops where a limit of
+[training] is reached (`limits.limits_reached`). `train.pretrain` sets up
+what it runs with."""
 
 import itertools
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from ..bilm import BiLM, TokenBatch, save_bilm
-from .batches import (
-    BatchBuilder,
-    DevSample,
-    Pieces,
-    Prefetcher,
-    epoch_batches,
-)
+from .batches import BatchBuilder, DevSample, Prefetcher, Spans, epoch_batches
 from .checkpoint import RunState, save_checkpoint
 from .config import PretrainConfig
 from .corpus import Corpus, CorpusCheck
-from .distributed import Workers
+from .distributed import ProcessGroup
 from .limits import limits_reached
 from .memory import release_freed_memory
 from .run_folder import RunFolder
@@ -41,7 +36,7 @@ class TrainingData:
 
     corpus: Corpus
     dev: DevSample
-    dev_batches: list[Pieces]
+    dev_batches: list[Spans]
     build: BatchBuilder
     build_dev: BatchBuilder
     epoch_tokens: int  # of text trained on in an epoch
@@ -50,133 +45,141 @@ class TrainingData:
 
 @dataclass(kw_only=True)
 class Pretraining:
-    """One pretraining process: what stays fixed while it runs, the state it
-    saves in checkpoints (`state`), and the steps of the loop."""
+    """One process of a pretraining run: what stays fixed while it runs, and
+    the state it saves in checkpoints (`state`)."""
 
     bilm: BiLM
     optimizer: torch.optim.Optimizer
-    loss: nn.Module  # ShareLoss, wrapped in DistributedDataParallel when distributed
     data: TrainingData
     config: PretrainConfig
     folder: RunFolder
-    workers: Workers
+    group: ProcessGroup
     show_progress: bool
     state: RunState
     started: float  # time.perf_counter() when pretrain() began
-    scaler: torch.amp.GradScaler | None = None  # training in float16
-    corpus_check: CorpusCheck | None = None  # rank 0's check of the files read
     first_step: float | None = None  # seconds from `started` to the first step
-    _pending_nll: torch.Tensor | None = None
-    _clock: float = field(default_factory=time.perf_counter)
+    _clock: float = field(default_factory=time.perf_counter)  # training time counted up to
     _checkpointed: float = field(default_factory=time.perf_counter)  # the last checkpoint's time
-    _checkpoint_due: bool = False  # checkpoint_minutes passed on some rank (`flush`)
+
+    def __post_init__(self) -> None:
+        self.loss: nn.Module = RankLoss(self.bilm, self.group.world_size)
+        if self.group.distributed:  # each rank draws its own dropout masks
+            torch.manual_seed(self.config.seed + 7919 * self.state.step + self.group.rank)
+            # RankLoss reaches every parameter at every step: no search for unused ones.
+            self.loss = DistributedDataParallel(self.loss, find_unused_parameters=False)
+        self.scaler = None  # torch's loss scaler, training in float16
+        if self.bilm.precision == "float16":
+            self.scaler = torch.amp.GradScaler(self.group.device.type)
+            if self.state.loss_scale is not None:
+                self.scaler.load_state_dict(self.state.loss_scale)
+        # rank 0 checks the corpus's files while training reads them
+        corpora = dict.fromkeys([self.data.corpus, self.data.dev.corpus])
+        self.corpus_check = CorpusCheck(corpora) if self.group.is_main else None
+        self._nll = torch.zeros((), device=self.group.device)  # summed since the last sync
 
     def run(self) -> None:
-        while not self.state.finished:
-            self.train_epoch()
+        """Train epoch after epoch until a limit of [training] is reached."""
+        state, config = self.state, self.config
+        while not state.finished:
+            self.bilm.train()
+            self._clock = time.perf_counter()
+            stop = False
+            with self.rest_of_epoch() as batches, self.progress_bar() as bar:
+                for batch, spans, weight in batches:
+                    self.step(batch, spans, weight)
+                    bar.update(spans.tokens)
+                    # Steps and tokens count alike on every rank; the hours and the
+                    # minutes since the last checkpoint, which do not, are agreed on
+                    # where the ranks sync, so that all stop or checkpoint at one step.
+                    stop = bool(limits_reached(state, config, at="step"))
+                    checkpoint = (
+                        config.checkpoint_every and state.step % config.checkpoint_every == 0
+                    )
+                    if state.step % config.log_every == 0 or stop:
+                        out_of_time, checkpoint_due = self.sync(
+                            limits_reached(state, config, at="log"), self.checkpoint_overdue()
+                        )
+                        stop, checkpoint = stop or out_of_time, checkpoint or checkpoint_due
+                        bar.set_postfix(self.figures(), refresh=False)
+                    if stop:
+                        break
+                    if config.eval_every and state.step % config.eval_every == 0:
+                        self.evaluate()
+                        stop = bool(limits_reached(state, config, at="evaluation"))
+                        if stop:
+                            break
+                    if checkpoint:
+                        self.save_checkpoint()
+            # The epoch's end, or where a limit stopped it.
+            stop = self.sync(limits_reached(state, config, at="log"))[0] or stop
+            if not state.evaluations or state.evaluations[-1]["step"] != state.step:
+                self.evaluate()
+            stop = stop or bool(limits_reached(state, config, at="evaluation"))
+            self.log_epoch()
+            state.next_epoch()
+            state.finished = stop or bool(limits_reached(state, config, at="epoch"))
+            self.save_checkpoint()
 
-    def train_epoch(self) -> None:
-        """Train on the rest of the current epoch (from batch `state.batch`),
-        or until a budget is spent or patience runs out; then end the epoch."""
-        bilm, config, state = self.bilm, self.config, self.state
-        bilm.train()
+    def rest_of_epoch(self) -> Prefetcher:
+        """This rank's share of the epoch's batches from batch `state.batch`
+        on, built ahead of the step in a thread."""
         planned = epoch_batches(
             self.data.corpus,
-            seed=config.seed,
-            epoch=state.epoch,
-            max_length=config.max_length,
-            batch_tokens=config.batch_tokens,
+            seed=self.config.seed,
+            epoch=self.state.epoch,
+            max_length=self.config.max_length,
+            batch_tokens=self.config.batch_tokens,
             exclude=self.data.dev.excluded_from(self.data.corpus),
         )
-        bar = tqdm(
-            total=self.data.epoch_tokens,
-            initial=state.epoch_text_tokens,
-            desc=f"epoch {state.epoch}",
-            disable=not self.show_progress,
-            unit="tok",
-            unit_scale=True,
-            mininterval=1.0,
-        )
-        self._pending_nll = torch.zeros((), device=self.workers.device)
-        self._clock = time.perf_counter()
-        stopped = False
-        with Prefetcher(
-            itertools.islice(planned, state.batch, None), self.data.build, self.workers
-        ) as batches:
-            for batch, pieces, weight in batches:
-                if self.first_step is None:
-                    self.first_step = time.perf_counter() - self.started
-                if self.corpus_check is not None:
-                    self.corpus_check.raise_if_failed()
-                nll = training_step(
-                    self.loss,
-                    self.optimizer,
-                    config.grad_clip,
-                    batch,
-                    pieces.predictions,
-                    weight,
-                    scaler=self.scaler,
-                )
-                self._pending_nll += nll
-                state.step += 1
-                state.batch += 1
-                state.epoch_tokens += pieces.predictions
-                state.epoch_text_tokens += pieces.tokens
-                state.tokens += pieces.tokens
-                bar.update(pieces.tokens)
-                stopped = bool(limits_reached(state, config, at="step"))
-                if state.step % config.log_every == 0 or stopped:
-                    stopped = self.flush() or stopped  # the hours, agreed by every rank
-                    bar.set_postfix(
-                        ppl=f"{perplexity(state.epoch_nll, state.epoch_tokens):.1f}",
-                        tok_s=f"{state.epoch_tokens / max(state.epoch_seconds, 1e-9):.0f}",
-                        refresh=False,
-                    )
-                if stopped:
-                    break
-                if config.eval_every and state.step % config.eval_every == 0:
-                    self.evaluate()
-                    if state.finished:  # patience ran out
-                        break
-                if self._checkpoint_due or (
-                    config.checkpoint_every and state.step % config.checkpoint_every == 0
-                ):
-                    self.save_checkpoint()
-        bar.close()
-        self.end_epoch(stopped)
+        batches = itertools.islice(planned, self.state.batch, None)
+        return Prefetcher(batches, self.data.build, self.group)
 
-    def flush(self) -> bool:
-        """Bring the figures kept on the device to the host (one wait, one
-        collective): the NLL summed since the last flush, over all ranks, and
-        the training time. Returns whether a limit checked here (the hours)
-        is reached on any rank, so that all stop at the same step; and notes
-        whether `checkpoint_minutes` have passed on any rank since the last
-        checkpoint, so that all write it at the same step."""
-        now = time.perf_counter()
-        self.state.epoch_seconds += now - self._clock
-        self.state.train_seconds += now - self._clock
-        over = bool(limits_reached(self.state, self.config, at="flush"))
-        minutes = self.config.checkpoint_minutes
-        due = bool(minutes) and now - self._checkpointed >= 60 * minutes
-        nll, over_anywhere, due_anywhere = self.workers.sum(
-            [self._pending_nll, float(over), float(due)]
+    def step(self, batch: TokenBatch, spans: Spans, weight: float) -> None:
+        """One training step on this rank's share of the batch `spans`, counted."""
+        if self.first_step is None:
+            self.first_step = time.perf_counter() - self.started
+        if self.corpus_check is not None:
+            self.corpus_check.raise_if_failed()
+        self._nll += training_step(
+            self.loss,
+            self.optimizer,
+            self.config.grad_clip,
+            batch,
+            spans.predictions,
+            weight,
+            scaler=self.scaler,
         )
-        self._checkpoint_due = due_anywhere > 0
+        state, now = self.state, time.perf_counter()
+        state.step += 1
+        state.batch += 1
+        state.epoch_tokens += spans.predictions
+        state.epoch_text_tokens += spans.tokens
+        state.tokens += spans.tokens
+        state.epoch_seconds += now - self._clock
+        state.train_seconds += now - self._clock
+        self._clock = now
+
+    def sync(self, *flags) -> list[bool]:
+        """Bring the NLL that the steps summed on the device since the last
+        sync to the host, summed over all ranks, together with `flags`, each
+        true where it is true on any rank: one wait, one collective."""
+        nll, *anywhere = self.group.sum([self._nll, *(float(bool(f)) for f in flags)])
         self.state.epoch_nll += nll
-        self._pending_nll.zero_()
-        self._clock = time.perf_counter()
-        return over_anywhere > 0
+        self._nll.zero_()
+        return [f > 0 for f in anywhere]
+
+    def checkpoint_overdue(self) -> bool:
+        """Whether `checkpoint_minutes` have passed since the last checkpoint."""
+        minutes = self.config.checkpoint_minutes
+        return bool(minutes) and time.perf_counter() - self._checkpointed >= 60 * minutes
 
     def evaluate(self) -> None:
         """Measure dev perplexity, write model-last/ and, if it is the best
         yet, model-best/, and count the evaluations without a better one."""
-        bilm, config, state = self.bilm, self.config, self.state
-        self.flush()
-        dev = evaluate_perplexity(
-            bilm,
-            (self.data.build_dev(p) for p in self.workers.share(self.data.dev_batches)),
-            self.workers,
-        )
+        bilm, state = self.bilm, self.state
+        self.sync()
+        batches = (self.data.build_dev(s) for s in self.group.share(self.data.dev_batches))
+        dev = evaluate_perplexity(bilm, batches, self.group)
         bilm.train()
         state.evaluations.append(
             {
@@ -187,17 +190,15 @@ class Pretraining:
                 "dev_perplexity": dev,
             }
         )
-        self.corpus_whole()
-        if self.workers.is_main:
+        self.wait_for_corpus_check()
+        if self.group.is_main:
             save_bilm(bilm, self.folder.model_last)
         if dev["mean"] < state.best:
             state.best, state.bad_evaluations = dev["mean"], 0
-            if self.workers.is_main:
+            if self.group.is_main:
                 save_bilm(bilm, self.folder.model_best)
         else:
             state.bad_evaluations += 1
-        if limits_reached(state, config, at="evaluation"):
-            state.finished = True
         if self.show_progress:
             tqdm.write(
                 f"step {state.step} (epoch {state.epoch}): dev perplexity forward "
@@ -205,14 +206,8 @@ class Pretraining:
             )
         self._clock = time.perf_counter()
 
-    def end_epoch(self, stopped: bool) -> None:
-        """At an epoch's end, or where a budget stopped it: measure dev
-        perplexity (unless just done), log the epoch, decide whether to go
-        on, move on to the next epoch and checkpoint."""
+    def log_epoch(self) -> None:
         state = self.state
-        stopped = self.flush() or stopped
-        if not state.evaluations or state.evaluations[-1]["step"] != state.step:
-            self.evaluate()
         state.epochs.append(
             {
                 "epoch": state.epoch,
@@ -225,28 +220,43 @@ class Pretraining:
         )
         if self.show_progress:
             tqdm.write(f"epoch {state.epoch}: {state.epochs[-1]['tokens_per_second']:.0f} tokens/s")
-        state.next_epoch()
-        reached = limits_reached(state, self.config, at="epoch")
-        state.finished = state.finished or stopped or bool(reached)
-        self.save_checkpoint()
 
-    def corpus_whole(self) -> None:
+    def save_checkpoint(self) -> None:
+        """Rank 0 writes the checkpoint; the others wait until it is in place."""
+        self.sync()
+        if self.scaler is not None:
+            self.state.loss_scale = self.scaler.state_dict()
+        self.wait_for_corpus_check()
+        if self.group.is_main:
+            save_checkpoint(self.folder, self.bilm, self.optimizer, self.state)
+        self.group.wait_for_all()
+        self._clock = self._checkpointed = time.perf_counter()
+
+    def wait_for_corpus_check(self) -> None:
         """Wait for the check of the corpus's files (the first time), and stop
         the run if one is damaged: nothing trained on it is written."""
         if self.corpus_check is not None:
             self.corpus_check.wait()
 
-    def save_checkpoint(self) -> None:
-        """Rank 0 writes the checkpoint; the others wait until it is in place."""
-        self.flush()
-        if self.scaler is not None:
-            self.state.loss_scale = self.scaler.state_dict()
-        self.corpus_whole()
-        if self.workers.is_main:
-            save_checkpoint(self.folder, self.bilm, self.optimizer, self.state)
-        self.workers.wait_for_all()
-        self._clock = self._checkpointed = time.perf_counter()
-        self._checkpoint_due = False
+    def progress_bar(self) -> tqdm:
+        state = self.state
+        return tqdm(
+            total=self.data.epoch_tokens,
+            initial=state.epoch_text_tokens,
+            desc=f"epoch {state.epoch}",
+            disable=not self.show_progress,
+            unit="tok",
+            unit_scale=True,
+            mininterval=1.0,
+        )
+
+    def figures(self) -> dict[str, str]:
+        """The epoch's running perplexity and tokens/s, for the progress bar."""
+        state = self.state
+        return {
+            "ppl": f"{perplexity(state.epoch_nll, state.epoch_tokens):.1f}",
+            "tok_s": f"{state.epoch_tokens / max(state.epoch_seconds, 1e-9):.0f}",
+        }
 
 
 def training_step(
@@ -256,46 +266,35 @@ def training_step(
     batch: TokenBatch,
     batch_tokens: int,
     weight: float = 1.0,
-    mark: Callable[[str], None] | None = None,
     scaler: torch.amp.GradScaler | None = None,
 ) -> torch.Tensor:
     """One optimizer step on one rank's share of a batch: the loss (a
-    `ShareLoss`, or its DistributedDataParallel), its gradients, clipped to
+    `RankLoss`, or its DistributedDataParallel), its gradients, clipped to
     `grad_clip`, and Adam's update. Returns the share's summed NLL, a tensor
     on the device (read it, and wait for the device, only when needed).
-    `mark(phase)` is called after each phase, "forward", "backward" and
-    "optimizer" (for benchmarks that time them). `scaler` (training in
-    float16): the loss is scaled before the backward pass, the gradients
-    unscaled before clipping, and a step whose gradients overflowed is
-    skipped (which waits for the device)."""
-    mark = mark or _no_mark
+    `scaler` (training in float16): the loss is scaled before the backward
+    pass, the gradients unscaled before clipping, and a step whose gradients
+    overflowed is skipped (which waits for the device)."""
     scaled, nll = loss(batch, batch_tokens, weight)
-    mark("forward")
     optimizer.zero_grad()
     parameters = optimizer.param_groups[0]["params"]
     if scaler is None:
         scaled.backward()
-        mark("backward")
         torch.nn.utils.clip_grad_norm_(parameters, grad_clip)
         optimizer.step()
     else:
         scaler.scale(scaled).backward()
-        mark("backward")
         scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(parameters, grad_clip)
         scaler.step(optimizer)
         scaler.update()
-    mark("optimizer")
     return nll
 
 
-def _no_mark(phase: str) -> None:
-    pass
-
-
-class ShareLoss(nn.Module):
-    """The loss of one rank's share of a batch, scaled so that the gradients,
-    averaged over ranks, are those of the whole batch's mean NLL per token.
+class RankLoss(nn.Module):
+    """This rank's part of a batch's loss: the LM loss of its share of the
+    batch, scaled so that the gradients, averaged over the ranks, are those
+    of the whole batch's mean NLL per token.
 
     forward(batch, batch_tokens, weight) -> (scaled loss, summed NLL of the
     share, a tensor on the device); `batch_tokens` counts the predictions of
@@ -330,13 +329,13 @@ def perplexity(nll: float, n_tokens: int) -> float:
 
 @torch.inference_mode()
 def evaluate_perplexity(
-    bilm: BiLM, batches: Iterable[TokenBatch], workers: Workers | None = None
+    bilm: BiLM, batches: Iterable[TokenBatch], group: ProcessGroup | None = None
 ) -> dict[str, float]:
     """Exact perplexity of the batches per direction and their geometric mean.
     Every word and the closing (forwards) or opening (backwards) boundary counts.
-    With `workers`, each rank gives its own share of the batches and the sums
+    With `group`, each rank gives its own share of the batches and the sums
     are taken over all ranks."""
-    workers = workers or Workers()
+    group = group or ProcessGroup()
     was_training = bilm.training
     bilm.eval()
     device = next(bilm.parameters()).device
@@ -351,7 +350,7 @@ def evaluate_perplexity(
         backward += loss.backward_nll
         n_tokens += loss.n_tokens
     bilm.train(was_training)
-    forward, backward, n_tokens = workers.sum([forward, backward, n_tokens])
+    forward, backward, n_tokens = group.sum([forward, backward, n_tokens])
     return {
         "forward": perplexity(forward, n_tokens),
         "backward": perplexity(backward, n_tokens),

@@ -131,14 +131,16 @@ class RunFolder:
             "the output folder of the run to go on from."
         )
 
-    def remove_earlier_run(self) -> None:
-        """Delete what an earlier run left (and nothing else)."""
-        for name in self.earlier_run():
+    def make(self, overwrite: bool = False) -> None:
+        """Make the folder for a run to write into; `overwrite`: delete what
+        an earlier run left there (and nothing else)."""
+        for name in self.earlier_run() if overwrite else ():
             path = self.path / name
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             else:
                 path.unlink()
+        self.path.mkdir(parents=True, exist_ok=True)
 
 
 def _checkpoint(path: Path) -> bool:
