@@ -368,7 +368,7 @@ class ElmoBiLm(nn.Module):
         self.bilm.stateful = state == "carried"
         self.bilm.reset_state()
         self.state = state
-        self.warmup = warmup_tokens(warmup or DEFAULT_WARMUP, "warmup: ")
+        self.warmup = warmup_tokens(warmup or DEFAULT_WARMUP, "warmup")
         self._requires_grad = requires_grad
         self._word_embedding: nn.Embedding | None = None
         self._lock = threading.Lock()

@@ -8,8 +8,7 @@ from typing import Any
 import numpy
 import torch
 
-from .bilm import BiLM
-from .bilm.formats.directory import load_bilm
+from .bilm import BiLM, load_bilm
 from .bilm.formats.locate import BiLMPath
 from .bilm.inputs.batch import length_runs
 from .bilm.inputs.tokenization import Tokenization
@@ -29,11 +28,10 @@ class Embedder:
     equals the pipe's `doc._.elmo` for a doc of those tokens (same run
     settings).
 
-    path: a biLM in any layout `elmo_spacy.bilm.load_bilm` reads
-        (`elmo_spacy.bilm.formats.locate.LAYOUTS`): a path, or a bilm-tf
-        model's two files as a pair, `(options_json, weights_hdf5)`, of any
-        names in any folders (what AllenNLP's `ElmoEmbedder(options_file,
-        weight_file)` took); or a `BiLM` already loaded.
+    path: a biLM in any format `elmo_spacy.bilm.load_bilm` reads: a path,
+        or a bilm-tf model's two files as a pair, `(options_json,
+        weights_hdf5)`, of any names in any folders (what AllenNLP's
+        `ElmoEmbedder(options_file, weight_file)` took); or a `BiLM`.
     run: how the biLM runs, an `elmo_spacy.bilm.runner.RunSettings` (layers,
         state, warmup, precision, max_batch_tokens, window, window_overlap);
         keywords set its fields, over `run`'s where both are given:

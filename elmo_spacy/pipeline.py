@@ -16,7 +16,8 @@ from spacy.training import Example, validate_examples
 from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
-from .bilm.formats.directory import bilm_from_bytes, bilm_to_bytes, load_bilm, save_bilm
+from .bilm import load_bilm
+from .bilm.formats.directory import bilm_from_bytes, bilm_to_bytes, save_bilm
 from .bilm.formats.locate import BiLMPath
 from .bilm.runner import resolve_layers
 from .cache import FrozenOutputCache
@@ -275,8 +276,8 @@ class Elmo(TrainablePipe):
         bilm_path: BiLMPath | None = None,
         untrained: bool = False,
     ) -> None:
-        """Load the pretrained biLM at `bilm_path`, in any layout `load_bilm`
-        reads (`elmo_spacy.bilm.formats.locate.LAYOUTS`): a path, or a
+        """Load the pretrained biLM at `bilm_path`, in any format `load_bilm`
+        reads: a path, or a
         bilm-tf model's two files as a pair, in a config a list of two
         paths (`bilm_path = ["elmo/options.json", "weights/elmo.hdf5"]`). Only with
         `untrained = true` (and a warning) is a biLM of random weights built

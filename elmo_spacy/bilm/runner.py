@@ -275,22 +275,25 @@ def windows(n_tokens: int, window: int, overlap: int) -> list[tuple[int, int, in
     ]
 
 
-def warmup_tokens(warmup: Sequence[str | Sequence[str]]) -> tuple[tuple[str, ...], ...]:
+def warmup_tokens(
+    warmup: Sequence[str | Sequence[str]], where: str = "run.warmup"
+) -> tuple[tuple[str, ...], ...]:
     """Warm-up sentences, each a string of space-separated tokens or a list of
-    tokens, as tuples of tokens; empty sentences dropped."""
+    tokens, as tuples of tokens; empty sentences dropped. `where` names the
+    setting in an error message."""
     if isinstance(warmup, str) or not all(
         isinstance(s, str) or (not isinstance(s, str) and all(isinstance(t, str) for t in s))
         for s in warmup
     ):
         raise ElmoSpacyError(
-            f"run.warmup must be a list of sentences (strings of tokens separated by spaces, "
+            f"{where} must be a list of sentences (strings of tokens separated by spaces, "
             f"or lists of tokens); got {warmup!r:.80}"
         )
     tokens = tuple(tuple(s.split() if isinstance(s, str) else s) for s in warmup)
     tokens = tuple(t for t in tokens if t)
     if not tokens:
         raise ElmoSpacyError(
-            "run.warmup holds no token: give at least one sentence, or null for the default warm-up"
+            f"{where} holds no token: give at least one sentence, or null for the default warm-up"
         )
     return tokens
 

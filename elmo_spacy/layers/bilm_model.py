@@ -22,8 +22,8 @@ from thinc.api import (
 )
 from thinc.types import Floats3d
 
-from ..bilm import BiLM, BiLMConfig, WordVocab
-from ..bilm.formats.directory import bilm_from_bytes, bilm_to_bytes, load_bilm
+from ..bilm import BiLM, BiLMConfig, WordVocab, load_bilm
+from ..bilm.formats.directory import bilm_from_bytes, bilm_to_bytes
 from ..bilm.formats.locate import BiLMPath
 from ..bilm.runner import Runner, RunSettings
 from ..errors import ElmoSpacyError
