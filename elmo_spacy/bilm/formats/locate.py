@@ -1,15 +1,8 @@
-"""Every format a biLM comes in, in one table (`FORMATS`), and `load_bilm`,
-which finds which one a path holds and reads it with that format's reader.
-
-`load_bilm`, `Embedder`, the `elmo` pipe's `bilm_path` and the commands
-(`embed`, `export`, `convert-elmo`) take a path in any format of the table,
-found by looking (file names, and the keys of small JSON files) before any
-weights are read, or a bilm-tf model's two files as a pair,
-`(options, weights)` (a 2-tuple or list in Python, a list of two paths as a
-config's `bilm_path`, the options file and `--weight-file` on the command
-line). Anything else is refused with a `BiLMLoadError` that says what was
-found and what to point to instead. A config may also name one format's
-reader (`elmo_spacy.loaders`). Nothing here imports spaCy.
+"""Every format a biLM comes in, in one table, `FORMATS` (how a path in it
+is recognised, and the function that reads it), and `load_bilm`, which
+reads a path in any of them, or says what is there instead. A config may
+also name one format's reader (`elmo_spacy.loaders`). Nothing here imports
+spaCy.
 """
 
 import os
@@ -64,13 +57,8 @@ class Format:
     read: Callable[..., BiLM]
 
 
-BILM_DIR, BILM_TF, BILM_TF_ZIP, EFML, BILM_TF_PAIR = (
-    "bilm",
-    "bilm_tf",
-    "bilm_tf_zip",
-    "efml",
-    "bilm_tf_pair",
-)
+BILM_DIR, BILM_TF, BILM_TF_ZIP = "bilm", "bilm_tf", "bilm_tf_zip"
+EFML, BILM_TF_PAIR = "efml", "bilm_tf_pair"
 
 # In the order a path is looked at.
 FORMATS = {
