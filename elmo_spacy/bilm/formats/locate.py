@@ -11,30 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..bilm import BiLM
-from .bilm_tf import (
-    PAIR_FILES,
-    PAIR_FORMS,
-    WEIGHTS_SUFFIXES,
-    DatasetProgress,
-    find_pair,
-    find_zipped_pair,
-    is_options_file,
-    looks_like_weights,
-    read_bilm_tf,
-    read_zipped_bilm_tf,
-)
+from . import bilm_tf, directory
+from .bilm_tf import PAIR_FORMS, DatasetProgress, read_bilm_tf
 from .checks import BiLMLoadError, existing, listing
-from .directory import (
-    BILM_FILES,
-    CONFIG_FILE,
-    check_bilm_directory,
-    is_bilm_directory,
-    pretraining_message,
-    read_bilm_directory,
-)
+from .directory import BILM_FILES, pretraining_message, read_bilm_directory
 from .efml import is_efml_folder, read_efml
-
-__all__ = ["FORMATS", "BiLMLoadError", "BiLMPath", "find_bilm", "layouts_help", "load_bilm"]
 
 # Where a biLM is: a path (a folder, an NLPL .zip), or the pair of a bilm-tf
 # model's files, (options .json, weights .hdf5), as a 2-tuple or list.
@@ -65,20 +46,20 @@ FORMATS = {
     BILM_DIR: Format(
         "a biLM directory (what pretrain writes into model-best/, and convert-elmo)",
         " + ".join(BILM_FILES),
-        lambda path: (path,) if is_bilm_directory(path) else None,
+        lambda path: (path,) if directory.is_bilm_directory(path) else None,
         read_bilm_directory,
     ),
     BILM_TF: Format(
         "a bilm-tf model folder (the published ELMo files, AllenNLP's, NLPL's unpacked)",
-        PAIR_FILES,
-        find_pair,
+        bilm_tf.PAIR_FILES,
+        bilm_tf.find_pair,
         read_bilm_tf,
     ),
     BILM_TF_ZIP: Format(
         "an NLPL repository .zip archive",
         "a bilm-tf model at the archive's top level or in one of its folders",
-        find_zipped_pair,
-        read_zipped_bilm_tf,
+        bilm_tf.find_zipped_pair,
+        bilm_tf.read_zipped_bilm_tf,
     ),
     EFML: Format(
         "an ELMoForManyLangs model folder",
@@ -156,7 +137,7 @@ def find_bilm(path: BiLMPath) -> tuple[str, tuple]:
     if path.is_file():
         raise BiLMLoadError(_file_message(path))
     if any((path / name).is_file() for name in BILM_FILES):
-        check_bilm_directory(path)  # names what is missing
+        directory.check_bilm_directory(path)  # names what is missing
     raise BiLMLoadError(pretraining_message(path) or _nothing_known_message(path))
 
 
@@ -184,12 +165,12 @@ def _holds_bilm(folder: Path) -> bool:
 
 
 def _file_message(path: Path) -> str:
-    if path.suffix.lower() == ".json" and is_options_file(path):
+    if path.suffix.lower() == ".json" and bilm_tf.is_options_file(path):
         message = (
             f"{path} is a bilm-tf options file, without its weights: give the two files as a "
             f"pair, (OPTIONS_JSON, WEIGHTS_HDF5): {PAIR_FORMS}."
         )
-    elif path.suffix.lower() in WEIGHTS_SUFFIXES and looks_like_weights(path):
+    elif path.suffix.lower() in bilm_tf.WEIGHTS_SUFFIXES and bilm_tf.looks_like_weights(path):
         message = (
             f"{path} holds a bilm-tf model's weights, without its options: give the two files "
             f"as a pair, (OPTIONS_JSON, WEIGHTS_HDF5): {PAIR_FORMS}."
@@ -208,8 +189,9 @@ def _nothing_known_message(folder: Path) -> str:
     entries = sorted(folder.iterdir())
     found = listing(p.name + ("/" if p.is_dir() else "") for p in entries) or "nothing"
     message = (
-        f"{folder} holds no biLM: {CONFIG_FILE} is missing, and no bilm-tf options .json + "
-        f"weights .hdf5 pair was found. Accepted layouts: {_layouts_text()}. It holds: {found}."
+        f"{folder} holds no biLM: {directory.CONFIG_FILE} is missing, and no bilm-tf options "
+        ".json + weights .hdf5 pair was found. Accepted layouts: "
+        f"{_layouts_text()}. It holds: {found}."
     )
     inside = [p for p in entries[:50] if p.is_dir() and _holds_bilm(p)]
     if inside:
