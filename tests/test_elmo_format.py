@@ -9,7 +9,6 @@ from pathlib import Path
 import h5py
 import numpy
 import pytest
-import spacy
 import torch
 
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm, save_bilm
@@ -151,30 +150,6 @@ def test_export_then_convert_gives_bit_identical_outputs(tmp_path, reference_bil
     again = read_bilm_tf(tmp_path / "tf" / "options.json", tmp_path / "tf" / "weights.hdf5")
     batch = reference_batches()[0]
     assert torch.equal(outputs(reference_bilm, batch), outputs(again, batch))
-
-
-@needs_fixtures
-@pytest.mark.parametrize("prefix", ["", "elmo_2x64_16_"])
-def test_the_pipe_loads_a_folder_of_published_files(tmp_path, prefix):
-    names = (
-        ("options.json", "weights.hdf5")
-        if not prefix
-        else (
-            f"{prefix}options.json",
-            f"{prefix}weights.hdf5",
-        )
-    )
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / names[0]).symlink_to(FIXTURES / "options.json")
-    (tmp_path / "model" / names[1]).symlink_to(FIXTURES / "lm_weights.hdf5")
-    nlp = spacy.blank("en")
-    nlp.add_pipe("elmo").initialize(lambda: [], bilm_path=tmp_path / "model")
-    doc = nlp("The U.S. Centers for Disease Control advised schools to close.")
-    assert doc._.elmo.shape == (3, len(doc), 32)
-    # Layer 0 is the token encoding, as [x; x].
-    assert numpy.array_equal(doc._.elmo[0, :, :16], doc._.elmo[0, :, 16:])
-    nlp.to_disk(tmp_path / "pipeline")
-    assert numpy.array_equal(spacy.load(tmp_path / "pipeline")(doc.text)._.elmo, doc._.elmo)
 
 
 def dataset_names(file: h5py.File) -> list[str]:
