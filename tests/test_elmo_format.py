@@ -14,7 +14,6 @@ import torch
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm, save_bilm
 from elmo_spacy.bilm.formats.bilm_tf import BilmTfFormatError, read_bilm_tf, write_bilm_tf
 from elmo_spacy.bilm.inputs.chars import BilmTfCharIds
-from elmo_spacy.bilm.model.lstm import run_fused_layer, run_lstm_layer
 
 from .conftest import CONFIGS, ROOT, cli, corpus_of, tokenize
 
@@ -190,22 +189,6 @@ def test_few_columns_pool_as_the_full_fifty():
         torch.testing.assert_close(
             bilm.encoder(ids, lengths), bilm.encoder(full, lengths), rtol=0, atol=1e-6
         )
-
-
-def test_clipped_recurrence_is_the_fused_lstm_when_nothing_is_clipped():
-    bilm = tiny_elmo(scale=0.1)  # small weights: no cell or output reaches the clips
-    batch = bilm.batch(SENTENCES)
-    with torch.no_grad():
-        encoded = bilm.encoder(batch.type_inputs, batch.type_chars)[batch.index]
-        lengths = batch.lengths + 2
-        clipped, _ = bilm.forward_lstm(encoded, lengths, kernel=run_lstm_layer)
-        fused, _ = bilm.forward_lstm(
-            encoded, lengths, kernel=lambda layer, x, n, *_: (run_fused_layer(layer, x, n), None)
-        )
-    real = torch.arange(encoded.shape[1])[None, :] < lengths[:, None]  # past the end: unspecified
-    for a, b in zip(clipped, fused):
-        assert float(a.abs().max()) < 3.0
-        torch.testing.assert_close(a[real], b[real], rtol=0, atol=1e-5)
 
 
 def test_stateful_rows_carry_keep_and_start_from_zero():
