@@ -13,6 +13,7 @@ from .inputs.chars import CharIds, char_ids_for
 from .inputs.tokenization import Tokenization
 from .inputs.vocab import WordVocab
 from .model.config import BiLMConfig
+from .model.lstm import run_fused_layer, run_lstm_layer
 from .model.network import BiLMNetwork, LMLoss, States, left_to_right
 from .runtime import kernels
 from .runtime.caches import InferenceCache, InferenceCacheSlot, encode_types, packed_weights
@@ -267,11 +268,11 @@ class BiLM(BiLMNetwork):
         final: bool = False,
         types: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], States]:
-        """The network's `run` on the runtime: its results, the stacks run by
-        the kernel that `kernels.choose_kernel` chooses for this call, and at
-        inference with what the cache keeps (the types' encodings, packed
-        weights). `types`: the (U, P) encodings of the batch's types, if they
-        are given."""
+        """The network's `run` on the runtime: its results, with the LSTM
+        stacks on the kernel that `kernels.choose_kernel` chooses for this
+        call (its table says which), and at inference with what the cache
+        keeps (the types' encodings, packed weights). `types`: the (U, P)
+        encodings of the batch's types, if they are given."""
         cache = self.inference_cache()
         if types is None:
             types = encode_types(self.encoder, self.chars, batch, cache)
@@ -283,18 +284,33 @@ class BiLM(BiLMNetwork):
             packed=packed is not None,
         )
         encoded, backward_inputs, lengths = self.lstm_inputs(batch, types)
-        initial = initial or {}
-        (forward_layers, backward_layers), (forward_final, backward_final) = kernels.run_stacks(
-            kernel,
-            [self.forward_lstm, self.backward_lstm],
-            [encoded, backward_inputs],
-            lengths,
-            [initial.get("forward"), initial.get("backward")],
-            final,
-            packed,
-        )
-        finals = {"forward": forward_final, "backward": backward_final}
-        return encoded, forward_layers, left_to_right(backward_layers, lengths), finals
+        stacks = [self.forward_lstm, self.backward_lstm]
+        inputs = [encoded, backward_inputs]
+        starts = [(initial or {}).get(direction) for direction in ("forward", "backward")]
+        if kernel == "training":
+            outputs, ends = kernels.run_training_stacks(stacks, inputs, lengths, starts, final)
+        else:  # one stack after the other, in the network's order: dropout draws its masks
+            outputs, ends = [[], []], [[], []]
+            for d, stack in enumerate(stacks):
+                x = inputs[d]
+                for i, layer in enumerate(stack.layers):
+                    if kernel == "fused":
+                        y, end = run_fused_layer(layer, stack.dropout(x), lengths), None
+                    else:  # "loop", on weights packed for oneDNN where the cache keeps them
+                        start = None if starts[d] is None else starts[d][i]
+                        product = None
+                        if packed is not None:
+                            product = kernels.packed_products(packed.setdefault(id(layer), {}))
+                        y, end = run_lstm_layer(
+                            layer, stack.dropout(x), lengths, start, stack.cell_clip,
+                            stack.proj_clip, final, product,
+                        )  # fmt: skip
+                    x = y + x if i > 0 and stack.skip_connections else y
+                    outputs[d].append(x)
+                    if final:
+                        ends[d].append(end)
+        finals = {"forward": ends[0], "backward": ends[1]}
+        return encoded, outputs[0], left_to_right(outputs[1], lengths), finals
 
     @property
     def _device(self) -> torch.device:

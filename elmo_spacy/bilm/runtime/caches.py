@@ -105,7 +105,7 @@ class InferenceCacheSlot:
 
 def packed_weights(cache: InferenceCache | None, weight: torch.Tensor) -> PackedWeights | None:
     """Where the LSTM stacks keep their weights packed for oneDNN (the
-    `packed` of `run_stacks`): the cache's, when there is a cache and
+    `packed` of `BiLM._run`): the cache's, when there is a cache and
     oneDNN packs weights like `weight` (float32, on the CPU); else None."""
     can_pack = weight.device.type == "cpu" and weight.dtype == torch.float32 and onednn_packing()
     return cache.packed if cache is not None and can_pack else None

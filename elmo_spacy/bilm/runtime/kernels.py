@@ -1,5 +1,5 @@
 """The LSTM kernels that run a biLM's stacks, and the one place that says
-which runs when: `choose_kernel` chooses, `run_stacks` runs.
+which runs when (`choose_kernel`; `BiLM._run` runs its choice).
 
 Three kernels run the same parameters (`elmo_spacy.bilm.model.lstm.LstmStack`),
 each a row of tests/test_lstm_implementations.py:
@@ -7,7 +7,7 @@ each a row of tests/test_lstm_implementations.py:
 - "training": `lstm_layer_for_training` (runtime/recurrence.py: forward and
   backward written out, the products over all time steps in single GEMMs,
   the clips included), each layer of both directions in one call
-  (`run_training_layers`); from zero or given states, with gradients: the
+  (`run_training_stacks`); from zero or given states, with gradients: the
   CPU's, and a CUDA GPU's where the LSTM clips (each step's elementwise work
   one Triton kernel, runtime/cell_steps.py);
 - "fused": torch's LSTM (`run_fused_layer`): cuDNN on a GPU, and on the CPU
@@ -24,15 +24,7 @@ import torch
 from torch import nn
 
 from ..model.dtypes import matmul_dtype
-from ..model.lstm import (
-    LstmStack,
-    LstmState,
-    Product,
-    ProductOf,
-    plain_product,
-    run_fused_layer,
-    run_lstm_layer,
-)
+from ..model.lstm import LstmStack, LstmState, Product, ProductOf, plain_product
 from .cell_steps import triton_available
 from .products import onednn_packing, pack, packed_product
 from .recurrence import lstm_layer_for_training
@@ -65,59 +57,35 @@ def choose_kernel(device: torch.device, *, clipped: bool, states: bool, packed: 
     return "loop" if clipped or states else "fused"
 
 
-def run_stacks(
-    kernel: str,
+def run_training_stacks(
     stacks: Sequence[LstmStack],
     inputs: Sequence[torch.Tensor],
     lengths: torch.Tensor,
     initial: Sequence[list[LstmState] | None],
     final: bool,
-    packed: PackedWeights | None = None,
 ) -> tuple[list[list[torch.Tensor]], list[list[LstmState]]]:
-    """The biLM's stacks (forward, backward), each over its own inputs (B,
-    T, P), on `kernel`: what each `stack(x, lengths, initial, final)` gives.
-    `initial`: per stack, each layer's starting state, or None for zeros;
-    `packed` (loop): where the inference cache keeps packed weights, or None.
-    Returns per stack one (B, T, P) output per layer, and with `final` its
-    layers' final states (empty lists without)."""
+    """Stacks of one shape (the biLM's forward and backward), each over its
+    own inputs (B, T, P), on the training kernel: what each `stack(x,
+    lengths, initial, final)` gives, with layer i of every stack in one call
+    (`run_training_layers`). `initial`: per stack, each layer's starting
+    state, or None for zeros. Returns per stack one (B, T, P) output per
+    layer, and with `final` its layers' final states (empty lists without)."""
+    xs = list(inputs)
     outputs: list[list[torch.Tensor]] = [[] for _ in stacks]
     finals: list[list[LstmState]] = [[] for _ in stacks]
-    if kernel == "training":  # layer i of every stack in one call
-        xs = list(inputs)
-        for i, layers in enumerate(zip(*(stack.layers for stack in stacks))):
-            x = torch.stack([stack.dropout(xs[d]) for d, stack in enumerate(stacks)])
-            starts = None
-            if initial[0] is not None:
-                starts = tuple(torch.stack([states[i][k] for states in initial]) for k in (0, 1))
-            ys, ends = run_training_layers(
-                layers, x, stacks[0].cell_clip, stacks[0].proj_clip, starts,
-                lengths if final else None,
-            )  # fmt: skip
-            for d, stack in enumerate(stacks):
-                xs[d] = ys[d] + xs[d] if i > 0 and stack.skip_connections else ys[d]
-                outputs[d].append(xs[d])
-                if final:
-                    finals[d].append((ends[0][d], ends[1][d]))
-        return outputs, finals
-    # one stack after the other, in the network's order: dropout draws the network's masks
-    for d, stack in enumerate(stacks):
-        x = inputs[d]
-        for i, layer in enumerate(stack.layers):
-            if kernel == "fused":
-                y, end = run_fused_layer(layer, stack.dropout(x), lengths), None
-            else:  # "loop"
-                start = None if initial[d] is None else initial[d][i]
-                product = None
-                if packed is not None:
-                    product = packed_products(packed.setdefault(id(layer), {}))
-                y, end = run_lstm_layer(
-                    layer, stack.dropout(x), lengths, start, stack.cell_clip, stack.proj_clip,
-                    final, product,
-                )  # fmt: skip
-            x = y + x if i > 0 and stack.skip_connections else y
-            outputs[d].append(x)
+    for i, layers in enumerate(zip(*(stack.layers for stack in stacks))):
+        x = torch.stack([stack.dropout(xs[d]) for d, stack in enumerate(stacks)])
+        starts = None
+        if initial[0] is not None:
+            starts = tuple(torch.stack([states[i][k] for states in initial]) for k in (0, 1))
+        ys, ends = run_training_layers(
+            layers, x, stacks[0].cell_clip, stacks[0].proj_clip, starts, lengths if final else None
+        )
+        for d, stack in enumerate(stacks):
+            xs[d] = ys[d] + xs[d] if i > 0 and stack.skip_connections else ys[d]
+            outputs[d].append(xs[d])
             if final:
-                finals[d].append(end)
+                finals[d].append((ends[0][d], ends[1][d]))
     return outputs, finals
 
 
