@@ -34,30 +34,9 @@ class RunFolder:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-
-    @property
-    def model_best(self) -> Path:
-        return self.path / MODEL_BEST
-
-    @property
-    def model_last(self) -> Path:
-        return self.path / MODEL_LAST
-
-    @property
-    def log(self) -> Path:
-        return self.path / LOG_FILE
-
-    @property
-    def plot(self) -> Path:
-        return self.path / PLOT
-
-    @property
-    def corpus(self) -> Path:
-        return self.path / CORPUS
-
-    @property
-    def dev_corpus(self) -> Path:
-        return self.path / DEV_CORPUS
+        self.model_best, self.model_last = self.path / MODEL_BEST, self.path / MODEL_LAST
+        self.log, self.plot = self.path / LOG_FILE, self.path / PLOT
+        self.corpus, self.dev_corpus = self.path / CORPUS, self.path / DEV_CORPUS
 
     def checkpoint(self, step: int) -> Path:
         return self.path / f"{CHECKPOINT_PREFIX}{step}"
