@@ -17,7 +17,12 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from .bilm import load_bilm
-from .bilm.formats.directory import bilm_from_bytes, bilm_to_bytes, save_bilm
+from .bilm.formats.directory import (
+    bilm_from_bytes,
+    bilm_to_bytes,
+    read_bilm_directory,
+    save_bilm,
+)
 from .bilm.formats.locate import BiLMPath
 from .bilm.runner import resolve_layers
 from .cache import FrozenOutputCache
@@ -26,6 +31,7 @@ from .extensions import annotate, install_extensions, store_layers
 from .layers import ElmoListener, get_bilm, get_runner, set_bilm
 from .layers.bilm_model import ElmoOutput, no_backprop, trains_now
 from .layers.dims import N_OUTPUT_LAYERS
+from .loaders import BiLMLoader
 
 DEFAULT_ELMO_MODEL = """
 [model]
@@ -274,16 +280,24 @@ class Elmo(TrainablePipe):
         *,
         nlp: Language | None = None,
         bilm_path: BiLMPath | None = None,
+        bilm_loader: BiLMLoader | None = None,
         untrained: bool = False,
     ) -> None:
         """Load the pretrained biLM at `bilm_path`, in any format `load_bilm`
-        reads: a path, or a
-        bilm-tf model's two files as a pair, in a config a list of two
-        paths (`bilm_path = ["elmo/options.json", "weights/elmo.hdf5"]`). Only with
-        `untrained = true` (and a warning) is a biLM of random weights built
-        instead, from the model's `bilm` settings and a vocabulary of the
-        example docs."""
-        if bilm_path is not None:
+        reads: a path, or a bilm-tf model's two files as a pair, in a config
+        a list of two paths (`bilm_path = ["elmo/options.json",
+        "weights/elmo.hdf5"]`); or the biLM that `bilm_loader` reads (a
+        registered loader that names the format, e.g. `elmo_spacy.BilmTf.v1`;
+        see `elmo_spacy.loaders`). Only with `untrained = true` (and a
+        warning) is a biLM of random weights built instead, from the model's
+        `bilm` settings and a vocabulary of the example docs."""
+        if bilm_path is not None and bilm_loader is not None:
+            raise ElmoSpacyError(
+                f"[initialize.components.{self.name}] sets both bilm_path and bilm_loader: keep one"
+            )
+        if bilm_loader is not None:
+            set_bilm(self.model, bilm_loader())
+        elif bilm_path is not None:
             set_bilm(self.model, load_bilm(bilm_path, with_softmax=False))
         elif untrained:
             warnings.warn(
@@ -313,7 +327,7 @@ class Elmo(TrainablePipe):
 
     def from_disk(self, path: str | Path, *, exclude: Iterable[str] = tuple()) -> "Elmo":
         def load_bilm_dir(p: Path) -> None:
-            set_bilm(self.model, load_bilm(p, with_softmax=False))
+            set_bilm(self.model, read_bilm_directory(p, with_softmax=False))
             self._bilm_changed()
 
         deserializers = {

@@ -1,5 +1,8 @@
 """The `elmo` pipe, its listeners and the mixes inside spaCy pipelines."""
 
+import subprocess
+import sys
+
 import numpy
 import pytest
 import spacy
@@ -320,3 +323,27 @@ def test_frozen_training_runs_the_bilm_once_per_doc(bilm_dir, corpus_dir):
     nlp.get_pipe("textcat").model.get_ref("tok2vec").get_ref("listener").attrs["grad_factor"] = 1.0
     nlp.update(train[:16], sgd=optimizer)
     assert len(elmo.frozen_cache) == 0
+
+
+def test_a_pipeline_initialised_by_a_named_loader_saves_and_reloads_in_a_fresh_process(
+    bilm_dir, tmp_path
+):
+    """[initialize.components.elmo.bilm_loader] names the format; the saved
+    pipeline carries the biLM, and loads anywhere without the loader's files."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": {"run": {"state": "primed", "layers": [2, 0]}}})
+    loader = {"@misc": "elmo_spacy.BiLMFolder.v1", "path": str(bilm_dir)}
+    nlp.config["initialize"]["components"]["elmo"] = {"bilm_loader": loader}
+    nlp.initialize()
+    text = "Stocks fell sharply on Monday."
+    numpy.save(tmp_path / "expected.npy", nlp(text)._.elmo)
+    nlp.to_disk(tmp_path / "pipeline")
+    code = (
+        "import numpy, spacy\n"
+        f"nlp = spacy.load({str(tmp_path / 'pipeline')!r})\n"
+        f"expected = numpy.load({str(tmp_path / 'expected.npy')!r})\n"
+        f"assert numpy.array_equal(nlp({text!r})._.elmo, expected)\n"
+        "assert nlp.config['components']['elmo']['model']['run']['layers'] == [2, 0]\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
