@@ -159,7 +159,9 @@ def test_spacy_fill_config_keeps_a_loader(tmp_path):
 
 
 @pytest.mark.slow  # a process of its own: about 5 s
-def test_the_loaders_are_found_by_their_entry_points():
+def test_the_loaders_are_found_by_their_entry_points(tmp_path):
+    """In a folder of its own: the repository's root may hold a stale
+    elmo_spacy.egg-info from a build, whose entry points Python would read."""
     code = (
         "import sys, spacy\n"
         "assert 'elmo_spacy' not in sys.modules\n"
@@ -167,6 +169,6 @@ def test_the_loaders_are_found_by_their_entry_points():
         "    spacy.registry.misc.get(f'elmo_spacy.{name}.v1')\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path
     )
     assert result.returncode == 0, result.stderr[-3000:]
