@@ -128,7 +128,7 @@ def pipe_outputs(bilm_dir: Path) -> dict:
     from spacy.tokens import Doc
 
     out = {}
-    for name, config in {"default": {}, "primed": {"model": {"state": "primed"}}}.items():
+    for name, config in {"default": {}, "primed": {"model": {"run": {"state": "primed"}}}}.items():
         nlp = spacy.blank("en")
         nlp.add_pipe("elmo", config=config)
         nlp.get_pipe("elmo").initialize(lambda: [], bilm_path=str(bilm_dir))
