@@ -99,13 +99,13 @@ class Elmo(TrainablePipe):
         `elmo_spacy.ReleaseTrainingCaches.v1` logger of the shipped configs).
     store: what stays on each doc once the pipeline's listeners have read
         its layers: "layers" (the default: every layer of `run.layers`, and
-        `doc.tensor`), a list of layer indices (those of `run.layers` to keep on
-        `doc._.elmo`, and `doc.tensor`), "tensor" (only `doc.tensor`, the
+        `doc.tensor`), a list of layer indices (those of `run.layers` to keep
+        on `doc._.elmo`, and `doc.tensor`), "tensor" (only `doc.tensor`, the
         mean of the layers) or "nothing". Listeners in the pipeline get every
-        of `run.layers` whatever this says; a doc read by no listener (one
-        that a disabled listening pipe would have read) keeps every layer
-        until `store_layers(doc)` is called. `doc.tensor` is the same in
-        every case but "nothing".
+        layer of `run.layers` whatever this says; a doc read by no listener
+        (one that a disabled listening pipe would have read) keeps every
+        layer until `store_layers(doc)` is called. `doc.tensor` is the same
+        in every case but "nothing".
 
     A saved pipeline loads with the settings of its config.cfg, and
     `spacy.load(path, config={"components": {"elmo": {...}}})` changes them.
