@@ -73,7 +73,7 @@ def main() -> None:
         config = (
             {}
             if args.window is None
-            else {"components": {"elmo": {"model": {"window": args.window}}}}
+            else {"components": {"elmo": {"model": {"run": {"window": args.window}}}}}
         )
         nlp = spacy.load(args.pipeline, exclude=args.exclude, config=config)
         print(json.dumps(long_doc(nlp, args.tokens)))

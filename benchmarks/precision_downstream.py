@@ -54,7 +54,8 @@ def main() -> None:
     for precision, scope in runs:
         setting = "float32" if precision == "int8_lstm" else precision
         nlp = spacy.load(
-            args.pipeline, config={"components": {"elmo": {"model": {"precision": setting}}}}
+            args.pipeline,
+            config={"components": {"elmo": {"model": {"run": {"precision": setting}}}}},
         )
         examples = examples_of(nlp)
         elmo = nlp.get_pipe("elmo")

@@ -452,13 +452,13 @@ def test_only_user_errors_become_one_line_and_a_bug_keeps_its_traceback(tmp_path
     assert result.output.strip() == "bilm_tiny.cfg: [training] lr = -1: give a rate > 0"
 
 
-def test_pretrain_stops_its_workers_after_an_error_too(tmp_path, monkeypatch):
+def test_pretrain_leaves_its_process_group_after_an_error_too(tmp_path, monkeypatch):
     import elmo_spacy.pretrain as pretrain_package
     import elmo_spacy.pretrain.prepare as prepare_module
     from elmo_spacy.errors import ElmoSpacyError
 
     stopped = []
-    monkeypatch.setattr(pretrain_package, "stop_workers", stopped.append)
+    monkeypatch.setattr(pretrain_package, "leave_process_group", stopped.append)
 
     def unreadable(paths, *_, **__):
         raise ElmoSpacyError(f"{paths[0]}: not UTF-8")

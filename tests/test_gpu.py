@@ -223,7 +223,7 @@ def test_a_training_step_fed_from_a_prepared_corpus_never_waits_on_the_device(
     from elmo_spacy.pretrain import PretrainConfig
     from elmo_spacy.pretrain.batches import BatchBuilder, corpus_vocabulary, epoch_batches
     from elmo_spacy.pretrain.checkpoint import new_optimizer
-    from elmo_spacy.pretrain.train import ShareLoss, training_step
+    from elmo_spacy.pretrain.loop import RankLoss, training_step
 
     from .conftest import corpus_of
 
@@ -242,7 +242,7 @@ def test_a_training_step_fed_from_a_prepared_corpus_never_waits_on_the_device(
         exclude=numpy.zeros(0, "int64"),
     )
     batches = [build(pieces).pin_memory() for pieces in list(plans)[:4]]
-    loss = ShareLoss(bilm, world_size=1)
+    loss = RankLoss(bilm, world_size=1)
     forced = forced_kernel(kernel) if kernel != "auto" else contextlib.nullcontext()
     with forced:
         training_step(loss, optimizer, 5.0, batches[0], batches[0].targets.n_tokens)  # warm-up

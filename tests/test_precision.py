@@ -17,8 +17,8 @@ from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm
 from elmo_spacy.bilm.model.softmax import adaptive_nll, summed_nll
 from elmo_spacy.bilm.runtime.products import onednn_packing
 from elmo_spacy.embedder import Embedder
-from elmo_spacy.layers import get_bilm
-from elmo_spacy.pretrain import PretrainConfig, Workers, load_pretrain_config, pretrain
+from elmo_spacy.layers import get_bilm, get_runner
+from elmo_spacy.pretrain import PretrainConfig, ProcessGroup, load_pretrain_config, pretrain
 from elmo_spacy.pretrain.checkpoint import STATE_FILE
 from elmo_spacy.pretrain.run_folder import RunFolder
 
@@ -216,7 +216,7 @@ def test_pipe_in_bfloat16_gives_float32_layers_close_to_float32_and_keeps_its_se
     reference = spacy.blank("en")
     reference.add_pipe("elmo").initialize(lambda: [], bilm_path=bilm_dir)
     nlp = spacy.blank("en")
-    elmo = nlp.add_pipe("elmo", config={"model": {"precision": "bfloat16"}})
+    elmo = nlp.add_pipe("elmo", config={"model": {"run": {"precision": "bfloat16"}}})
     elmo.initialize(lambda: [], bilm_path=bilm_dir)
     assert get_bilm(elmo.model).precision == "bfloat16"
     docs = list(nlp.pipe(texts))
@@ -229,14 +229,15 @@ def test_pipe_in_bfloat16_gives_float32_layers_close_to_float32_and_keeps_its_se
             assert_close_per_layer(low, high)
     nlp.to_disk(tmp_path / "nlp")
     loaded = spacy.load(tmp_path / "nlp")
-    assert loaded.get_pipe("elmo").run_settings.precision == "bfloat16"
+    assert loaded.config["components"]["elmo"]["model"]["run"]["precision"] == "bfloat16"
     assert get_bilm(loaded.get_pipe("elmo").model).precision == "bfloat16"
     for doc, again in zip(docs, loaded.pipe(texts)):
         assert numpy.array_equal(doc._.elmo, again._.elmo)
     elmo.from_disk(tmp_path / "nlp" / "elmo")  # a new biLM, the pipe's setting
     assert get_bilm(elmo.model).precision == "bfloat16"
     float32 = spacy.load(
-        tmp_path / "nlp", config={"components": {"elmo": {"model": {"precision": "float32"}}}}
+        tmp_path / "nlp",
+        config={"components": {"elmo": {"model": {"run": {"precision": "float32"}}}}},
     )
     assert numpy.array_equal(float32(texts[0])._.elmo, reference(texts[0])._.elmo)
 
@@ -281,13 +282,11 @@ def test_bfloat16_where_it_does_not_pay_warns_and_runs_float32(monkeypatch, bilm
     assert bilm.precision == "float32"
     assert torch.equal(layers_of(bilm, SENTENCES), reference)
     nlp = spacy.blank("en")
-    elmo = nlp.add_pipe("elmo", config={"model": {"precision": "bfloat16"}})
-    with pytest.warns(
-        RuntimeWarning, match=r"\[components.elmo.model\] precision = 'bfloat16' runs"
-    ):
+    elmo = nlp.add_pipe("elmo", config={"model": {"run": {"precision": "bfloat16"}}})
+    with pytest.warns(RuntimeWarning, match=r"run.precision = 'bfloat16' runs"):
         elmo.initialize(lambda: [], bilm_path=bilm_dir)
     assert get_bilm(elmo.model).precision == "float32"
-    assert elmo.run_settings.precision == "bfloat16"  # what was asked for, kept in the config
+    assert get_runner(elmo.model).settings.precision == "bfloat16"  # what was asked for, kept
 
 
 def test_one_rank_warns_of_the_fall_back_for_all(monkeypatch, tmp_path):
@@ -300,7 +299,7 @@ def test_one_rank_warns_of_the_fall_back_for_all(monkeypatch, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         log = pretrain(
-            corpus_of(DOCS), TINY_BILM, settings, tmp_path / "1", workers=Workers(rank=1)
+            corpus_of(DOCS), TINY_BILM, settings, tmp_path / "1", group=ProcessGroup(rank=1)
         )
     assert log["precision"] == "float32"
 
@@ -309,7 +308,7 @@ def test_the_warning_points_at_the_users_line(monkeypatch, bilm_dir):
     monkeypatch.setattr(precision_module, "bfloat16_unsupported", lambda device="cpu": "no")
     with pytest.warns(RuntimeWarning, match="BiLM.precision = 'bfloat16' runs as") as caught:
         tiny_bilm("word").precision = "bfloat16"
-    with pytest.warns(RuntimeWarning, match="Embedder: precision = 'bfloat16' runs as") as more:
+    with pytest.warns(RuntimeWarning, match="run.precision = 'bfloat16' runs as") as more:
         Embedder(bilm_dir, precision="bfloat16")
     assert [w.filename for w in [*caught, *more]] == [__file__, __file__]
 
@@ -383,11 +382,11 @@ def test_a_precision_that_does_not_exist_is_refused_with_the_choices(bilm_dir, t
     choices = "use one of 'float32', 'bfloat16', 'float16'"
     with pytest.raises(ValueError, match=f"precision = 'int8'.*{choices}"):
         tiny_bilm("word").precision = "int8"
-    with pytest.raises(ValueError, match=rf"ElmoBiLM.v1: precision = 'int8'.*{choices}"):
-        spacy.blank("en").add_pipe("elmo", config={"model": {"precision": "int8"}})
+    with pytest.raises(ValueError, match=rf"run.precision = 'int8'.*{choices}"):
+        spacy.blank("en").add_pipe("elmo", config={"model": {"run": {"precision": "int8"}}})
     with pytest.raises(ValueError, match=r"\[training\] precision = 'int8': one of float32"):
         PretrainConfig(precision="int8")
-    with pytest.raises(ValueError, match="Embedder: precision = 'int8'"):  # before reading any file
+    with pytest.raises(ValueError, match="precision = 'int8'"):  # before reading any file
         Embedder(tmp_path / "missing", precision="int8")
 
 
