@@ -167,7 +167,7 @@ def export_outputs(bilm, folder: Path) -> dict:
 
 
 def save(path: Path) -> None:
-    from elmo_spacy.bilm.formats.directory import load_bilm, save_bilm
+    from elmo_spacy.bilm import load_bilm, save_bilm
 
     torch.set_num_threads(2)
     arrays: dict[str, numpy.ndarray] = {}

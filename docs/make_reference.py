@@ -165,7 +165,12 @@ def architectures() -> str:
     for name in names:
         out.append(_registered(name, spacy.registry.architectures.get(name)))
     for kind, registry, name in (
+        ("a config block", spacy.registry.misc, "elmo_spacy.RunSettings.v1"),
         ("a config block", spacy.registry.misc, "elmo_spacy.FineTuning.v1"),
+        ("a biLM loader", spacy.registry.misc, "elmo_spacy.BiLMFolder.v1"),
+        ("a biLM loader", spacy.registry.misc, "elmo_spacy.BilmTf.v1"),
+        ("a biLM loader", spacy.registry.misc, "elmo_spacy.BilmTfFolder.v1"),
+        ("a biLM loader", spacy.registry.misc, "elmo_spacy.ELMoForManyLangs.v1"),
         ("a schedule", spacy.registry.schedules, "elmo_spacy.slanted_triangular.v1"),
         ("a schedule", spacy.registry.schedules, "elmo_spacy.gradual_unfreezing.v1"),
     ):

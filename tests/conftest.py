@@ -18,7 +18,7 @@ import spacy
 import torch
 from spacy.tokens import DocBin
 
-# Without a GPU, Triton's kernels run on its interpreter (tests/test_cell_steps.py):
+# Without a GPU, Triton's kernels run on its interpreter (tests/test_lstm_implementations.py):
 # it must be chosen before triton is first imported.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -127,13 +127,6 @@ def pretraining_message(folder: Path) -> str | None:
     )
 
 
-def load_bilm(path: Any, with_softmax: bool | None = None) -> BiLM:
-    """`elmo_spacy.bilm.load_bilm`, the reader of every format (`locate`)."""
-    from .locate import load_bilm
-
-    return load_bilm(path, with_softmax)
-
-
 def bilm_to_bytes(bilm: BiLM) -> dict[str, Any]:
     """A msgpack-ready payload of the biLM (config, vocab, safetensors bytes)."""
     return {
