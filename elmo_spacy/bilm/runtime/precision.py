@@ -1,44 +1,27 @@
-"""The numeric precision a biLM computes in: float32, bfloat16 or float16.
+"""The numeric precision a biLM computes in: float32, bfloat16, float16 or auto.
 
-- "float32" (the default): every tensor in float32, the conformant path
-  (a converted bilm-tf model reproduces the reference to 1e-5); on a GPU,
-  cuDNN's convolutions too, which torch would run in TF32.
-- "bfloat16": the matrix products (char CNN, highway, projections, the LSTM
-  GEMMs, the softmax's logits) run in bfloat16 under torch's autocast, with
-  float32 accumulation inside each product. The weights stay float32 (the
-  master copy that training updates and that is saved); what needs the range
-  or the resolution stays float32 too: the log-softmax and the loss, and in
-  this package's LSTM kernels (all of them on the CPU: bilm/model/lstm.py,
-  bilm/runtime/recurrence.py) the gate nonlinearities and the cell state. On other
-  devices unclipped training runs torch's fused LSTM, which under autocast
-  keeps its cell state in bfloat16. The adaptive softmax's tail clusters,
-  narrow products, run in float32 (see `adaptive_nll`). At inference the
-  LSTM weights are packed for oneDNN in bfloat16 once per version of the
-  weights. Outputs handed to users are float32.
-  benchmarks/precision_perplexity.py measures what training in bfloat16
-  costs in dev perplexity.
+- "float32" (the default): the conformant path (a converted bilm-tf model
+  reproduces the reference to 1e-5); on a GPU cuDNN's convolutions too,
+  which torch would run in TF32.
+- "bfloat16": the matrix products run in bfloat16 under torch's autocast,
+  accumulating in float32. The weights, the log-softmax and loss, and in
+  this package's LSTM kernels the gate nonlinearities and the cell state stay
+  float32 (torch's fused LSTM, used for unclipped training off the CPU, keeps
+  its cell in bfloat16); the adaptive softmax's tail clusters run in float32.
+  Outputs handed to users are float32. benchmarks/precision_perplexity.py
+  measures what it costs in dev perplexity.
+- "float16": the same, for GPUs without bfloat16 (T4, V100); training scales
+  the loss (GradScaler, or thinc's `PyTorchGradScaler`). On the CPU it runs
+  as float32, with a warning.
+- "auto": bfloat16 on a GPU that has it natively, and on a CPU that has the
+  instructions and multiplies a biLM-sized product faster in bfloat16 than
+  in float32 (`cpu_product_rates`, timed once a process, about 0.1 s);
+  float32 elsewhere. Name the precision where a run must be repeatable.
 
-- "float16": the same products in float16, for GPUs that multiply float16
-  but not bfloat16 (T4, V100: Turing and Volta). float16 keeps 5 bits of
-  exponent, so gradients can underflow: training scales the loss (the
-  pretraining loop with torch's GradScaler, `spacy train` with thinc's
-  `PyTorchGradScaler` in the biLM's shim) and skips a step whose gradients
-  overflowed. On the CPU, float16 runs as float32, with a warning.
-
-bfloat16 runs where the hardware multiplies in it (x86 CPUs with
-AVX512-BF16 or AMX-BF16, GPUs from Ampere on); elsewhere it would be
-emulated, slower than float32, so the biLM runs float32 instead, with a
-warning that says why and names float16 on a GPU that has it. A precision
-asked for is honoured: on a CPU with AVX512-BF16 but no AMX, where bfloat16
-may multiply slower than float32, "bfloat16" still runs bfloat16, with a
-warning that names "auto".
-
-- "auto": the package chooses: bfloat16 on a GPU that has it natively, and
-  on a CPU that has the instructions and multiplies a product of a biLM's
-  size faster in bfloat16 than in float32, timed once a process
-  (`cpu_product_rates`, about 0.1 s); float32 elsewhere. The same command
-  may so choose differently on a loaded machine: name the precision where a
-  run must be repeatable.
+A reduced precision asked for is honoured where the hardware multiplies in
+it; where it would be emulated (no AVX512-BF16/AMX, no native GPU support)
+the biLM runs float32 with a warning that says why. On a CPU with
+AVX512-BF16 but no AMX, "bfloat16" runs bfloat16 with a warning naming "auto".
 """
 
 import contextlib
@@ -120,18 +103,12 @@ def cpu_bfloat16_may_be_slower() -> bool:
     float32 ones: x86 with AVX512-BF16 but no AMX (an Intel Xeon of that
     kind at about half its float32 rate; AMD's at twice)."""
     has_amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
-    return _cpu_vendor() == "GenuineIntel" and not has_amx
-
-
-def _cpu_vendor() -> str | None:
-    """The CPU's vendor as Linux names it (GenuineIntel, AuthenticAMD); None
-    where unknown."""
-    return _cpuinfo_value(("vendor_id",))
+    return _cpuinfo_value(("vendor_id",)) == "GenuineIntel" and not has_amx
 
 
 def _cpuinfo_value(keys: tuple[str, ...]) -> str | None:
-    """The value of the first line of Linux's /proc/cpuinfo that starts with
-    one of `keys`; None elsewhere or where there is none."""
+    """The value of the first /proc/cpuinfo line starting with one of `keys`;
+    None where there is none (or no Linux)."""
     if platform.system() != "Linux":
         return None
     try:
@@ -156,13 +133,9 @@ def _cpu_bfloat16_slower() -> str | None:
 
 
 def cpu_product_rates(rows: int = 256, width: int = 512, rounds: int = 3) -> tuple[float, float]:
-    """GFLOP/s of this CPU's product of a biLM's size ((rows, width) by
-    (width, 4 width), an LSTM's gates) in float32 and in bfloat16, on
-    torch's threads: the best of `rounds` rounds each, taken in turn so that
-    other work on the cores slows both alike (about 0.1 s in all). Having
-    bfloat16 instructions is not enough: a CPU with AVX512-BF16 but no AMX
-    may multiply bfloat16 at about half its float32 rate, so the rates are
-    measured rather than read from the CPU's flags."""
+    """GFLOP/s (float32, bfloat16) of this CPU's (rows, width) x (width,
+    4 width) product, an LSTM's gates: the best of `rounds`, the two dtypes
+    timed in turn so that other work slows both alike."""
     generator = torch.Generator().manual_seed(0)  # not torch's global one (dropout masks)
     x = torch.randn(rows, width, generator=generator)
     weight = torch.randn(4 * width, width, generator=generator)
@@ -204,11 +177,8 @@ def resolve_precision(
     device: torch.device | str = "cpu",
     where: str = "precision",
 ) -> str:
-    """The precision a biLM will run in: `precision` (checked), or float32
-    with a warning where a reduced precision cannot run natively on
-    `device`; "auto" resolved as the module's docstring says. The warning
-    names `where` and points at the first line outside this package (and
-    torch) that led to it: the user's."""
+    """The precision a biLM will run in on `device`, as the module docstring
+    says; warnings name `where` and point at the user's line."""
     check_precision(precision, where)
     if precision == "auto":
         return _auto_precision(torch.device(device))
@@ -238,7 +208,6 @@ def resolve_precision(
 
 
 def _auto_precision(device: torch.device) -> str:
-    """What precision = "auto" runs on `device`."""
     if bfloat16_unsupported(device) is not None:
         return "float32"
     if device.type == "cpu" and _cpu_bfloat16_slower() is not None:
@@ -264,19 +233,11 @@ def autocast(precision: str, device: torch.device | str) -> torch.autocast:
 
 
 def in_precision(method: Method) -> Method:
-    """Decorate a BiLM method to run under the biLM's `precision`: float32
-    calls it as it is; bfloat16 and float16 call it under autocast and hand
-    back the reduced-precision tensors of its result (in tuples, lists, dicts
-    and dataclasses) as float32.
-
-    Under `torch.inference_mode`, autocast keeps no bfloat16 copy of a
-    weight: it casts the weight again at every product (the char CNN's
-    highway layers then cost twice their float32 time). So a reduced-precision call
-    made in inference mode runs under `torch.no_grad` instead, which computes
-    the same numbers; its outputs are then ordinary tensors.
-
-    float32 on a GPU runs cuDNN's convolutions (the char CNN) in float32
-    (`float32_convolutions`)."""
+    """Decorate a BiLM method to run under the biLM's `precision`: reduced
+    precisions under autocast, the result's tensors handed back as float32.
+    Under `torch.inference_mode` autocast would cast each weight again at
+    every product, so such a call runs under `torch.no_grad` instead (the same
+    numbers)."""
 
     @functools.wraps(method)
     def run(bilm, *args, **kwargs):
@@ -296,13 +257,9 @@ def in_precision(method: Method) -> Method:
 
 @contextlib.contextmanager
 def float32_convolutions(device: torch.device):
-    """A scope in which cuDNN's convolutions on `device` multiply in float32.
-    torch lets them round their inputs to TF32 by default (10 bits of
-    mantissa: enough for `embed` on a GPU to differ from the CPU by up to
-    about 1e-3 of the value);
-    its matrix products, whose TF32 is off by default, are left as the user
-    set them. The setting is torch's, for the whole process: it is restored
-    on leaving."""
+    """A scope in which cuDNN's convolutions on `device` multiply in float32,
+    not TF32 (torch's default, which moves GPU outputs by up to about 1e-3);
+    the process-wide setting is restored on leaving."""
     if device.type != "cuda" or not torch.backends.cudnn.allow_tf32:
         yield
         return
