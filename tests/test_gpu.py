@@ -311,7 +311,7 @@ def train_on_cuda(name, grad_factor, bilm_dir, train_path, dev_path, tmp_path, o
 
 @on_cuda
 def test_fine_tuning_in_float16_on_cuda_scales_the_gradient(spacy_on_gpu, bilm_dir, corpus_dir):
-    nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0, elmo_model={"precision": "float16"})
+    nlp = make_nlp(bilm_dir, SCALAR_MIX, 1.0, elmo_model={"run": {"precision": "float16"}})
     train = examples(nlp, corpus_dir / "train.spacy")
     optimizer = nlp.initialize(lambda: train)
     elmo = nlp.get_pipe("elmo")
