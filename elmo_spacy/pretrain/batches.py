@@ -221,13 +221,10 @@ def corpus_vocabulary(
             room + len(SPECIALS) - 1
         ]
         eligible = eligible[counts[eligible] >= threshold]
-    ranked = sorted(zip(types.strings_of(eligible), counts[eligible].tolist()), key=_by_count)
+    words = zip(types.strings_of(eligible), counts[eligible].tolist())
+    ranked = sorted(words, key=lambda word_count: (-word_count[1], word_count[0]))
     kept = [word for word, _ in ranked if word not in SPECIALS][:room]
     return WordVocab([*SPECIALS, *kept])
-
-
-def _by_count(item: tuple[str, int]) -> tuple[int, str]:
-    return -item[1], item[0]
 
 
 def word_ids_of_types(

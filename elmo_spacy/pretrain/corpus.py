@@ -81,9 +81,6 @@ class TypeTable:
     def __len__(self) -> int:
         return len(self.counts)
 
-    def string(self, i: int) -> str:
-        return str(self._bytes[self.offsets[i] : self.offsets[i + 1]], "utf-8", "surrogatepass")
-
     def strings_of(self, ids: Iterable[int]) -> list[str]:
         ids = numpy.fromiter(ids, dtype="int64") if not isinstance(ids, numpy.ndarray) else ids
         data = self._bytes
@@ -118,6 +115,7 @@ class DiskArray:
     pages stay in the OS's cache, shared by every process that reads them."""
 
     def __init__(self, path: Path, dtype: numpy.dtype, count: int) -> None:
+        _check_size(path, dtype, count)
         self.path, self.dtype, self.length = path, dtype, count
         self._file = path.open("rb")
 
@@ -136,11 +134,8 @@ class DiskArray:
 
     def pairs(self, indices: numpy.ndarray) -> tuple[numpy.ndarray, numpy.ndarray]:
         """(a[indices], a[indices + 1]): a doc's first offset and the next."""
-        first = numpy.empty(len(indices), dtype="int64")
-        second = numpy.empty(len(indices), dtype="int64")
-        for row, i in enumerate(indices.tolist()):
-            first[row], second[row] = self[i : i + 2]
-        return first, second
+        rows = numpy.array([self[i : i + 2] for i in indices.tolist()], "int64").reshape(-1, 2)
+        return rows[:, 0], rows[:, 1]
 
 
 @dataclass
@@ -188,8 +183,8 @@ class PreparedCorpus:
             Shard(
                 self.path / entry["name"],
                 entry["index"],
-                _disk_array(self.path / entry["name"] / TOKENS, TOKEN_DTYPE, entry["tokens"]),
-                _disk_array(self.path / entry["name"] / DOCS, OFFSET_DTYPE, entry["docs"] + 1),
+                DiskArray(self.path / entry["name"] / TOKENS, TOKEN_DTYPE, entry["tokens"]),
+                DiskArray(self.path / entry["name"] / DOCS, OFFSET_DTYPE, entry["docs"] + 1),
             )
             for entry in self.manifest["shards"]
         ]
@@ -221,13 +216,9 @@ class PreparedCorpus:
                 raise damaged(path, "does not hold what its manifest's SHA-256 says")
 
     @property
-    def fingerprint(self) -> str:
-        return self.manifest["fingerprint"]
-
-    @property
     def preparation(self) -> str:
         """The same for every part of one preparation (same sources and settings)."""
-        return self.manifest["plan"]  # the key its manifest keeps it under
+        return self.manifest["plan"]
 
 
 class Corpus:
@@ -266,9 +257,8 @@ class Corpus:
         self.doc_starts = numpy.zeros(len(self.shards) + 1, dtype="int64")
         self.doc_starts[1:] = numpy.cumsum([s.n_docs for s in self.shards])
         self.n_tokens = sum(len(s.tokens) for s in self.shards)
-        self.fingerprint = hashlib.sha256(
-            "\n".join(f.fingerprint for f, _, _ in _unique_folders(shards)).encode()
-        ).hexdigest()
+        in_order = dict.fromkeys(f for f, _, _ in shards)
+        self.fingerprint = _digest("\n".join(f.manifest["fingerprint"] for f in in_order))
 
     @classmethod
     def open(cls, paths: Sequence[str | Path]) -> "Corpus":
@@ -375,11 +365,6 @@ def _map(path: Path, dtype: numpy.dtype, count: int | None) -> numpy.ndarray:
     return numpy.asarray(numpy.memmap(path, dtype=dtype, mode="r"))
 
 
-def _disk_array(path: Path, dtype: numpy.dtype, count: int) -> DiskArray:
-    _check_size(path, dtype, count)
-    return DiskArray(path, dtype, count)
-
-
 def _check_size(path: Path, dtype: numpy.dtype, count: int | None) -> None:
     if not path.is_file():
         raise ElmoSpacyError(
@@ -400,7 +385,7 @@ def _merged_types(tables: Sequence[TypeTable]) -> tuple[TypeTable, list[numpy.nd
     index: dict[str, int] = {}
     maps = []
     for table in tables:
-        ids = [index.setdefault(table.string(i), len(index)) for i in range(len(table))]
+        ids = [index.setdefault(t, len(index)) for t in table.strings_of(range(len(table)))]
         maps.append(numpy.array(ids, dtype="int64"))
     counts = numpy.zeros(len(index), dtype="int64")
     for table, type_map in zip(tables, maps):
@@ -437,15 +422,6 @@ def _in_order(shards: list) -> list:
                 stacklevel=3,
             )
     return sorted(shards, key=lambda item: (preparations[item[0].preparation], item[1].index))
-
-
-def _unique_folders(shards: list) -> list:
-    seen, folders = set(), []
-    for folder, shard, m in shards:
-        if id(folder) not in seen:
-            seen.add(id(folder))
-            folders.append((folder, shard, m))
-    return folders
 
 
 # -- writing: `elmo-spacy prepare` (prepare.py) feeds a CorpusWriter -------------
@@ -554,16 +530,7 @@ class CorpusWriter:
                 shutil.rmtree(later)
         return done
 
-    def add(self, shard: int, docs: list[list[str]]) -> int:
-        """Append tokenised docs to shard `shard`; returns their tokens."""
-        index: dict[str, int] = {}
-        ids = [index.setdefault(t, len(index)) for doc in docs for t in doc]
-        lengths = numpy.array([len(doc) for doc in docs], dtype="int64")
-        return self.add_tokenised(shard, list(index), numpy.array(ids, TOKEN_DTYPE), lengths)
-
-    def add_tokenised(
-        self, shard: int, types: list[str], ids: numpy.ndarray, lengths: numpy.ndarray
-    ) -> int:
+    def add(self, shard: int, types: list[str], ids: numpy.ndarray, lengths: numpy.ndarray) -> int:
         """Append docs as `tokenize_texts` returns them to shard `shard`
         (begun if it is not the one being written); returns their tokens.
         Docs without tokens are left out."""
@@ -613,12 +580,8 @@ class CorpusWriter:
             json.dumps({**self.settings, "part": None, "sources": contents}, sort_keys=True)
         )
         manifest = {
-            "format": FORMAT,
-            "version": VERSION,
-            "tokenization": self.settings["tokenization"],
+            **self.settings,  # format, version, tokenization, sources, shard_size, part
             "sources": sources,
-            "shard_size": self.shard_size,
-            "part": list(self.part),
             "plan": preparation,
             "shards_in_plan": shards_in_plan,
             "docs": sum(e["docs"] for e in shards),

@@ -13,9 +13,11 @@ on from its last finished shard when run again with the same inputs and
 settings (`plan.json` records them); a finished one is left as it is.
 """
 
+import contextlib
+import functools
 import shutil
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
@@ -85,7 +87,7 @@ def prepare_corpus(
         return writer.path
     try:
         with _tokenizers(tokenization, n_process) as tokenize:
-            _prepare(files, writer, tokenize, show_progress)
+            _prepare(files, writer, tokenize, n_process, show_progress)
     except BaseException:
         if created and not writer.done:  # nothing to go on from: leave nothing behind
             shutil.rmtree(writer.path, ignore_errors=True)
@@ -159,7 +161,7 @@ def prepare_docs(
         if not doc:
             continue
         tokens = list(doc)
-        writer.add(shard, [tokens])
+        writer.add(shard, *_indexed([tokens]))
         shard_chars += sum(len(t) + 1 for t in tokens)
         if shard_chars >= shard_size:
             writer.end_shard()
@@ -168,7 +170,9 @@ def prepare_docs(
     return writer.path
 
 
-def _prepare(files: list[Path], writer: "CorpusWriter", tokenize, show_progress: bool) -> None:
+def _prepare(
+    files: list[Path], writer: CorpusWriter, tokenize, n_process: int, show_progress: bool
+) -> None:
     """Read `files` once, cut them into shards, have this part's shards
     tokenised (in order, a few tasks ahead) and written."""
     k, n = writer.part
@@ -188,13 +192,13 @@ def _prepare(files: list[Path], writer: "CorpusWriter", tokenize, show_progress:
                 writer.end_shard()
                 continue
             result = task.result() if isinstance(task, Future) else task
-            bar.update(writer.add_tokenised(shard, *result))
+            bar.update(writer.add(shard, *result))
             bar.set_postfix(docs=f"{writer.n_docs:,}", shards=len(writer.done), refresh=False)
 
     def submit(shard: int, texts: list[str]) -> None:
         if texts:
             pending.append((shard, tokenize(texts)))
-            drain(keep=2 * tokenize.workers)
+            drain(keep=2 * n_process)
 
     with bar:  # closed before an error is shown, which then starts a line of its own
         shard, shard_chars, ours = 0, 0, writer.wants(0)
@@ -232,35 +236,25 @@ def _prepare(files: list[Path], writer: "CorpusWriter", tokenize, show_progress:
     writer.finish(sources, shards_in_plan=shard + (shard_chars > 0))
 
 
-class _tokenizers:
+@contextlib.contextmanager
+def _tokenizers(tokenization: Tokenization, n_process: int) -> Iterator[Callable]:
     """A function texts -> (types, ids, lengths) (see `tokenize_texts`) that
     runs in this process, or returns a Future of it in one of `n_process`
-    worker processes; a context manager that ends them."""
-
-    def __init__(self, tokenization: Tokenization, n_process: int) -> None:
-        self.tokenization, self.workers = tokenization, n_process
-        self.pool: ProcessPoolExecutor | None = None
-
-    def __enter__(self):
-        if self.workers > 1:
-            self.pool = ProcessPoolExecutor(
-                self.workers,
-                mp_context=get_context("spawn"),
-                initializer=_start_worker,
-                initargs=(self.tokenization,),
-            )
-        else:
-            _start_worker(self.tokenization)
-        return self
-
-    def __call__(self, texts: list[str]):
-        if self.pool is None:
-            return tokenize_texts(texts)
-        return self.pool.submit(tokenize_texts, texts)
-
-    def __exit__(self, *_) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(cancel_futures=True)
+    worker processes, which end on leaving."""
+    if n_process == 1:
+        _start_worker(tokenization)
+        yield tokenize_texts
+        return
+    pool = ProcessPoolExecutor(
+        n_process,
+        mp_context=get_context("spawn"),
+        initializer=_start_worker,
+        initargs=(tokenization,),
+    )
+    try:
+        yield functools.partial(pool.submit, tokenize_texts)
+    finally:
+        pool.shutdown(cancel_futures=True)
 
 
 _TOKENIZER: Any = None  # this process's tokenizer: set by _start_worker
@@ -279,14 +273,7 @@ def tokenize_texts(texts: list[str]) -> tuple[list[str], numpy.ndarray, numpy.nd
     token as the (n_tokens,) int32 index of its string in them, and the
     (n_docs,) int64 tokens of each doc."""
     if _TOKENIZER is str.split:
-        index: dict[str, int] = {}
-        lengths = numpy.empty(len(texts), dtype="int64")
-        ids: list[int] = []
-        for i, text in enumerate(texts):
-            tokens = text.split()
-            lengths[i] = len(tokens)
-            ids += [index.setdefault(t, len(index)) for t in tokens]
-        return list(index), numpy.array(ids, dtype=TOKEN_DTYPE), lengths
+        return _indexed([text.split() for text in texts])
     from spacy.attrs import ORTH
 
     docs = list(_TOKENIZER.pipe(texts, batch_size=256))
@@ -296,6 +283,13 @@ def tokenize_texts(texts: list[str]) -> tuple[list[str], numpy.ndarray, numpy.nd
     types = [strings[int(h)] for h in unique]
     lengths = numpy.array([len(doc) for doc in docs], dtype="int64")
     return types, inverse.astype(TOKEN_DTYPE), lengths
+
+
+def _indexed(docs: list[list[str]]) -> tuple[list[str], numpy.ndarray, numpy.ndarray]:
+    """Docs of token strings as `tokenize_texts` returns them."""
+    index: dict[str, int] = {}
+    ids = [index.setdefault(t, len(index)) for doc in docs for t in doc]
+    return list(index), numpy.array(ids, TOKEN_DTYPE), numpy.array([len(d) for d in docs], "int64")
 
 
 def _source_stamp(path: Path) -> dict[str, Any]:
