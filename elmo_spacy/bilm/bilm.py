@@ -22,28 +22,20 @@ from .runtime.states import CarriedStates
 
 
 class BiLM(BiLMNetwork):
-    """ELMo's biLM (`BiLMNetwork`), ready to run on tokens.
+    """ELMo's biLM (`BiLMNetwork`), ready to run on tokens: `batch(docs)`
+    makes a `TokenBatch`, `forward(batch)` gives the (L + 1, B, T, 2P) layers
+    and `lm_loss(batch)` the loss, on the runtime's kernels, in `precision`.
 
-    `batch(docs)` turns tokenised docs into a `TokenBatch` through the
-    vocabulary and the character ids; `forward(batch)` gives the (L + 1, B,
-    T, 2P) layers and `lm_loss(batch)` the language-model loss, as the
-    network computes them, on the runtime's LSTM kernels (`_run`), in the
-    biLM's `precision`, and with what it keeps between calls:
+    At inference (eval mode, no gradients) it keeps what it derives from its
+    weights (`runtime/caches.py`: token encodings up to `type_cache_size`,
+    oneDNN-packed LSTM weights, primed states), emptied by any change torch
+    can see; after writing weights behind torch's back (thinc's optimiser,
+    through numpy), call `weights_changed()`. With `stateful` (default off)
+    each batch row starts from the state the previous batch left in it, as
+    bilm-tf trained.
 
-    - at inference (eval mode, no gradients), what it derives from its
-      weights (`runtime/caches.py`): on the CPU the encodings of token
-      strings (at most `type_cache_size`) and the LSTM weights packed for
-      oneDNN, and primed states. Any change to the weights that torch can
-      see (new storage, an in-place update, `train()`) empties it; after
-      writing weights where torch cannot see it (through numpy, as thinc's
-      optimiser does), call `weights_changed()`;
-    - with `stateful` (default off), the state each batch row ends in,
-      carried to the next batch as bilm-tf's models were trained; otherwise
-      every batch starts from zeros or from given states (`primed_states`).
-
-    tokenization: how the text it learned from was cut into tokens (a
-        `Tokenization`, saved with it; None where unknown), so that what
-        embeds text with it can cut text the same way.
+    tokenization: how its training text was cut into tokens (None where
+        unknown), so that what embeds text can cut it the same way.
     """
 
     def __init__(
@@ -71,11 +63,9 @@ class BiLM(BiLMNetwork):
         self._precision = "float32"
 
     def init_word_vectors(self, vectors: Mapping[str, numpy.ndarray]) -> int:
-        """Start the word encoder's embedding rows from given vectors, e.g.
-        count-based vectors of the same text, so that rare words begin with a
-        distributional vector rather than noise. The vectors are scaled by one
-        factor so that their mean norm is that of the rows they replace.
-        Returns the number of vocabulary words found in `vectors`."""
+        """Start the word embedding's rows from given vectors (e.g. count-based
+        ones of the same text), scaled by one factor to the mean norm of the
+        rows they replace. Returns the number of vocabulary words found."""
         if self.config.encoder not in ("word", "word_char"):
             raise ElmoSpacyError(
                 "Initial word vectors need a word embedding (encoder 'word' or 'word_char'); "
@@ -117,13 +107,10 @@ class BiLM(BiLMNetwork):
         self.carried.reset()
 
     def primed_states(self, warmup: Sequence[Sequence[str]]) -> States:
-        """The states that reading the warm-up sentences leaves, one row: the
-        sentences run in order, one at a time, each starting from the states
-        the previous one ended in (bilm-tf's carried state, in a batch of one
-        row), the first from zeros. Per direction and layer, (h (1, P), c (1,
-        H)), without gradients, computed with dropout off and kept (in the
-        inference cache) until the weights change. The biLM's mode and
-        `stateful` are as they were on return."""
+        """The states (per direction and layer, h (1, P), c (1, H)) that reading
+        the warm-up sentences leaves, one after the other from zeros, each
+        from the state the previous one ended in; computed in eval mode and
+        kept in the inference cache until the weights change."""
         if not warmup:
             raise ElmoSpacyError("A primed state needs at least one warm-up sentence")
         key = tuple(tuple(sentence) for sentence in warmup)
@@ -156,8 +143,7 @@ class BiLM(BiLMNetwork):
         self.cache_slot.type_cache_size = size
 
     def inference_cache(self) -> InferenceCache | None:
-        """The cache for the current weights; None in training mode or with
-        gradients enabled, where nothing is kept."""
+        """The cache for the current weights; None where nothing is kept."""
         return self.cache_slot.for_weights(self)
 
     def weights_changed(self) -> None:
@@ -170,11 +156,8 @@ class BiLM(BiLMNetwork):
 
     @property
     def precision(self) -> str:
-        """ "float32" (the default, conformant), "bfloat16" or "float16":
-        what `forward`, `forward_with_states` and `lm_loss` compute in. Set
-        it to one of those or to "auto" (the package chooses); a reduced
-        precision that the device cannot run warns and runs "float32" (see
-        `elmo_spacy.bilm.runtime.precision`)."""
+        """What the biLM computes in: "float32" (the default), "bfloat16" or
+        "float16"; may be set to "auto" (see `elmo_spacy.bilm.runtime.precision`)."""
         return self._precision
 
     @precision.setter
@@ -214,10 +197,8 @@ class BiLM(BiLMNetwork):
     def forward_with_states(
         self, batch: TokenBatch, initial_states: States | None = None
     ) -> tuple[torch.Tensor, States]:
-        """`forward`'s layers (L + 1, B, T, 2P), and the states each row ends
-        in: per direction and layer, (h (B, P), c (B, H)), the forward
-        direction's after the row's </S>, the backward direction's after its
-        <S> (what `stateful` mode carries to the next batch)."""
+        """`forward`'s layers, and the states each row ends in (per direction
+        and layer, h (B, P), c (B, H)): what `stateful` carries on."""
         return self._layers(batch, initial_states, final=True)
 
     @in_precision
@@ -268,11 +249,9 @@ class BiLM(BiLMNetwork):
         final: bool = False,
         types: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], States]:
-        """The network's `run` on the runtime: its results, with the LSTM
-        stacks on the kernel that `kernels.choose_kernel` chooses for this
-        call (its table says which), and at inference with what the cache
-        keeps (the types' encodings, packed weights). `types`: the (U, P)
-        encodings of the batch's types, if they are given."""
+        """The network's `run`, the stacks on `kernels.choose_kernel`'s kernel,
+        at inference with what the cache keeps. `types`: given (U, P)
+        encodings of the batch's types."""
         cache = self.inference_cache()
         if types is None:
             types = encode_types(self.encoder, self.chars, batch, cache)

@@ -19,11 +19,10 @@ class LMTargets:
     that the loss needs no host-device synchronisation.
 
     Position t of a framed doc (<S> tokens </S>) predicts t + 1 forwards and,
-    from t + 1, predicts t backwards, for t < length + 1: N = sum(lengths + 1)
-    predictions a direction. Rows index the (B * (T + 2)) flattened positions
-    of a layer; each direction's predictions are grouped by softmax cluster
-    (head first, then each tail cluster in order), so that a cluster's rows
-    are the slice `splits[i]:splits[i + 1]`.
+    from t + 1, t backwards, for t < length + 1: N = sum(lengths + 1) a
+    direction. Rows index the (B * (T + 2)) flattened positions; each
+    direction's predictions are grouped by softmax cluster (head first), a
+    cluster's rows the slice `splits[i]:splits[i + 1]`.
 
     forward_rows, backward_rows: (N,) int64 flat positions of the hidden states.
     forward_words, backward_words: (N,) int64 vocabulary ids to predict.
@@ -84,9 +83,8 @@ class TokenBatch:
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def mask(self, boundaries: bool = False) -> torch.Tensor:
-        """(B, T) bool, True at each doc's tokens: the positions of the
-        biLM's layers that hold vectors (the others are zero). With
-        `boundaries`, (B, T + 2): <S>, the tokens and </S> of each doc."""
+        """(B, T) bool, True at each doc's tokens; with `boundaries`,
+        (B, T + 2): <S>, the tokens and </S>."""
         extra = 2 if boundaries else 0
         steps = torch.arange(self.index.shape[1] - 2 + extra, device=self.lengths.device)
         return steps[None, :] < (self.lengths + extra)[:, None]
@@ -103,10 +101,8 @@ class TokenBatch:
         return TokenBatch(**{**self._fields(), "targets": targets})
 
     def per_token(self) -> "TokenBatch":
-        """The same batch with each token its own type row, as if no two
-        tokens were alike: what the encoder (the char CNN) would compute
-        without running once per distinct type. Its layers and loss are the
-        deduplicated batch's (up to float rounding); for tests and benchmarks."""
+        """The same batch with each token its own type row (as if no two
+        tokens were alike): the same layers and loss up to float rounding."""
         steps = self.index.shape[1] - 2
         real = torch.arange(steps)[None, :] < self.lengths[:, None]  # (B, T)
         rows = self.index[:, 1:-1][real]  # the type of each real token, in order
@@ -157,10 +153,7 @@ def token_batch(
     for row, tokens in enumerate(docs):
         index[row, 1 : len(tokens) + 1] = [type_of.setdefault(t, len(type_of) + 2) for t in tokens]
     types = list(type_of)
-    if cut_words_at is not None:
-        type_word_ids = vocab.word_ids([t[:cut_words_at] for t in types])
-    else:
-        type_word_ids = vocab.word_ids(types)
+    type_word_ids = vocab.word_ids([t[:cut_words_at] for t in types])
     lengths = numpy.array([len(d) for d in docs], dtype="int64")
     return types_batch(types, type_word_ids, index, lengths, chars)
 
@@ -180,14 +173,8 @@ def types_batch(
         type_inputs, type_chars = type_word_ids, torch.ones_like(type_word_ids)
     else:
         type_inputs, type_chars = chars.char_ids(types)
-    return TokenBatch(
-        type_inputs,
-        type_chars,
-        type_word_ids,
-        torch.from_numpy(index),
-        torch.from_numpy(lengths),
-        types,
-    )
+    index, lengths = torch.from_numpy(index), torch.from_numpy(lengths)
+    return TokenBatch(type_inputs, type_chars, type_word_ids, index, lengths, types)
 
 
 def lm_targets(

@@ -66,13 +66,9 @@ class SoftmaxHead(nn.Module):
         `LMTargets` groups them (`splits`: 0, then the end of the head's rows
         and of each tail cluster's) -> scalar summed NLL.
 
-        every_parameter: the parameters that no row reaches (the tail
-        clusters that none of these targets falls in; all of them where N
-        is 0) join the sum times zero, so that the backward pass gives each
-        a (zero) gradient. Data-parallel training asks for it: then every
-        rank reduces every parameter's gradient at every step, and
-        DistributedDataParallel need not search the graph for unused ones
-        (`find_unused_parameters`)."""
+        every_parameter: parameters that no row reaches join the sum times
+        zero, so that each gets a (zero) gradient and data-parallel training
+        needs no `find_unused_parameters`."""
         if hidden.shape[0] == 0:
             return hidden.sum() * 0.0 + (touched(self.parameters()) if every_parameter else 0.0)
         if self.adaptive:
@@ -88,14 +84,10 @@ def fitted_cutoffs(vocab_size: int, dim: int, div_value: float) -> tuple[list[in
     """The cutoffs of `cutoffs = "auto"` for a vocabulary of `vocab_size`
     words and a softmax input of `dim`, and the div_value to use with them.
 
-    A rare word's prediction is normalised over its cluster's words, so the
-    cost of a cluster grows with its size: AUTO_CUTOFFS, then one every
-    MAX_CLUSTER_WORDS, those below the vocabulary's last id (a 40,000-word
-    vocabulary gets [2000, 10000]; a million words, 13 cutoffs). `div_value`
-    is kept where the last of n clusters keeps at least one dimension
-    (dim / div_value^n >= 1), else lowered to the largest such value (to
-    0.01): many clusters of few dimensions each, the rarest words costing
-    least."""
+    AUTO_CUTOFFS, then one every MAX_CLUSTER_WORDS (a cluster's cost grows
+    with its size), those below the vocabulary's last id: 40,000 words get
+    [2000, 10000]; a million, 13 cutoffs. `div_value` is lowered (to 0.01)
+    where the last of n clusters would keep less than one dimension."""
     cutoffs = [c for c in AUTO_CUTOFFS if c < vocab_size - 1]
     while cutoffs and vocab_size - cutoffs[-1] > MAX_CLUSTER_WORDS:
         cutoffs.append(cutoffs[-1] + MAX_CLUSTER_WORDS)
@@ -124,18 +116,13 @@ def adaptive_nll(
     splits: list[int],
     every_parameter: bool = False,
 ) -> torch.Tensor:
-    """The summed NLL that `softmax(hidden, targets).loss * N` gives, in
-    float32 or reduced precision, with the rows grouped by cluster: rows
-    splits[i + 1]:splits[i + 2] are those of tail cluster i (host-side
-    bounds: no synchronisation to find them). The head's logits come from its
-    layer in the ambient precision (autocast), over rows padded to a few sizes
-    (`padded_rows`: each new shape of a bfloat16 product costs a kernel
-    build); the tail clusters, narrow products (dim / 4 and less) of a
-    different number of rows each batch, run in float32; the log-softmax and
-    the sums are float32 (`summed_nll`). hidden (N, dim), targets (N,) int64
-    -> scalar float32: the rows' NLL summed; with `every_parameter`, a tail
-    cluster without rows adds zero times its parameters
-    (`SoftmaxHead.forward`)."""
+    """`softmax(hidden, targets).loss * N`: hidden (N, dim), targets (N,)
+    int64 -> scalar float32, rows splits[i + 1]:splits[i + 2] those of tail
+    cluster i (host-side bounds: no synchronisation). The head's logits run
+    in the ambient precision over rows padded to a few sizes (`padded_rows`:
+    each new bfloat16 shape costs a kernel build); the narrow tail clusters,
+    the log-softmax and the sums in float32. `every_parameter`: as
+    `SoftmaxHead.forward`'s."""
     head_targets = targets.clone()
     nll = hidden.new_zeros((), dtype=torch.float32)
     bounds = [softmax.shortlist_size, *softmax.cutoffs[1:]]
@@ -166,14 +153,10 @@ def cluster_nll(
     (N, d), weight (V, d) (a tail cluster of V words), targets (N,) int64
     -> a scalar.
 
-    A cluster of at most CLUSTER_CHUNK words, or of at most
-    WHOLE_CLUSTER_LOGITS logits (N x V: the few predictions of a batch
-    that fall in a cluster of rare words), keeps its log-softmax for the
-    backward pass. A larger one (the rare words of a vocabulary of
-    hundreds of thousands, with many predictions) runs its words
-    CLUSTER_CHUNK at a time, forward (a running log-sum-exp) and backward
-    (the logits computed again), so that memory holds N x CLUSTER_CHUNK
-    logits, not N x V: the same sum, exactly normalised."""
+    A cluster of at most CLUSTER_CHUNK words or WHOLE_CLUSTER_LOGITS logits
+    keeps its log-softmax for the backward pass; a larger one runs its words
+    CLUSTER_CHUNK at a time (a running log-sum-exp forward, the logits
+    recomputed backward), holding N x CLUSTER_CHUNK logits, not N x V."""
     rows, words = projected.shape[0], weight.shape[0]
     whole = words <= CLUSTER_CHUNK or rows * words <= WHOLE_CLUSTER_LOGITS
     chunk = words if whole else CLUSTER_CHUNK
@@ -181,13 +164,9 @@ def cluster_nll(
 
 
 class _ClusterNll(torch.autograd.Function):
-    """The NLL of a tail cluster with its product to the logits inside, so
-    that the (N, V) matrix is made once and touched as few times as the sum
-    needs: forward the product and the log-softmax in place over it (or a
-    running log-sum-exp per chunk), backward the softmax in place over that
-    and its two products. The incoming gradient scales the narrow (N, d)
-    and (V, d) factors, never the (N, V) matrix, and the one-hot term is a
-    gather and an index_add of (N, d) rows."""
+    """A tail cluster's NLL with the product to the logits inside, so that
+    the (N, V) matrix is made once and reused in place; the incoming
+    gradient scales only the narrow (N, d) and (V, d) factors."""
 
     @staticmethod
     def forward(ctx, projected, weight, targets, chunk):
@@ -227,11 +206,9 @@ class _ClusterNll(torch.autograd.Function):
 
 def summed_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """-sum_n log softmax(logits[n])[targets[n]]: logits (N, V), targets
-    (N,) int64 -> a scalar, the log-softmax in float32 at least (bfloat16
-    logits give a float32 sum). Its gradient, softmax - one-hot, comes back
-    in the logits' dtype, computed from the kept log-softmax: no float32
-    copy of bfloat16 logits and no zero-filled gradient of a gather, as
-    torch's log-softmax and gather make."""
+    (N,) int64 -> a scalar, the log-softmax in float32 at least. Its
+    gradient (softmax - one-hot, in the logits' dtype) comes from the kept
+    log-softmax, without the float32 copies torch's own would make."""
     return _SummedNll.apply(logits, targets)
 
 
