@@ -25,24 +25,15 @@ class LstmStack(nn.Module):
     bias-free projection, dropout on each layer's input, and optionally a skip
     connection from each layer's input to its output after the first.
 
-    The parameters are `torch.nn.LSTM`'s (per layer `weight_ih` (4H, P),
-    `weight_hh` (4H, P), `bias_ih` and `bias_hh` (4H,), `weight_hr` (P, H);
-    gates in the order input, forget, cell, output), so one set of weights
-    runs on torch's LSTM, on the written-out recurrence here, and on the
-    runtime's kernels.
+    The parameters are `torch.nn.LSTM`'s (gates i, f, g, o), so one set of
+    weights runs on torch's LSTM, the recurrence here and the runtime's kernels.
 
-    cell_clip, proj_clip: clip the cell to [-cell_clip, cell_clip] and the
-        projected output to [-proj_clip, proj_clip] at every step
-        (TensorFlow's LSTMCell, as bilm-tf trains it); 0 or None: no clipping.
+    cell_clip, proj_clip: clip the cell and the projected output at every
+        step (TensorFlow's LSTMCell, as bilm-tf trains it); 0 or None: no clip.
     forget_bias: None trains both biases, as torch's LSTM does. A number
-        makes `bias_hh` a buffer, not a parameter: that value on the forget
-        gate and 0 elsewhere, a constant that no optimizer and no
-        `requires_grad_(True)` can reach: one trained bias plus the constant
-        forget bias that TensorFlow's LSTMCell adds (1.0 in bilm-tf). Its
-        name in the state dict is the parameter's, `layers.i.bias_hh_l0`.
-
-    Sequences are right-padded: positions after a row's length never affect
-    the positions before it, so no packing is needed.
+        makes `bias_hh` a constant buffer (that value on the forget gate, 0
+        elsewhere; state-dict name `layers.i.bias_hh_l0`): TensorFlow's
+        constant forget bias (1.0 in bilm-tf) beside one trained bias.
     """
 
     def __init__(
@@ -88,11 +79,9 @@ class LstmStack(nn.Module):
         initial: list[LstmState] | None = None,
         final: bool = False,
     ) -> tuple[list[torch.Tensor], list[LstmState]]:
-        """x (B, T, P) and lengths (B,) -> one (B, T, P) output per layer, and
-        with `final` each layer's state after each row's last real step (an
-        empty list without). `initial` gives each layer's starting state
-        (zeros without it). Each layer runs on torch's LSTM where nothing is
-        clipped and no state comes in or goes out, else on `run_lstm_layer`."""
+        """x (B, T, P) right-padded, lengths (B,) -> one (B, T, P) output per
+        layer, and with `final` each layer's state after each row's last
+        step. `initial`: each layer's starting state (None: zeros)."""
         loop = self.clipped or initial is not None or final
         outputs, states = [], []
         for i, layer in enumerate(self.layers):
@@ -111,10 +100,8 @@ class LstmStack(nn.Module):
 
 def run_fused_layer(layer: nn.LSTM, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """One layer on torch's fused kernel: x (B, T, I) -> (B, T, P). Without
-    gradients, over the real positions only (a PackedSequence; zero past each
-    row's length); with them, over the padded batch, whose backward pass is
-    over twice as fast as a PackedSequence's on the CPU (pretraining batches
-    are of like lengths)."""
+    gradients over a PackedSequence (zero past each row's length); with them
+    over the padded batch, whose backward is over twice as fast on the CPU."""
     with warnings.catch_warnings():
         # Noise: torch runs its own kernel instead, as it should.
         warnings.filterwarnings("ignore", "LSTM with projections is not supported")
@@ -135,18 +122,11 @@ def run_lstm_layer(
     final: bool = True,
     product: ProductOf | None = None,
 ) -> tuple[torch.Tensor, LstmState | None]:
-    """One LSTM layer over x (B, T, I) with clipping (0: none; the output is
-    clipped only where the layer projects it, as in TensorFlow); returns the
-    outputs (B, T, P), zero past each row's length, and, with `final`, the
-    state (h, c) after step lengths[b] - 1 of each row (the initial state for
-    a row of length 0). `product` (a `ProductOf`): how the input, recurrent
-    and projection products are computed, given each weight and its name
-    ("ih", "hh", "hr"); None: `plain_product`, a plain GEMM (the runtime
-    passes products on weights packed for oneDNN instead).
-
-    Rows run longest first and drop out of the recurrence when they end, and
-    the input projections are computed for real positions only, in the
-    time-major order of a PackedSequence: padding costs nothing.
+    """One LSTM layer over x (B, T, I) -> outputs (B, T, P), zero past each
+    row's length, and with `final` each row's state (h, c) after its last
+    step (the initial one for a row of length 0). `product`: how the
+    products on "ih", "hh" and "hr" are computed (None: `plain_product`).
+    Rows run longest first and drop out when they end: padding costs nothing.
     """
     batch, steps, _ = x.shape
     hidden, out_dim = layer.hidden_size, layer.proj_size or layer.hidden_size
@@ -205,13 +185,11 @@ def lstm_step(
         cell  = clip(sigmoid(f) c + sigmoid(i) tanh(g), cell_clip)
         h'    = clip(W_hr (sigmoid(o) tanh(cell)), proj_clip)
 
-    gates_x (n, 4H): the step's input projection, bias included; h (n, P)
-    and c (n, H): the state before the step; `recur` computes the recurrent
-    product (h, gates_x) -> gates_x + h W_hh^T and `project` (or None where
-    the layer does not project, P = H) the projection (x, None) -> x W_hr^T
-    (see `plain_product`). A clip of 0 does not clip; the output is clipped
-    only where the layer projects it, as TensorFlow's LSTMCell does. Returns
-    the state after the step, (h' (n, P), cell (n, H))."""
+    gates_x (n, 4H): the input projection, bias included; h (n, P), c (n, H):
+    the state before; `recur` (h, gates_x) -> gates_x + h W_hh^T; `project`
+    (None where P = H) (x, None) -> x W_hr^T. A clip of 0 does not clip; the
+    output is clipped only where projected, as TensorFlow's LSTMCell does.
+    Returns (h' (n, P), cell (n, H))."""
     h, c = lstm_cell(recur(h, gates_x), c, cell_clip)
     if project is not None:
         h = project(h, None)
@@ -223,14 +201,10 @@ def lstm_step(
 def lstm_cell(
     gates: torch.Tensor, c: torch.Tensor, cell_clip: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One step's cell: gates (n, 4H), the pre-activations of i, f, g, o (a
-    fresh array: where autograd records neither it nor c, it is overwritten),
-    and the cell state c (n, H) -> (o tanh(cell), cell), each (n, H) in
-    float32 where the gates are bfloat16; the cell clipped to [-cell_clip,
-    cell_clip] (0: not clipped). Where autograd records nothing, the
-    activations run in place: two new arrays instead of ten (the step's cost
-    besides its products); a graph being exported gets the plain operators,
-    which an exporter maps one to one."""
+    """gates (n, 4H) (i, f, g, o; overwritten where autograd records nothing)
+    and c (n, H) -> (o tanh(cell), cell), float32 for bfloat16 gates, the cell
+    clipped (0: not). Without autograd the activations run in place (two new
+    arrays, not ten); an exported graph gets the plain operators."""
     gates = widened(gates)
     if gates.requires_grad or c.requires_grad or torch.compiler.is_exporting():
         i, f, g, o = gates.chunk(4, 1)
@@ -250,9 +224,7 @@ def lstm_cell(
 
 
 def plain_product(weight: torch.Tensor, name: str = "") -> Product:
-    """A function (x (N, in), add) -> x @ weight.T + add on a plain GEMM, the
-    weight cast once to the product's dtype (see `matmul_dtype`), not at
-    every step; `add` is a bias (out,), an (N, out) array or None. A
-    `ProductOf` (`name` is not used)."""
+    """(x (N, in), add) -> x @ weight.T + add (`add`: (out,), (N, out) or
+    None), the weight cast once to `matmul_dtype`. A `ProductOf`."""
     transposed = weight.to(matmul_dtype(weight)).t()
     return lambda x, add: x.mm(transposed) if add is None else torch.addmm(add, x, transposed)

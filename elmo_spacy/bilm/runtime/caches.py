@@ -1,15 +1,5 @@
 """What a biLM derives from one version of its weights to run faster at
-inference, and how it knows the version.
-
-Outside training and without gradients, a biLM keeps (`InferenceCache`):
-with an encoder that reads characters, on the CPU, the encodings of token
-strings (an `LruCache` of at most `type_cache_size`), since they do not
-depend on context; the LSTM weights packed for oneDNN (on the CPU); and
-primed states. Any
-change to the weights that torch can see (new storage, an in-place update,
-`train()`) empties it; a change that torch cannot see (a write through
-numpy, as thinc's optimiser does) is announced with `weights_changed()`.
-"""
+inference (`InferenceCache`), and how it knows the version (see `BiLM`)."""
 
 from dataclasses import dataclass, field
 
@@ -69,10 +59,9 @@ class InferenceCacheSlot:
             self.cache.types.max_size = size
 
     def for_weights(self, module: nn.Module) -> InferenceCache | None:
-        """The cache of `module`'s current weights (a new, empty one when
-        they changed); None in training mode or with gradients enabled, where
-        nothing is kept. The version is the count of `weights_changed` calls
-        and each parameter's storage and in-place version counter."""
+        """The cache of `module`'s current weights (a new one when they
+        changed: `weights_changed` calls, or a parameter's storage or
+        in-place version); None in training mode or with gradients."""
         if module.training or torch.is_grad_enabled():
             return None
         stamp = (
@@ -89,9 +78,8 @@ class InferenceCacheSlot:
         self.cache = None
 
     def info(self) -> dict[str, int]:
-        """What the cache holds now (all 0 when there is none): `types`, token
-        strings whose encodings are kept; `primed`, warm-up texts whose primed
-        states are kept; `packed`, LSTM layers whose weights are packed."""
+        """How many token encodings (`types`), primed states (`primed`) and
+        packed LSTM layers (`packed`) the cache holds now."""
         cache = self.cache
         if cache is None:
             return {"types": 0, "primed": 0, "packed": 0}
@@ -104,9 +92,8 @@ class InferenceCacheSlot:
 
 
 def packed_weights(cache: InferenceCache | None, weight: torch.Tensor) -> PackedWeights | None:
-    """Where the LSTM stacks keep their weights packed for oneDNN (the
-    `packed` of `BiLM._run`): the cache's, when there is a cache and
-    oneDNN packs weights like `weight` (float32, on the CPU); else None."""
+    """The cache's packed LSTM weights where oneDNN packs weights like
+    `weight` (float32, on the CPU); else None."""
     can_pack = weight.device.type == "cpu" and weight.dtype == torch.float32 and onednn_packing()
     return cache.packed if cache is not None and can_pack else None
 
@@ -114,14 +101,10 @@ def packed_weights(cache: InferenceCache | None, weight: torch.Tensor) -> Packed
 def encode_types(
     encoder: nn.Module, chars: CharIds | None, batch: TokenBatch, cache: InferenceCache | None
 ) -> torch.Tensor:
-    """(U, P) encodings of the batch's U types (<S>, </S>, then `batch.types`).
-
-    With a cache and an encoder that reads characters (`chars` set), on the
-    CPU, kept encodings are reused and the others computed (`encode_alike`)
-    and kept, the batch's types becoming the most recently used; otherwise
-    the encoder runs on all the batch's types. On a GPU the encoder costs
-    less than the cache's bookkeeping (a kernel or more per type; measured:
-    docs/results.md, Speed)."""
+    """(U, P) encodings of the batch's U types (<S>, </S>, then `batch.types`),
+    reusing and keeping encodings in the cache with an encoder that reads
+    characters on the CPU (on a GPU the encoder costs less than the
+    bookkeeping: docs/results.md, Speed)."""
     keeps = cache is not None and chars is not None and cache.types.max_size > 0
     if not (keeps and batch.types and batch.type_inputs.device.type == "cpu"):
         return encoder(batch.type_inputs, batch.type_chars, batch.type_word_ids)
@@ -154,11 +137,10 @@ def encode_alike(
     n_chars: torch.Tensor,
     word_ids: torch.Tensor,
 ) -> torch.Tensor:
-    """Encode types in blocks of one fixed shape (ENCODE_BLOCK rows of
-    `chars.max_chars` columns), so that a type's encoding is the same to the
-    bit whatever else is in its batch: kept encodings then never make a
-    pipeline's output depend on what it ran before. (U, W), (U,), (U,)
-    -> (U, P)."""
+    """(U, W), (U,), (U,) -> (U, P), in blocks of one fixed shape
+    (ENCODE_BLOCK x `chars.max_chars`), so that a type's encoding is the same
+    to the bit whatever its batch: kept encodings never make an output
+    depend on what ran before."""
     n_rows, width = char_ids.shape
     blocks = -(-n_rows // ENCODE_BLOCK)
     padded = char_ids.new_full((blocks * ENCODE_BLOCK, chars.max_chars), chars.padding)

@@ -64,12 +64,9 @@ def run_training_stacks(
     initial: Sequence[list[LstmState] | None],
     final: bool,
 ) -> tuple[list[list[torch.Tensor]], list[list[LstmState]]]:
-    """Stacks of one shape (the biLM's forward and backward), each over its
-    own inputs (B, T, P), on the training kernel: what each `stack(x,
-    lengths, initial, final)` gives, with layer i of every stack in one call
-    (`run_training_layers`). `initial`: per stack, each layer's starting
-    state, or None for zeros. Returns per stack one (B, T, P) output per
-    layer, and with `final` its layers' final states (empty lists without)."""
+    """What each `stack(x, lengths, initial, final)` gives, for stacks of one
+    shape (the biLM's two directions) on the training kernel, layer i of
+    every stack in one call (`run_training_layers`)."""
     xs = list(inputs)
     outputs: list[list[torch.Tensor]] = [[] for _ in stacks]
     finals: list[list[LstmState]] = [[] for _ in stacks]
@@ -97,12 +94,8 @@ def run_training_layers(
     initial: LstmState | None = None,
     lengths: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, LstmState | None]:
-    """D layers of one shape, each over its own x[d]: x (D, B, T, I) -> (D,
-    B, T, P), on the training kernel (`lstm_layer_for_training`), the
-    products in the ambient precision (bfloat16 under autocast), and with
-    `lengths` the final states (h (D, B, P), c (D, B, H)). `initial`: the
-    starting states (h (D, B, P), c (D, B, H)), None for zeros. cell_clip,
-    proj_clip: as `LstmStack`'s."""
+    """`lstm_layer_for_training` on D `nn.LSTM` layers of one shape, the
+    products in the ambient precision."""
     bias = torch.stack([layer.bias_ih_l0 + layer.bias_hh_l0 for layer in layers])
     weight_ih = torch.stack([layer.weight_ih_l0 for layer in layers])
     weight_hh = torch.stack([layer.weight_hh_l0 for layer in layers])
@@ -116,10 +109,8 @@ def run_training_layers(
 
 
 def packed_products(packed: dict[str, torch.Tensor]) -> ProductOf:
-    """The recurrence's products on weights that oneDNN packed once, kept in
-    `packed` under the weight's name: in float32, or under bfloat16 autocast
-    a bfloat16 copy (x and a bias cast to it). Where oneDNN cannot pack the
-    dtype (`onednn_packing`), plain GEMMs."""
+    """The recurrence's products on weights oneDNN packed once (kept in
+    `packed` by name and dtype); plain GEMMs where it cannot pack."""
     if not onednn_packing():
         return plain_product
 

@@ -2,11 +2,9 @@
 out, so that the products over all time steps run as single large GEMMs and
 each step does only what the recurrence needs.
 
-torch's own kernel for an LSTM with a projection (ELMo's layer) has no oneDNN
-path on the CPU: it runs a step at a time in both passes, computing the
-weight gradients step by step in GEMMs as small as the batch, and under
-bfloat16 autocast it casts the weights again at every step; it cannot clip
-(cuDNN neither). Here:
+torch's kernel for a projected LSTM has no oneDNN path on the CPU (a step
+at a time in both passes, weight gradients in GEMMs as small as the batch,
+weights recast at every step under autocast), and cannot clip. Here:
 
 - forward: the input gates of all steps in one GEMM (T * B rows); per step
   one GEMM for the recurrent gates (which adds the step's input gates, or,
@@ -17,25 +15,16 @@ bfloat16 autocast it casts the weights again at every step; it cannot clip
   gradients of the inputs, of all four weights and of the bias in one GEMM
   (or sum) each over all T * B rows.
 
-D independent layers of the same shape (the biLM's two directions) run as
-one: every product is a batched GEMM over D and every elementwise step covers
-all D, so a step costs about as many operator calls for two layers as for
-one. At the biLM's sizes (tens of rows a step) those calls, not the
-arithmetic, are most of a step's time; on a CUDA GPU each step's elementwise
-work is one Triton kernel each way (`TritonCellSteps`).
+D layers of one shape (the biLM's two directions) run as one, batched over
+D: at the biLM's sizes operator calls, not arithmetic, set a step's pace (on
+a CUDA GPU each step's elementwise work is one Triton kernel each way).
+Clips and their gradients are TensorFlow's LSTMCell's (torch.clamp's).
 
-The cell and the projected output are clipped as TensorFlow's LSTMCell clips
-them (bilm-tf), their gradients zero where the clip cut (torch.clamp's).
-
-The products run in the layer's matmul dtype (bfloat16 under autocast,
-float32 otherwise), with float32 accumulation, over rows padded to a few
-sizes (`padded_rows`). The gate activations, the cell state and the cell's
-gradient stay float32 under bfloat16; the per-gate factors of the backward
-pass are rounded to bfloat16, as are the gate gradients they make, which go
-into the products. The weights are cast once per call, not per step.
-Sequence padding is not skipped: a row's outputs past its length are
-computed and carry no gradient when the loss ignores them (pretraining
-batches are bucketed by length).
+The products run in the matmul dtype with float32 accumulation, over rows
+padded to a few sizes (`padded_rows`); under bfloat16 the activations, cell
+and cell gradient stay float32, the backward's per-gate factors and gate
+gradients are bfloat16. Padding positions are computed (batches are
+bucketed by length) and get no gradient where the loss ignores them.
 """
 
 import torch
@@ -57,13 +46,9 @@ def lstm_layer_for_training(
     initial: tuple[torch.Tensor, torch.Tensor] | None = None,
     lengths: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
-    """D LSTM layers, each over its own x[d] (B, T, I), batch first: x (D,
-    B, T, I), weight_ih (D, 4H, I), weight_hh (D, 4H, P), bias (D, 4H)
-    (torch's two biases summed), weight_hr (D, P, H) or None where the layers
-    do not project (P = H); gates in torch's order (input, forget, cell,
-    output); the cell clipped to [-cell_clip, cell_clip] and the projected
-    output to [-proj_clip, proj_clip] (0: no clip; the output only where the
-    layer projects it).
+    """D LSTM layers, each over its own x[d]: x (D, B, T, I), weight_ih (D,
+    4H, I), weight_hh (D, 4H, P), bias (D, 4H) (both summed), weight_hr (D,
+    P, H) or None (P = H); clips as `lstm_step`'s.
 
     initial: the states to start from, (h (D, B, P), c (D, B, H)), taken as
         constants (no gradient reaches them); None: zeros.
