@@ -15,13 +15,9 @@ mapping, dataset by dataset (TensorFlow stores `x @ W`, torch `x @ W.T`):
 | `.../B` | (4H,) | `bias_ih`, reordered; `bias_hh` holds TensorFlow's constant forget bias of 1 |
 | `.../W_P_0` | (H, P) | `weight_hr` (absent when H == P: no projection) |
 
-Reading never unpickles: HDF5 datasets are plain arrays, read with h5py.
-
-The two files come as people download them: given as a pair, of any names in
-any folders (as AllenNLP's `Elmo(options_file, weight_file)` takes them), or
-found in a folder or an NLPL .zip archive (`find_pair`, `find_zipped_pair`):
-by their published names first, else as the one options .json (a JSON object
-with an `lstm` or `char_cnn` section) and the one weights .hdf5 there.
+The two files are given as a pair of any names, or found in a folder or an
+NLPL .zip archive (`find_pair`, `find_zipped_pair`): by their published
+names first, else as the one options .json and the one weights .hdf5 there.
 """
 
 import json
@@ -228,11 +224,8 @@ def read_bilm_tf(
     names: tuple[str, str] | None = None,
 ) -> BiLM:
     """A BiLM (without softmax) that computes what bilm-tf computes from these
-    files. `progress` wraps the names of the datasets as they are read;
-    `names` are what error messages call the two files (e.g. the members of a
-    zip archive whose temporary copies are read), by default their paths.
-    A missing file, a folder, or the two given the other way round is
-    refused with a `BiLMLoadError` that names the file."""
+    files. `progress` wraps the dataset names as they are read; `names`: what
+    error messages call the two files (default: their paths)."""
     options_path, weights_path = _checked_pair(options_path, weights_path)
     options_name, weights_name = names or (str(options_path), str(weights_path))
     options = read_json(options_path, BilmTfFormatError, options_name)
@@ -494,15 +487,11 @@ def _read_datasets(
         return {name: numpy.asarray(file[name][...], dtype="float32") for name in progress(shapes)}
 
 
-def _gates_to_torch(tf: numpy.ndarray, cell: int) -> numpy.ndarray:
-    """TensorFlow's gate blocks (i, j, f, o) along axis 0 -> torch's (i, f, j, o)."""
-    i, j, f, o = (tf[k * cell : (k + 1) * cell] for k in range(4))
+def _swap_gates(gates: numpy.ndarray, cell: int) -> numpy.ndarray:
+    """Gate blocks along axis 0 between TensorFlow's order (i, j, f, o) and
+    torch's (i, f, j, o): the middle two swapped, each order to the other."""
+    i, j, f, o = (gates[k * cell : (k + 1) * cell] for k in range(4))
     return numpy.concatenate([i, f, j, o])
-
-
-def _gates_to_tf(torch_order: numpy.ndarray, cell: int) -> numpy.ndarray:
-    i, f, j, o = (torch_order[k * cell : (k + 1) * cell] for k in range(4))
-    return numpy.concatenate([i, j, f, o])
 
 
 def _to_state(config: BiLMConfig, arrays: dict[str, numpy.ndarray]) -> dict[str, torch.Tensor]:
@@ -529,9 +518,9 @@ def _to_state(config: BiLMConfig, arrays: dict[str, numpy.ndarray]) -> dict[str,
         for layer in range(config.n_layers):
             path, prefix = _cell(direction, layer), f"{stack}.layers.{layer}"
             kernel = arrays[f"{path}/W_0"]
-            state[f"{prefix}.weight_ih_l0"] = _gates_to_torch(kernel[:dim].T, cell)
-            state[f"{prefix}.weight_hh_l0"] = _gates_to_torch(kernel[dim:].T, cell)
-            state[f"{prefix}.bias_ih_l0"] = _gates_to_torch(arrays[f"{path}/B"], cell)
+            state[f"{prefix}.weight_ih_l0"] = _swap_gates(kernel[:dim].T, cell)
+            state[f"{prefix}.weight_hh_l0"] = _swap_gates(kernel[dim:].T, cell)
+            state[f"{prefix}.bias_ih_l0"] = _swap_gates(arrays[f"{path}/B"], cell)
             state[f"{prefix}.bias_hh_l0"] = forget_bias
             if cell != dim:
                 state[f"{prefix}.weight_hr_l0"] = arrays[f"{path}/W_P_0"].T
@@ -564,12 +553,12 @@ def _from_state(config: BiLMConfig, tensors: dict[str, torch.Tensor]) -> dict[st
     for direction, stack in enumerate(("forward_lstm", "backward_lstm")):
         for layer in range(config.n_layers):
             path, prefix = _cell(direction, layer), f"{stack}.layers.{layer}"
-            weight_ih = _gates_to_tf(state[f"{prefix}.weight_ih_l0"], cell)
-            weight_hh = _gates_to_tf(state[f"{prefix}.weight_hh_l0"], cell)
+            weight_ih = _swap_gates(state[f"{prefix}.weight_ih_l0"], cell)
+            weight_hh = _swap_gates(state[f"{prefix}.weight_hh_l0"], cell)
             arrays[f"{path}/W_0"] = numpy.concatenate([weight_ih.T, weight_hh.T])
             # TensorFlow adds the constant forget bias itself: take it out of bias_hh.
             bias = state[f"{prefix}.bias_ih_l0"] + (state[f"{prefix}.bias_hh_l0"] - forget_bias)
-            arrays[f"{path}/B"] = _gates_to_tf(bias, cell)
+            arrays[f"{path}/B"] = _swap_gates(bias, cell)
             if f"{prefix}.weight_hr_l0" in state:
                 arrays[f"{path}/W_P_0"] = state[f"{prefix}.weight_hr_l0"].T
     return {k: numpy.ascontiguousarray(v, dtype="float32") for k, v in arrays.items()}

@@ -1,19 +1,11 @@
 """A biLM as a program to serve outside Python and spaCy: an ONNX model and a
 `torch.export` program, with a JSON file that says what the inputs mean.
 
-`ServingBiLM` computes the biLM's layers from per-token ids, in float32, with
-torch operations whose shapes all come from the inputs: the recurrence is a
-`scan` over the time steps and a sentence's length is a mask, so the batch
-size and the number of tokens stay free in the exported graph. It runs the
-network's own parameters, so it gives what `Embedder` gives on the same
-tokens (to float32 rounding).
-
-The token encoder runs once per distinct token of the batch (a type), as
-`Embedder` runs it once per distinct word: the inputs are the types' ids and,
-per position, a type's row. Each LSTM layer runs both directions in one
-scan; the input products of all its steps come first, so that each step
-does only the recurrent product, ELMo's cell
-(`lstm_step`: cell clip, projection, projection clip) and the masks.
+`ServingBiLM` computes what `Embedder` gives on the same tokens (to float32
+rounding), with shapes that all come from the inputs (the recurrence a
+`scan`, lengths a mask), so batch size and tokens stay free in the graph.
+The token encoder runs once per distinct token (type); each LSTM layer runs
+both directions in one scan, the input products of all steps first.
 
 Inputs, by encoder (B sentences, T tokens, U types, W char columns):
 
@@ -233,14 +225,10 @@ class ServingBiLM(nn.Module):
     def _lstm_layer(
         self, i: int, x: torch.Tensor, mask: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Layer i of both directions over x (2, B, T, I), forward then
-        backward, each from its state in h0 (2, B, P), c0 (2, B, H), in one
-        `scan` over time: the input products of all steps come first (see
-        `batched_input_products`), so that each step does, per direction, the recurrent
-        product, ELMo's cell (`lstm_step`) and the projection. Positions
-        where `mask` (B, T) is false give zeros. Returns y (2, B, T, P) and
-        the final state h (2, B, P), c (2, B, H): with states, each row's
-        after its last position; without, after the last step (not read)."""
+        """Layer i of both directions over x (2, B, T, I) from h0 (2, B, P), c0
+        (2, B, H), in one `scan` of `lstm_step`s; zeros where `mask` (B, T) is
+        false. Returns y (2, B, T, P) and the final h (2, B, P), c (2, B, H)
+        (with states, each row's after its last position)."""
         from torch._higher_order_ops.scan import scan
 
         directions, batch, steps, width = x.shape
@@ -291,12 +279,9 @@ class ServingBiLM(nn.Module):
 def _char_cnn(
     cnn: CharCNNEncoder, chars: torch.Tensor, n_chars: torch.Tensor, max_chars: int
 ) -> torch.Tensor:
-    """`cnn`'s encodings (U, D) of chars (U, W) holding n_chars (U,) ids
-    each, marks included, for any W from the batch's need (the longest row
-    plus the widest filter - 1) to max_chars: what `CharCNNEncoder` gives,
-    without its branch on W. With unmasked ids (bilm-tf's), a token is
-    pooled as if padded to max_chars: a window wholly in the padding joins
-    its max where it has one (n_chars + filter width <= max_chars), whatever W."""
+    """What `CharCNNEncoder` gives (U, D) for chars (U, W) of n_chars (U,) ids,
+    for any W up to max_chars, without its branch on W: with bilm-tf's
+    unmasked ids a token pools as if padded to max_chars."""
     embedded = cnn.embed(chars).transpose(1, 2)  # (U, char_dim, W)
     if not cnn.masked:
         padding = cnn.embed.weight[cnn.padding][None, :, None]  # (1, char_dim, 1)
@@ -320,11 +305,9 @@ def _char_cnn(
 def serving_inputs(
     bilm: BiLM, sentences: Sequence[Sequence[str]], with_states: bool = False
 ) -> dict[str, numpy.ndarray]:
-    """The inputs of an exported `bilm` for tokenised sentences, as numpy
-    arrays by input name (see the module docstring), zero states included
-    with `with_states`: what a server computes from tokens (inputs.json
-    says how). The batch's distinct tokens (its types) are encoded once
-    each, in the order of their first appearance."""
+    """The inputs of an exported `bilm` for tokenised sentences, numpy arrays
+    by input name (zero states with `with_states`): what a server computes
+    from tokens as inputs.json says."""
     config = bilm.config
     type_ids, types = type_index(sentences)
     inputs: dict[str, numpy.ndarray] = {}
@@ -422,12 +405,9 @@ def export_bilm(
 
 
 def quantize_int8(path: Path) -> None:
-    """Rewrite the ONNX model at `path` with its products (MatMul, Gemm) in
-    int8: onnxruntime's dynamic quantization (weights int8 per tensor,
-    activations uint8 quantized per product at run time), in the scan's
-    body as well (its subgraphs, which `quantize_dynamic` leaves alone
-    unless asked). The convolutions stay float32: onnxruntime's ConvInteger
-    is slower than its float32 Conv on the CPU."""
+    """Rewrite the ONNX model at `path` with its MatMul and Gemm products in
+    int8 by onnxruntime's dynamic quantization, the scan's body included;
+    convolutions stay float32 (ConvInteger is slower on the CPU)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantized = path.with_suffix(".int8.onnx")
