@@ -4,27 +4,12 @@ and numbers, over this package's biLM:
     from elmo_spacy.allennlp import Elmo, batch_to_ids   # was allennlp.modules.elmo
     from elmo_spacy.allennlp import ElmoEmbedder         # was allennlp.commands.elmo (0.9)
 
-- `Elmo`: ELMo as a torch module inside a model: the biLM's layers mixed by
-  one `ScalarMix` per representation, dropout on the output;
-- `ElmoBiLm` (`_ElmoBiLm`): the biLM's L + 1 activations with <S> and </S>;
-- `ElmoCharacterEncoder` (`_ElmoCharacterEncoder`): the token encodings;
-- `batch_to_ids`: tokens to AllenNLP's character ids;
-- `ScalarMix`: AllenNLP's mix of layers;
-- `ElmoEmbedder`: arrays per sentence, and `allennlp elmo`'s HDF5 files.
-
-As in AllenNLP, the biLM is stateful: each batch row starts from the LSTM
-state that the previous batch left in that row (`state="carried"`), which is
-how the published models were trained and their published outputs computed.
-`state="zero"` (every sentence from zeros) and `state="primed"` (from the
-state a warm-up text leaves; `elmo_spacy.Embedder`'s and the `elmo` pipe's
-choices) make a sentence's vectors independent of what ran before.
-
-Beyond AllenNLP, opt-in: the same classes take any biLM that
-`elmo_spacy.bilm.load_bilm` reads (a biLM folder of `elmo-spacy pretrain`,
-an ELMoForManyLangs model: give it as `options_file`, with `weight_file`
-None) or a `BiLM`; lists of token lists wherever a character-id tensor goes;
-a `precision` ("bfloat16", "float16"); CUDA through `.to(device)` or
-`cuda_device`. docs/allennlp.md is the migration guide, name by name.
+As in AllenNLP, the biLM is stateful (`state="carried"`: each batch row
+starts from the state the previous batch left in it); `state="zero"` and
+`state="primed"` make a sentence's vectors independent of what ran before.
+Beyond AllenNLP, opt-in: any biLM `load_bilm` reads (as `options_file`, with
+`weight_file` None) or a `BiLM`; token lists wherever character ids go; a
+`precision`. docs/allennlp.md is the migration guide, name by name.
 """
 
 import contextlib
@@ -63,11 +48,9 @@ class ConfigurationError(ElmoSpacyError):
 
 
 class ELMoCharacterMapper:
-    """AllenNLP's character ids of a token: its UTF-8 bytes (invalid ones
-    dropped, at most 48) between begin- and end-of-word marks, padded to 50,
-    every id shifted by one so that 0 pads whole tokens. The tokens <S> and
-    </S> are the sentence marks; `tokens_to_add` maps more tokens to one
-    id each (an int below 256)."""
+    """AllenNLP's character ids of a token: at most 48 UTF-8 bytes between
+    word marks, padded to 50, shifted by one so that 0 pads whole tokens;
+    `tokens_to_add` maps more tokens to one id each (below 256)."""
 
     max_word_length = 50
     beginning_of_sentence_character = 256
@@ -127,9 +110,8 @@ def remove_sentence_boundaries(
 
 
 def _char_id_batch(inputs: torch.Tensor, chars: BilmTfCharIds) -> TokenBatch:
-    """The TokenBatch of AllenNLP's character ids (B, T, C): the rows with any
-    id are the tokens (right-padded), each distinct row one type, bilm-tf's
-    ids (AllenNLP's - 1) cut to the columns the batch needs."""
+    """The TokenBatch of AllenNLP's character ids (B, T, C), each distinct
+    row one type of bilm-tf's ids (AllenNLP's - 1)."""
     inputs = inputs.detach().to("cpu", torch.int64)
     if inputs.shape[-1] != chars.max_chars:
         raise ConfigurationError(
@@ -243,14 +225,11 @@ def _load(options_file: ModelFile, weight_file: str | Path | None) -> BiLM:
 
 
 class ElmoCharacterEncoder(nn.Module):
-    """AllenNLP's `_ElmoCharacterEncoder`: the biLM's context-independent
-    token encodings (char CNN, highway layers, projection).
+    """AllenNLP's `_ElmoCharacterEncoder`: the biLM's token encodings.
 
-    `forward(inputs)` takes character ids (B, T, 50) (`batch_to_ids`) or a
-    list of B token lists and returns {"token_embedding": (B, T + 2, P),
-    "mask": (B, T + 2) bool}, <S> and </S> added around each sentence; zero
-    where the mask is False (AllenNLP's are the encoding of an empty token
-    there).
+    `forward(inputs)`: character ids (B, T, 50) or B token lists ->
+    {"token_embedding": (B, T + 2, P), "mask": (B, T + 2) bool}, framed by
+    <S> and </S>, zero where the mask is False.
     """
 
     def __init__(
@@ -307,9 +286,8 @@ def token_batch(bilm: BiLM, inputs: torch.Tensor | Tokens) -> TokenBatch:
 
 
 def _frozen_scope(bilm: BiLM, *more: torch.Tensor | None) -> contextlib.AbstractContextManager:
-    """torch.no_grad() where nothing of the biLM trains (its parameters, the
-    tensors `more`): the biLM then runs as at inference (its caches kept),
-    and its outputs need no graph."""
+    """torch.no_grad() where neither the biLM's parameters nor `more` train,
+    so that the biLM runs as at inference (its caches kept)."""
     trains = any(p.requires_grad for p in bilm.parameters()) or any(
         t is not None and t.requires_grad for t in more
     )
@@ -338,12 +316,10 @@ class ElmoBiLm(nn.Module):
     precision: "float32" (conformant; the default for a path), "bfloat16" or
         "float16"; None keeps a given BiLM's.
 
-    `forward(inputs, word_inputs=None)` takes character ids (B, T, 50)
-    (`batch_to_ids`) or B token lists and returns {"activations": L + 1
-    tensors (B, T + 2, 2P) (layer 0 the token encoding twice, [x; x]; then
-    each LSTM layer, [forward; backward]), "mask": (B, T + 2) bool}, zero
-    where the mask is False. One call at a time runs per module (a lock):
-    the carried state is the module's.
+    `forward(inputs, word_inputs=None)`: character ids (B, T, 50) or B token
+    lists -> {"activations": L + 1 tensors (B, T + 2, 2P) (layer 0 [x; x],
+    then [forward; backward]), "mask": (B, T + 2) bool}, zero where the mask
+    is False. Calls run one at a time (a lock): the carried state is the module's.
     """
 
     def __init__(
@@ -400,8 +376,7 @@ class ElmoBiLm(nn.Module):
 
     def create_cached_cnn_embeddings(self, tokens: list[str]) -> None:
         """Compute the token encodings of `tokens` once: `word_inputs` id i
-        (0 pads) looks up tokens[i]'s. They train with the biLM
-        (`requires_grad`), as in AllenNLP."""
+        (0 pads) looks up tokens[i]'s; they train with `requires_grad`."""
         with torch.no_grad():
             encoded = [
                 self.bilm.token_encodings(self.bilm.batch([tokens[i : i + 1024]]))[0]
@@ -701,16 +676,13 @@ class ElmoEmbedder:
         forget_sentences: bool = False,
         use_sentence_keys: bool = False,
     ) -> None:
-        """Embed a file of sentences, one a line, tokens separated by white
-        space, into an HDF5 file of `allennlp elmo`'s layout: a dataset per
-        line keyed by its index (from 0) or, with `use_sentence_keys`, by the
-        sentence; unless `forget_sentences`, `sentence_to_index` (the JSON
-        of sentence -> key). output_format: "all" (L + 1, n, 2P), "top"
-        (n, 2P) or "average" (n, 2P) of the layers. `input_file` is a path
-        or an open text file (closed when read, as AllenNLP did). The file
-        appears once complete; a file with blank lines, or with a repeated
-        sentence under use_sentence_keys, is refused before anything is
-        written."""
+        """Embed a file of sentences (one a line, tokens split on white space)
+        into an HDF5 file of `allennlp elmo`'s layout: a dataset per line
+        keyed by its index or, with `use_sentence_keys`, the sentence; and
+        unless `forget_sentences`, `sentence_to_index`. output_format: "all"
+        (L + 1, n, 2P), "top" or "average" (n, 2P). `input_file`: a path or an
+        open text file (closed when read). Blank lines are refused; the file
+        appears once complete."""
         if output_format not in OUTPUT_FORMATS:
             raise ConfigurationError(
                 f"output_format = {output_format!r}: use one of {', '.join(OUTPUT_FORMATS)}"
@@ -769,12 +741,9 @@ ALLENNLP_MODULES = {
 
 
 def as_allennlp_modules() -> None:
-    """Make `import allennlp.modules.elmo` (and the modules of
-    `ALLENNLP_MODULES`) import these classes, for code that imports AllenNLP
-    where its users cannot change the import lines (Flair's `ELMoEmbeddings`,
-    bio_embeddings): call it before importing that code. Opt-in, and only
-    where AllenNLP itself is not installed; the modules hold only the names
-    listed."""
+    """Make `import allennlp.modules.elmo` (and `ALLENNLP_MODULES`) import
+    these classes, for code whose import lines users cannot change (Flair,
+    bio_embeddings): call it first. Only where AllenNLP is not installed."""
     import importlib.util
     import sys
     import types
