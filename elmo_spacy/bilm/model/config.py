@@ -21,12 +21,10 @@ class BiLMConfig:
         ELMoForManyLangs' models compute it).
     max_chars: characters per token for the char CNN, begin/end-of-word marks
         included; longer tokens are cut.
-    char_ids: "masked" (byte ids, padding masked out of the char CNN's
-        max-pooling, so a token's encoding depends on its bytes only),
-        "bilm_tf" (bilm-tf's ids: every token padded to max_chars with a
-        learned padding embedding, max-pooled over every position) or
-        "char_vocab" (ELMoForManyLangs' ids from the character vocabulary of a
-        converted model, padded as bilm-tf's); see `elmo_spacy.bilm.inputs.chars`.
+    char_ids: "masked" (byte ids, padding masked out of the max-pooling),
+        "bilm_tf" (bilm-tf's ids, padding embedded and pooled) or
+        "char_vocab" (a converted ELMoForManyLangs model's character
+        vocabulary, padded as bilm-tf's); see `elmo_spacy.bilm.inputs.chars`.
     char_dim: width of a character embedding.
     filters: (width, count) pairs of the char CNN convolutions.
     char_activation: "relu" or "tanh", after the max-pooling.
@@ -41,10 +39,8 @@ class BiLMConfig:
     cell_clip, proj_clip: clip the LSTM cell, and its projected output, to
         [-clip, clip] at every step (bilm-tf: 3 and 3); null for none. As in
         TensorFlow's LSTMCell, proj_clip applies only where the LSTM projects
-        (lstm_dim != projection_dim). Clipped biLMs train on the training
-        kernel, on a GPU with Triton's steps (cuDNN, which trains unclipped
-        ones there, cannot clip; without Triton they train on the loop kernel:
-        see `choose_kernel`).
+        (lstm_dim != projection_dim). cuDNN cannot clip: on a GPU clipped
+        biLMs train on Triton's steps (see `choose_kernel`).
     skip_connections: add each LSTM layer's input to its output, from the
         second layer on.
     forget_bias: null trains two LSTM biases (torch's LSTM); a number trains one
@@ -54,13 +50,9 @@ class BiLMConfig:
         "full" (a linear layer over the whole vocabulary).
     cutoffs: frequency-rank cutoffs of the adaptive softmax clusters: the
         head holds the words before the first, each tail cluster the words up
-        to the next; each rare word's prediction costs its cluster's size.
-        "auto": fitted to the vocabulary's size (`fitted_cutoffs`: 2,000,
-        10,000, 50,000, 100,000, then every 100,000, those below the
-        vocabulary's size; div_value lowered where it would leave the last
-        cluster less than 1 dimension). A list of numbers: those cutoffs
-        (pretraining warns where one leaves a cluster of more than 100,000
-        words, and names the fitted list).
+        to the next. "auto": fitted to the vocabulary's size
+        (`fitted_cutoffs`); a list: those cutoffs (pretraining warns of a
+        cluster of more than 100,000 words).
     div_value: tail cluster i projects to projection_dim / div_value^(i + 1)
         dimensions (torch's adaptive softmax; at least 1 each).
     max_vocab_size: most frequent word types kept as softmax targets.
