@@ -1,27 +1,8 @@
-"""Tokens as character ids for the char CNN: this package's scheme, bilm-tf's
-and ELMoForManyLangs'.
-
-All three frame a token's units (UTF-8 bytes, or characters) with begin- and
-end-of-word marks, and give the sentence-boundary tokens their own marks.
-They differ in the units, the ids and what padding means:
-
-- "masked" (models trained here by default): byte b is id b + 1, id 0 pads
-  and has a zero embedding, and the char CNN masks every window that starts
-  after the end-of-word mark, so a token's encoding depends on its bytes only.
-- "bilm_tf" (bilm-tf's, what the published ELMo models use): byte b is id b,
-  256/257 mark the sentence boundaries, 258/259 begin and end a word, and 260
-  pads every token to `max_chars` with a learned embedding; the char CNN
-  max-pools over every position, padding included.
-- "char_vocab" (ELMoForManyLangs'): the units are characters (code points),
-  each the id of its entry in the model's character vocabulary (`<oov>` if it
-  has none); `<pad>` pads as in bilm-tf. The reference swaps its two word
-  marks, in training and inference alike: a token starts with the id of
-  `<eow>` and ends with that of `<bow>`. The boundary tokens are the ids of
-  `<bos>` and `<eos>` between those marks.
-
-Either way a batch holds only as many columns as its longest token needs:
-what lies beyond is padding, which the char CNN accounts for without
-materialising it (see `CharCNNEncoder`).
+"""Tokens as character ids for the char CNN, in three schemes (one class
+each): this package's ("masked"), bilm-tf's and ELMoForManyLangs'. Each
+frames a token's units with word marks and gives the sentence boundaries
+their own; a batch holds only the columns its longest token needs, the char
+CNN accounting for the padding beyond (see `CharCNNEncoder`).
 """
 
 from collections.abc import Sequence
@@ -109,7 +90,8 @@ class CharIds:
 
 
 class MaskedCharIds(CharIds):
-    """This package's scheme: byte b -> b + 1, 0 pads (masked out of the max)."""
+    """This package's scheme: byte b -> b + 1, 0 pads with a zero embedding and
+    is masked out of the max, so a token's encoding depends on its bytes only."""
 
     scheme = "masked"
     padding = 0
@@ -128,9 +110,9 @@ class MaskedCharIds(CharIds):
 
 
 class BilmTfCharIds(CharIds):
-    """bilm-tf's scheme: byte b -> b, marks 256-259, 260 pads (a learned row).
-    Bytes that are not valid UTF-8 (lone surrogates) are left out, and the
-    literal tokens <S> and </S> are the sentence boundaries, as in bilm-tf."""
+    """bilm-tf's scheme: byte b -> b, marks 256-259, 260 pads every token to
+    max_chars (a learned row, max-pooled); invalid UTF-8 is left out and the
+    literal tokens <S> and </S> are the sentence boundaries."""
 
     scheme = "bilm_tf"
     begin_of_sentence = 256
