@@ -1,7 +1,6 @@
-"""How the model's arithmetic treats reduced precision: which products run in
-which dtype under torch's autocast, and what stays float32 (reductions, gate
-nonlinearities, the cell state). Choosing a precision, and running a biLM in
-it, is the runtime's (`elmo_spacy.bilm.runtime.precision`)."""
+"""Which dtype the model's products run in under torch's autocast, and what
+stays float32 (reductions, gate nonlinearities, the cell state). Choosing a
+precision is the runtime's (`elmo_spacy.bilm.runtime.precision`)."""
 
 import contextlib
 
@@ -54,9 +53,7 @@ ROW_BLOCK = 128
 
 
 def padded_rows(n: int) -> int:
-    """`n` rounded up to a multiple of ROW_BLOCK: the rows of bfloat16
-    products whose row count changes from batch to batch (pretraining's LSTM
-    and softmax). oneDNN builds a kernel for each new shape of a bfloat16
-    product (several times the product's own time); padded to a few sizes, the kernels built for one batch serve the
-    next."""
+    """`n` rounded up to a multiple of ROW_BLOCK, for bfloat16 products whose
+    rows change from batch to batch: oneDNN builds a kernel for each new
+    shape (several times the product's time), so a few sizes serve all."""
     return -(-n // ROW_BLOCK) * ROW_BLOCK

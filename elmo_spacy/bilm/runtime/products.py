@@ -1,11 +1,8 @@
 """Products with a weight matrix on oneDNN's kernels for a packed weight.
 
-oneDNN reorders ("packs") a weight once into the layout its kernels read
-fastest; a product with the packed weight then skips the per-call work of a
-plain GEMM, which at the LSTM's per-step sizes (tens of rows) is most of
-its time (`python benchmarks/step_gemm_rates.py --shape pretraining` prints
-both rates). Where torch lacks oneDNN's packed linear,
-the plain GEMM runs instead.
+oneDNN packs a weight once into the layout its kernels read fastest, which
+skips a plain GEMM's per-call work, most of the time at the LSTM's per-step
+sizes (benchmarks/step_gemm_rates.py). Without oneDNN, plain GEMMs run.
 """
 
 import functools
@@ -20,12 +17,9 @@ Product = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
 
 @functools.cache
 def onednn_packing(dtype: torch.dtype = torch.float32) -> bool:
-    """Whether this torch packs a weight in `dtype` for oneDNN's linear, and
-    the product on it gives the plain GEMM's result: asked of oneDNN itself,
-    once per dtype. float32 packs wherever torch's CPU build has oneDNN (x86
-    and ARM); bfloat16 only where oneDNN has a bfloat16 path on this CPU
-    (AVX-512 BW/VL/DQ or AVX-NE-CONVERT on x86: not on AVX2-only hosts,
-    where torch still multiplies bfloat16, in plain GEMMs)."""
+    """Whether this torch packs a weight in `dtype` for oneDNN's linear and
+    the product gives the plain GEMM's result, asked of oneDNN once per dtype
+    (bfloat16 packs only where oneDNN has a bfloat16 path on this CPU)."""
     if dtype not in (torch.float32, torch.bfloat16):
         return False
     try:
@@ -70,10 +64,9 @@ def packed_product(packed: torch.Tensor, dtype: torch.dtype, fuse_add: bool) -> 
 
 
 def linear_product(weight: torch.Tensor, dtype: torch.dtype) -> Product:
-    """A function (x (N, in), add) -> x @ weight.T + add in `dtype`, for
-    many products with one weight (out, in): packed once for oneDNN where
-    it can be (on the CPU, in a dtype `onednn_packing` says oneDNN packs),
-    else cast once for a plain GEMM. `add` as in `packed_product`."""
+    """(x (N, in), add) -> x @ weight.T + add in `dtype`, for many products
+    with one weight (out, in): packed once for oneDNN where it can be, else
+    cast once for a plain GEMM. `add` as in `packed_product`."""
     if weight.device.type == "cpu" and onednn_packing(dtype):
         return packed_product(pack(weight, dtype), dtype, fuse_add=dtype != torch.float32)
     transposed = weight.detach().to(dtype).t()
