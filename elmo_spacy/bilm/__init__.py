@@ -1,14 +1,7 @@
-"""The ELMo bidirectional language model, in plain PyTorch.
-
-Four subpackages, each with one job: `model/` (the network: modules, layers,
-the language-model loss), `inputs/` (token strings to ids and batches),
-`runtime/` (kernels, precision, caches, carried state: running it fast) and
-`formats/` (reading and writing biLMs, exporting them for serving). `BiLM`
-(bilm.py) puts them together; `runner.py` runs a biLM over sentences with
-its settings, for every caller. Imports go one way:
-runtime and formats use the model and the inputs, never the other way.
-Nothing here imports spaCy or thinc: the biLM can be built, trained,
-profiled and saved on its own.
+"""The ELMo bidirectional language model, in plain PyTorch: `model/` (the
+network and its loss), `inputs/` (tokens to batches), `runtime/` (running it
+fast, with state) and `formats/` (biLMs on disk), put together by `BiLM`.
+Runtime and formats use model and inputs, never back; nothing imports spaCy.
 """
 
 from .bilm import BiLM
