@@ -1,22 +1,18 @@
 """The inputs of an exported biLM (`elmo-spacy export`) made from tokens, with
 numpy alone: what a server needs beside onnxruntime.
 
-`ExportInputs` reads the export folder's inputs.json (and vocab.txt, for
-encoders that read words), never the model, and this module imports nothing
-but numpy, json and pathlib (and, inside this package, its error type), so
-that it runs where neither torch nor this package is installed: copy this
-file beside the server (docs/embedding.md, "A client with onnxruntime and
-numpy alone").
+`ExportInputs` reads the export folder's inputs.json (and vocab.txt), never
+the model, and this module imports only numpy and the standard library, so
+that it runs where neither torch nor this package is installed: copy it
+beside the server (docs/embedding.md, "A client with onnxruntime and numpy
+alone").
 
     make_inputs = ExportInputs("served")
     feed = make_inputs([["The", "cat", "sat", "."], ["Hello", "!"]])
     (layers,) = onnxruntime.InferenceSession("served/bilm.onnx").run(["layers"], feed)
 
-It gives the arrays that `elmo_spacy.bilm.formats.exported.serving_inputs`
-gives from the biLM itself, equal to the last id (tested for each encoder
-and character scheme), so the graph gives `Embedder`'s layers on the same
-tokens. Tokenise the text as inputs.json's "tokenization" says the biLM's
-text was.
+It gives what `exported.serving_inputs` gives from the biLM itself, to the
+last id. Tokenise the text as inputs.json's "tokenization" says.
 """
 
 import json
@@ -51,11 +47,9 @@ def type_index(sentences: Sequence[Sequence[str]]) -> tuple[numpy.ndarray, list[
 
 
 class ExportInputs:
-    """Tokenised sentences -> the inputs of the biLM exported to `folder`
-    (inputs.json, vocab.txt), as numpy arrays by input name, in the order
-    of inputs.json's inputs (the order the torch.export program takes them
-    in). The batch's distinct tokens (its types) are encoded once each, in
-    the order of their first appearance.
+    """Tokenised sentences -> the inputs of the biLM exported to `folder`, as
+    numpy arrays by input name in inputs.json's order (the torch.export
+    program's), each distinct token encoded once.
 
     names: the graph's input names.
     described: inputs.json, as read.

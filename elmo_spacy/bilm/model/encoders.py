@@ -42,13 +42,10 @@ class CharCNNEncoder(nn.Module):
     Input (U, W) int64 character ids and (U,) ids per row (see
     `elmo_spacy.bilm.inputs.chars`); output (U, P).
 
-    The batch holds only the W <= max_chars columns its longest token needs.
-    With masked ids, windows that start after a token's end-of-word mark are
-    left out of the max-pooling, so a token's encoding does not depend on the
-    other tokens of its batch. With bilm-tf's ids, every token is padded to
-    max_chars with a learned padding embedding and pooled over every window, as
-    bilm-tf does: a window that lies wholly in the padding scores the same for
-    every token, so it is computed once and joins each token's max.
+    The batch holds only the W <= max_chars columns it needs. With masked
+    ids, windows past a token's end-of-word mark are left out of the pooling;
+    with bilm-tf's, a window wholly in the padding beyond W scores the same
+    for every token, so it is computed once and joins each token's max.
     """
 
     def __init__(

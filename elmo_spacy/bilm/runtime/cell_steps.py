@@ -3,16 +3,10 @@ in the forward pass the gate activations, the cell update and its clip, the
 output, and what the backward pass will multiply by; in the backward pass the
 cell's gradient carried a step back and the gates' gradients.
 
-Two implementations of one contract:
-
-- `TorchCellSteps`: torch operators, on any device (about fifteen operator
-  calls a step forward, five backward; the CPU's);
-- `TritonCellSteps`: one Triton kernel a step each way, for CUDA GPUs, where
-  every operator call is a kernel launch and the launches, not the
-  arithmetic, set a step's pace at the biLM's sizes. Triton compiles for the
-  GPU; its interpreter (TRITON_INTERPRET=1) runs the same kernels on the CPU,
-  which is how tests/test_lstm_implementations.py checks them on machines
-  without a GPU.
+Two implementations of one contract: `TorchCellSteps` (torch operators, any
+device) and `TritonCellSteps` (one Triton kernel a step each way, for CUDA
+GPUs, where kernel launches set a step's pace; TRITON_INTERPRET=1 runs them
+on the CPU for tests).
 
 Shapes, for D layers run together (the biLM's two directions), B rows and
 H cell units; "dtype" is the products' dtype (bfloat16 or float32), "state"

@@ -1,8 +1,4 @@
-"""The one way this package bounds a cache: a least-recently-used mapping.
-
-Plain Python; it knows nothing of torch or spaCy. The bound is a count of
-entries, or a total of sizes that a function gives each value (bytes, say).
-"""
+"""The one way this package bounds a cache: a least-recently-used mapping."""
 
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
@@ -15,14 +11,11 @@ Value = TypeVar("Value")
 class LruCache(Generic[Key, Value]):
     """A mapping that keeps its most recently used entries within a bound.
 
-    max_size: the bound: a number of entries, or, with `size_of`, a total of
-        the entries' sizes in its unit (`size_of=operator.attrgetter("nbytes")`
-        bounds the bytes of numpy arrays). Storing an entry drops the least
-        recently used ones until the total is within the bound again, the new
-        entry too if it alone is larger; with max_size <= 0 nothing is kept.
+    max_size: a number of entries, or with `size_of` a total of sizes (e.g.
+        `operator.attrgetter("nbytes")`); storing drops the least recently
+        used entries past it, the new one too if it alone is larger.
     size: the total now, in the bound's unit.
-    hits, misses: the lookups by `get` that found their key, and that did not.
-        `clear` keeps them: they count the cache's whole life.
+    hits, misses: `get`'s lookups over the cache's life (`clear` keeps them).
 
     Values are never None: None is what `get` gives for a missing key.
     """

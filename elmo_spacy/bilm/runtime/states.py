@@ -11,11 +11,9 @@ from ..model.network import States
 class CarriedStates:
     """bilm-tf's state carried across batches, replayed when `enabled`.
 
-    Batch row b starts each LSTM layer from the state that the previous batch
-    left in row b, the forward direction's after the row's last token (</S>),
-    the backward direction's after its first (<S>). Rows beyond the previous
-    batch start from zero; stored rows beyond the current batch keep their
-    state.
+    Batch row b starts each layer from the state the previous batch left in
+    row b (forward: after its </S>; backward: after its <S>); new rows start
+    from zero, and rows beyond the current batch keep theirs.
 
     states: per direction and layer, (h (R, P), c (R, H)) of the R rows seen
         so far; None before the first batch and after `reset`.
@@ -30,10 +28,8 @@ class CarriedStates:
         self.states = None
 
     def starting_states(self, n_rows: int, given: States | None) -> States | None:
-        """What a batch of n_rows rows starts from: when enabled, the carried
-        states (zero rows for rows never seen; None before any); otherwise
-        `given` (R = n_rows rows, or one row for every row, see
-        `repeat_states`), or None for zeros."""
+        """What a batch of n_rows rows starts from: when enabled the carried
+        states, else `given` (see `repeat_states`); None for zeros."""
         if self.enabled:
             if given is not None:
                 raise ElmoSpacyError(
