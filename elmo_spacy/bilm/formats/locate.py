@@ -81,19 +81,15 @@ FORMATS = {
 def load_bilm(
     path: BiLMPath, with_softmax: bool | None = None, progress: DatasetProgress = iter
 ) -> BiLM:
-    """Read the biLM at `path`, in any format of `FORMATS`: a biLM directory
-    (`elmo-spacy pretrain`'s model-best/, `convert-elmo`'s output), a
-    bilm-tf model folder (the published ELMo files, AllenNLP's, NLPL's), an
-    NLPL .zip archive, or an ELMoForManyLangs model folder; or a bilm-tf
-    model's two files as a pair, `(options_json, weights_hdf5)` (a 2-tuple or
-    list of paths or strings, of any names in any folders, as AllenNLP's
-    `Elmo(options_file, weight_file, ...)` takes them):
+    """Read the biLM at `path`, in any format of `FORMATS` (a biLM directory,
+    a bilm-tf folder or NLPL .zip, an ELMoForManyLangs folder), or a bilm-tf
+    model's two files as a pair of any names (as AllenNLP's `Elmo` takes them):
 
         load_bilm("models/elmo-original")
         load_bilm(("downloads/elmo_options.json", "weights/elmo_weights.hdf5"))
 
-    Any other path (an options file alone, too) is refused with a
-    `BiLMLoadError` that says what is there and what to point to.
+    Anything else is refused with a `BiLMLoadError` that says what is there
+    and what to point to.
 
     with_softmax: None loads the softmax head where the biLM has one (a biLM
         directory from pretraining); False leaves it out (the `elmo` pipe
