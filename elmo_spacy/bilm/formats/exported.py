@@ -75,12 +75,9 @@ class ServingBiLM(nn.Module):
     """The layers of `bilm` from per-token ids (see the module docstring).
 
     initial_states: the state every sentence starts from, per direction and
-        layer (h (1, P), c (1, H)), e.g. `Runner.initial_states()`; None:
-        zeros. Not with `with_states`, which takes the states as inputs.
-    batched_input_products: each LSTM layer's input products for both
-        directions as one batched product, then the bias (onnxruntime's
-        dynamic int8 quantization runs it faster); else one 2-D product a
-        direction with its bias, which onnxruntime fuses into one Gemm
+        layer (h (1, P), c (1, H)); None: zeros. Not with `with_states`.
+    batched_input_products: both directions' input products as one batched
+        product (faster under int8 quantization); else one Gemm a direction
         (faster in float32: docs/results.md, "Serving outside Python").
     """
 
@@ -337,15 +334,11 @@ def export_bilm(
     dtype: torch.dtype = torch.float32,
     quantize: str | None = None,
 ) -> list[Path]:
-    """Write `bilm` to the folder `output` (which the caller owns) as the
-    given `formats` ("onnx": bilm.onnx, "torch-export": bilm.pt2, load with
-    `torch.export.load(path).module()`), with inputs.json and, for word
-    encoders, vocab.txt. Returns the files written. `dtype`: of the weights,
-    states and layers (float64 shows a model whose float32 rounding moves
-    its outputs computing what the network computes). `quantize`: None, or
-    "int8": bilm.onnx's products (the LSTMs' inside the scan included, the
-    char CNN's highway and projection) in int8 by onnxruntime's dynamic
-    quantization (`quantize_int8`); the torch-export program stays float32."""
+    """Write `bilm` into the folder `output` as the given `formats` ("onnx":
+    bilm.onnx, "torch-export": bilm.pt2), with inputs.json and, for word
+    encoders, vocab.txt; returns the files written. `dtype`: of weights,
+    states and layers. `quantize`: None, or "int8" for bilm.onnx's products
+    (`quantize_int8`)."""
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise ElmoSpacyError(f"Export formats {unknown}: use {', '.join(FORMATS)}")
@@ -428,11 +421,10 @@ def quantize_int8(path: Path) -> None:
 
 
 def session_options(threads: int | None = None) -> Any:
-    """onnxruntime's `SessionOptions` for an exported biLM, as measured
-    fastest on the CPU (docs/results.md, "Serving outside Python"): every
-    graph optimisation, operators run one after the other (ORT_SEQUENTIAL:
-    the parallel mode was 2.6x slower), each on `threads` threads (default:
-    onnxruntime's, one per physical core)."""
+    """onnxruntime's `SessionOptions` measured fastest for an exported biLM on
+    the CPU (docs/results.md, "Serving outside Python"): every graph
+    optimisation, sequential execution (parallel was 2.6x slower), `threads`
+    threads per operator (default: one per physical core)."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
