@@ -86,16 +86,11 @@ def check_shapes(
     if not (missing or extra or wrong):
         return
     problems = [
-        *([f"missing {_some(missing)}"] if missing else []),
-        *([f"unexpected {_some(extra)}"] if extra else []),
+        *([f"missing {listing(missing, 5)}"] if missing else []),
+        *([f"unexpected {listing(extra, 5)}"] if extra else []),
         *wrong[:3],
     ]
     raise error(
         f"{where} does not match {described_by} ({'; '.join(problems)}): were the files of "
         "different models mixed?"
     )
-
-
-def _some(names: Sequence[str], shown: int = 5) -> str:
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more
