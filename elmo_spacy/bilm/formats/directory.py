@@ -1,15 +1,9 @@
 """This package's own format: a biLM directory of `config.json`, `vocab.json`
 and `weights.safetensors`, and `tokenization.json` where it is known how its
-text was tokenised. `elmo-spacy pretrain` writes it (model-best/,
-model-last/, checkpoints), as do `convert-elmo` and `convert-efml`; the
-`elmo` pipe saves its biLM in it.
-
-`vocab.json` is the list of words, or, for a biLM with a character
-vocabulary (a converted ELMoForManyLangs model), {"words": [...], "chars": [...]}.
-`tokenization.json` is a `Tokenization` ({"tokenizer": "spacy", "lang": "en"}).
-
-safetensors holds raw tensors only, so reading a biLM never unpickles
-anything. `load_bilm` (`locate`) reads this format and the others.
+text was tokenised. Pretraining, the converters and the `elmo`
+pipe write it. `vocab.json` is the list of words, or with a character
+vocabulary {"words": [...], "chars": [...]}; `tokenization.json` a
+`Tokenization`. safetensors holds raw tensors: nothing is unpickled.
 """
 
 import json

@@ -1,21 +1,12 @@
 """The LSTM kernels that run a biLM's stacks, and the one place that says
 which runs when (`choose_kernel`; `BiLM._run` runs its choice).
 
-Three kernels run the same parameters (`elmo_spacy.bilm.model.lstm.LstmStack`),
-each a row of tests/test_lstm_implementations.py:
-
-- "training": `lstm_layer_for_training` (runtime/recurrence.py: forward and
-  backward written out, the products over all time steps in single GEMMs,
-  the clips included), each layer of both directions in one call
-  (`run_training_stacks`); from zero or given states, with gradients: the
-  CPU's, and a CUDA GPU's where the LSTM clips (each step's elementwise work
-  one Triton kernel, runtime/cell_steps.py);
-- "fused": torch's LSTM (`run_fused_layer`): cuDNN on a GPU, and on the CPU
-  at inference where oneDNN cannot pack weights;
-- "loop": the written-out recurrence of `lstm_step` that clips
-  (`run_lstm_layer`), which takes and gives states; at inference on the
-  CPU on weights that oneDNN packed once (`packed_products`, twice a plain
-  GEMM's speed at ELMo's small batches).
+Three kernels run the same `LstmStack` parameters, each a row of
+tests/test_lstm_implementations.py: "training" (`lstm_layer_for_training`,
+both passes written out, both directions in one call), "fused" (torch's
+LSTM: cuDNN, or the CPU's without oneDNN packing) and "loop"
+(`run_lstm_layer`, clipping, with states; at inference on the CPU on
+oneDNN-packed weights, `packed_products`).
 """
 
 from collections.abc import Sequence

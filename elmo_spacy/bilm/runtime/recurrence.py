@@ -72,20 +72,10 @@ class _LstmLayers(torch.autograd.Function):
     """x (D, T, B, I) -> y (T, D, B, P), time-major; see `lstm_layer_for_training`.
 
     The forward pass keeps, per step, what the backward pass multiplies by
-    (derived while the step's gates are in cache), so that each backward
-    step is two GEMMs and three elementwise products:
-
-    - `factors` (T, D, B, 4, H): per unit of the cell state's gradient, the
-      gradients of the input, forget and cell gates' preactivations
-      (g i (1 - i), c' f (1 - f), i (1 - g^2), c' the previous cell); per unit
-      of the hidden state's gradient, the output gate's (tanh(c) o (1 - o));
-    - `cell_from_hidden` (T, D, B, H): the cell state's gradient per unit of
-      the hidden state's, o (1 - tanh(c)^2);
-    - `forget` (T, D, B, H): f, which carries the cell's gradient a step back.
-
-    Arrays written a step at a time are time-major (a step's slice is
-    contiguous); those that only go into the products over all steps are
-    direction-major, (D, rows, ...) with row t * B + b.
+    (`factors`, `cell_from_hidden`, `forget`: see runtime/cell_steps.py), so
+    that each backward step is two GEMMs and three elementwise products.
+    Arrays written a step at a time are time-major; those that only go into
+    the products over all steps are direction-major, row t * B + b.
     """
 
     @staticmethod
