@@ -35,18 +35,11 @@ class LMLoss:
 class BiLMNetwork(nn.Module):
     """ELMo's bidirectional language model (Peters et al. 2018), as modules.
 
-    Each doc is framed by <S> and </S>. The forward stack reads it left to
-    right and predicts the next word; the backward stack reads it right to
-    left and predicts the previous word. The token encoder and the softmax
-    are shared by both directions.
-
-    config: the sizes (`BiLMConfig`); vocab_size: the word vocabulary's size
-    (the word embedding's and the softmax's rows); chars: the character ids
-    the char CNN reads (None for the word encoder); with_softmax: whether to
-    build the softmax head (the LM loss needs it, the layers do not).
-
-    `forward`, `lm_loss` and `run` compute in plain torch;
-    `elmo_spacy.bilm.BiLM` computes the same on the runtime's kernels.
+    Each doc is framed by <S> and </S>; the forward stack predicts the next
+    word, the backward stack the previous one; both share the token encoder
+    and the softmax. chars: the char CNN's ids (None for the word encoder);
+    with_softmax: build the softmax head (the LM loss needs it). This is the
+    plain-torch reference; `elmo_spacy.bilm.BiLM` runs it on the runtime's kernels.
     """
 
     def __init__(
