@@ -37,11 +37,8 @@ def slanted_triangular(
     peak, p = 1 - (t - cut) / (num_steps - cut) after it, cut = cut_frac *
     num_steps.
 
-    num_steps = 0 (the default): the training run's length, worked out when
-    the pipeline is initialised (`elmo_spacy.fine_tuning_steps.v1`), so that
-    the schedule fits a run that ends by [training] max_steps and one that
-    ends by max_epochs alike; only for the learning rate of a fine_tuning
-    block (`elmo_spacy.FineTuning.v1`), which waits for it."""
+    num_steps = 0 (the default): the training run's length (see the module
+    docstring), only for a fine_tuning block's learning rate, which waits for it."""
     where = "[...learn_rate]"
     if not _number(max_rate) or not max_rate > 0:
         raise bad_setting(where, "max_rate", max_rate, "the peak rate: give a number above 0")
@@ -127,9 +124,8 @@ def _number(value) -> bool:
 
 @spacy_registry.callbacks(SET_STEPS)
 def fine_tuning_steps() -> Callable[["Language"], "Language"]:
-    """For `[initialize] after_init`: when the pipeline is initialised, give
-    every fine_tuning block's schedules over the whole run (num_steps = 0)
-    the training run's length (`set_fine_tuning_steps`)."""
+    """For `[initialize] after_init`: `set_fine_tuning_steps` when the
+    pipeline is initialised."""
 
     def set_steps(nlp: "Language") -> "Language":
         set_fine_tuning_steps(nlp)

@@ -76,8 +76,7 @@ def pretrain_command(
     from ..pretrain.run_folder import RunFolder
 
     with errors_to_exit():
-        *corpus, output_dir = paths_and_overrides(ctx, paths)
-        overrides = config_overrides(ctx, paths)
+        (*corpus, output_dir), overrides = _paths_and_overrides(ctx, paths)
         if not corpus:
             ctx.fail(
                 "Missing CORPUS or OUTPUT_DIR: give CONFIG_PATH CORPUS... OUTPUT_DIR, then any "
@@ -152,22 +151,16 @@ def _how_to_resume(folder, overwrite: bool) -> str:
     )
 
 
-def paths_and_overrides(ctx: typer.Context, arguments: list[str]) -> list[str]:
-    """The paths among a command's free arguments: those that are not config
-    overrides (see `config_overrides`)."""
-    return _split(ctx, [*arguments, *ctx.args])[0]
-
-
-def config_overrides(ctx: typer.Context, arguments: list[str] = ()) -> dict[str, Any]:
-    """The config overrides among a command's free arguments (`arguments`, and
-    the extra ones click leaves in ctx.args): --section.setting VALUE or
-    --section.setting=VALUE. Any other option is a usage error, shown with
-    the usage and a close option or setting if there is one (spaCy's own
-    parser raises a click exception that typer does not catch: a traceback)."""
-    return parse_config_overrides(_split(ctx, [*arguments, *ctx.args])[1])
-
-
-def _split(ctx: typer.Context, args: list[str]) -> tuple[list[str], list[str]]:
+def _paths_and_overrides(
+    ctx: typer.Context, arguments: list[str]
+) -> tuple[list[str], dict[str, Any]]:
+    """The paths and the config overrides (--section.setting VALUE or
+    --section.setting=VALUE) among a command's free arguments (`arguments`,
+    and the extra ones click leaves in ctx.args). Any other option is a usage
+    error, shown with the usage and a close option or setting if there is one
+    (spaCy's own parser raises a click exception that typer does not catch: a
+    traceback)."""
+    args = [*arguments, *ctx.args]
     paths: list[str] = []
     overrides: list[str] = []
     position = 0
@@ -187,7 +180,7 @@ def _split(ctx: typer.Context, args: list[str]) -> tuple[list[str], list[str]]:
         )
         overrides += args[position : position + 1 + has_value]
         position += 1 + has_value
-    return paths, overrides
+    return paths, parse_config_overrides(overrides)
 
 
 def _close_option(ctx: typer.Context, arg: str) -> str:

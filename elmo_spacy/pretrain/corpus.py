@@ -427,26 +427,10 @@ def _in_order(shards: list) -> list:
 # -- writing: `elmo-spacy prepare` (prepare.py) feeds a CorpusWriter -------------
 
 
-def preparation_settings(
-    tokenization: Tokenization,
-    sources: list[dict[str, Any]],
-    shard_size: int,
-    part: tuple[int, int],
-) -> dict[str, Any]:
-    """What `plan.json` records of a preparation: the format, how the text
-    is tokenised, the sources, the shard size and the part (K, N)."""
-    return {
-        "format": FORMAT,
-        "version": VERSION,
-        "tokenization": tokenization.to_dict(),
-        "sources": sources,
-        "shard_size": shard_size,
-        "part": list(part),
-    }
-
-
 class CorpusWriter:
-    """Writes a prepared folder shard by shard (see the module docstring).
+    """Writes a prepared folder shard by shard (see the module docstring),
+    `sources` (the inputs, as `plan.json` records them) cut as `tokenization`
+    says into shards of `shard_size` characters, part `part` (K, N) of them.
 
     Token ids are the folder's from the start: a type's id is its place in
     the order the folder first saw the types; each shard keeps the types it
@@ -454,10 +438,24 @@ class CorpusWriter:
     written before.
     """
 
-    def __init__(self, path: Path, settings: dict[str, Any], overwrite: bool) -> None:
-        self.path, self.settings = path, settings
-        self.part = tuple(settings["part"])
-        self.shard_size = settings["shard_size"]
+    def __init__(
+        self,
+        path: Path,
+        tokenization: Tokenization,
+        sources: list[dict[str, Any]],
+        shard_size: int,
+        part: tuple[int, int],
+        overwrite: bool,
+    ) -> None:
+        self.path, self.part, self.shard_size = path, tuple(part), shard_size
+        self.settings = {  # what plan.json records of the preparation
+            "format": FORMAT,
+            "version": VERSION,
+            "tokenization": tokenization.to_dict(),
+            "sources": sources,
+            "shard_size": shard_size,
+            "part": list(part),
+        }
         self.finished = False
         self.index: dict[str, int] = {}
         self.n_docs = 0
@@ -580,7 +578,7 @@ class CorpusWriter:
             json.dumps({**self.settings, "part": None, "sources": contents}, sort_keys=True)
         )
         manifest = {
-            **self.settings,  # format, version, tokenization, sources, shard_size, part
+            **self.settings,
             "sources": sources,
             "plan": preparation,
             "shards_in_plan": shards_in_plan,

@@ -116,12 +116,8 @@ class ProcessGroup:
         if not self.distributed:
             return value
         box = [value if self.is_main else None]
-        dist.broadcast_object_list(box, src=0, device=self._object_device)
+        dist.broadcast_object_list(box, src=0, device=self.device)
         return box[0]
-
-    @property
-    def _object_device(self) -> torch.device | None:
-        return self.device if self.device.type == "cuda" else None
 
 
 def join_process_group(gpu_id: int = -1) -> ProcessGroup:

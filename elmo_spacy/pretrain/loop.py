@@ -1,11 +1,6 @@
-"""The pretraining loop, `Pretraining.run`, read top to bottom: each step
-trains on one batch (Adam, gradient clipping); every `log_every` steps the
-figures come to the host; dev perplexity is measured every `eval_every`
-steps and at each epoch's end; checkpoints are written every
-`checkpoint_every` steps, every `checkpoint_minutes` and at each epoch's
-end, for a killed run to resume from; and the run stops where a limit of
-[training] is reached (`limits.limits_reached`). `train.pretrain` sets up
-what it runs with."""
+"""The pretraining loop, `Pretraining.run`, read top to bottom: steps, the
+figures brought to the host, dev perplexity, checkpoints, and where to stop
+(`limits.limits_reached`). `train.pretrain` sets up what it runs with."""
 
 import itertools
 import math
@@ -65,7 +60,6 @@ class Pretraining:
         self.loss: nn.Module = RankLoss(self.bilm, self.group.world_size)
         if self.group.distributed:  # each rank draws its own dropout masks
             torch.manual_seed(self.config.seed + 7919 * self.state.step + self.group.rank)
-            # RankLoss reaches every parameter at every step: no search for unused ones.
             self.loss = DistributedDataParallel(self.loss, find_unused_parameters=False)
         self.scaler = None  # torch's loss scaler, training in float16
         if self.bilm.precision == "float16":
@@ -74,7 +68,7 @@ class Pretraining:
                 self.scaler.load_state_dict(self.state.loss_scale)
         # rank 0 checks the corpus's files while training reads them
         corpora = dict.fromkeys([self.data.corpus, self.data.dev.corpus])
-        self.corpus_check = CorpusCheck(corpora) if self.group.is_main else None
+        self.corpus_check = CorpusCheck(corpora if self.group.is_main else [])
         self._nll = torch.zeros((), device=self.group.device)  # summed since the last sync
 
     def run(self) -> None:
@@ -138,8 +132,7 @@ class Pretraining:
         """One training step on this rank's share of the batch `spans`, counted."""
         if self.first_step is None:
             self.first_step = time.perf_counter() - self.started
-        if self.corpus_check is not None:
-            self.corpus_check.raise_if_failed()
+        self.corpus_check.raise_if_failed()
         self._nll += training_step(
             self.loss,
             self.optimizer,
@@ -190,7 +183,7 @@ class Pretraining:
                 "dev_perplexity": dev,
             }
         )
-        self.wait_for_corpus_check()
+        self.corpus_check.wait()  # nothing trained on a damaged file is written
         if self.group.is_main:
             save_bilm(bilm, self.folder.model_last)
         if dev["mean"] < state.best:
@@ -226,17 +219,11 @@ class Pretraining:
         self.sync()
         if self.scaler is not None:
             self.state.loss_scale = self.scaler.state_dict()
-        self.wait_for_corpus_check()
+        self.corpus_check.wait()
         if self.group.is_main:
             save_checkpoint(self.folder, self.bilm, self.optimizer, self.state)
         self.group.wait_for_all()
         self._clock = self._checkpointed = time.perf_counter()
-
-    def wait_for_corpus_check(self) -> None:
-        """Wait for the check of the corpus's files (the first time), and stop
-        the run if one is damaged: nothing trained on it is written."""
-        if self.corpus_check is not None:
-            self.corpus_check.wait()
 
     def progress_bar(self) -> tqdm:
         state = self.state
@@ -269,12 +256,10 @@ def training_step(
     scaler: torch.amp.GradScaler | None = None,
 ) -> torch.Tensor:
     """One optimizer step on one rank's share of a batch: the loss (a
-    `RankLoss`, or its DistributedDataParallel), its gradients, clipped to
-    `grad_clip`, and Adam's update. Returns the share's summed NLL, a tensor
-    on the device (read it, and wait for the device, only when needed).
-    `scaler` (training in float16): the loss is scaled before the backward
-    pass, the gradients unscaled before clipping, and a step whose gradients
-    overflowed is skipped (which waits for the device)."""
+    `RankLoss`, or its DistributedDataParallel), its gradients clipped to
+    `grad_clip`, and Adam's update, under torch's loss `scaler` in float16.
+    Returns the share's summed NLL, a tensor on the device (read it, and
+    wait for the device, only when needed)."""
     scaled, nll = loss(batch, batch_tokens, weight)
     optimizer.zero_grad()
     parameters = optimizer.param_groups[0]["params"]
@@ -299,16 +284,15 @@ class RankLoss(nn.Module):
     forward(batch, batch_tokens, weight) -> (scaled loss, summed NLL of the
     share, a tensor on the device); `batch_tokens` counts the predictions of
     the whole batch, and `weight` 0 makes a rank that has no docs of this
-    batch add nothing. DistributedDataParallel syncs gradients only through a
-    module's forward.
+    batch add nothing. A module, as DistributedDataParallel syncs gradients
+    only through a module's forward; data-parallel, every parameter gets a
+    gradient at every step, so that it need not search for unused ones.
     """
 
     def __init__(self, bilm: BiLM, world_size: int) -> None:
         super().__init__()
         self.bilm = bilm
         self.world_size = world_size
-        # Data-parallel: every parameter's gradient at every step, so that
-        # DistributedDataParallel need not search for unused ones.
         self.every_parameter = world_size > 1
 
     def forward(

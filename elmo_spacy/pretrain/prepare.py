@@ -34,7 +34,6 @@ from .corpus import (
     CorpusWriter,
     Tokenization,
     is_prepared,
-    preparation_settings,
 )
 from .texts import TextFile, find_text_files
 
@@ -78,11 +77,9 @@ def prepare_corpus(
         raise ElmoSpacyError(f"shard size {shard_size}: at least 1 character")
     if n_process < 1:
         raise ElmoSpacyError(f"n_process = {n_process}: at least 1")
-    settings = preparation_settings(
-        tokenization, [_source_stamp(f) for f in files], shard_size, (k, n)
-    )
+    sources = [_source_stamp(f) for f in files]
     created = not Path(output_dir).exists()
-    writer = CorpusWriter(Path(output_dir), settings, overwrite)
+    writer = CorpusWriter(Path(output_dir), tokenization, sources, shard_size, part, overwrite)
     if writer.finished:
         return writer.path
     try:
@@ -154,8 +151,9 @@ def prepare_docs(
     `output_dir` as a prepared corpus; `tokenization` says how they were cut
     (the biLM pretrained on them records it). An existing corpus there is
     replaced."""
-    settings = preparation_settings(tokenization, [{"name": "<docs>"}], shard_size, (0, 1))
-    writer = CorpusWriter(Path(output_dir), settings, overwrite=True)
+    writer = CorpusWriter(
+        Path(output_dir), tokenization, [{"name": "<docs>"}], shard_size, (0, 1), overwrite=True
+    )
     shard, shard_chars = 0, 0
     for doc in docs:
         if not doc:
@@ -208,7 +206,7 @@ def _prepare(
         for path in files:
             source = TextFile(path)
             n_docs = 0
-            for _, text in source.docs():
+            for text in source.docs():
                 n_docs += 1
                 shard_chars += len(text)
                 if ours:

@@ -48,23 +48,20 @@ def find_text_files(inputs: Sequence[str | Path]) -> list[Path]:
 
 
 class TextFile:
-    """One text file, read once from start to end: its docs with their line
-    numbers (`docs`), and, once read, the size and SHA-256 of its bytes on
-    disk (compressed ones for .gz)."""
+    """One text file, read once from start to end (`docs`), and, once read,
+    the SHA-256 of its bytes on disk (compressed ones for .gz)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         name = self.path.name
         self.compressed = name.endswith(".gz")
         self.jsonl = name.removesuffix(".gz").endswith(".jsonl")
-        self.size = 0
         self.sha256 = ""
 
-    def docs(self) -> Iterator[tuple[int, str]]:
-        """Yield (line number, text) for each doc: each line of a .txt file
-        (its line break removed; lines end at LF, CRLF or CR), or the "text"
-        of each line of a .jsonl file. Blank lines are skipped. Errors name
-        the file and line."""
+    def docs(self) -> Iterator[str]:
+        """Yield each doc: each line of a .txt file (its line break removed;
+        lines end at LF, CRLF or CR), or the "text" of each line of a .jsonl
+        file. Blank lines are skipped. Errors name the file and line."""
         if not self.path.is_file():
             raise FileNotFoundError(f"{self.path}: no such text file")
         digest = hashlib.sha256()
@@ -78,10 +75,10 @@ class TextFile:
             for number, line in enumerate(self._lines(lines), start=1):
                 if not line.strip():
                     continue
-                yield number, self._text(line, number)
+                yield self._text(line, number)
             while hashed.read(1 << 20):  # the rest (a gzip trailer) counts in the checksum
                 pass
-        self.size, self.sha256 = hashed.size, digest.hexdigest()
+        self.sha256 = digest.hexdigest()
 
     def _lines(self, lines: io.TextIOWrapper) -> Iterator[str]:
         while True:
@@ -148,10 +145,10 @@ class TextFile:
 
 
 class _Hashed(io.RawIOBase):
-    """A binary file that feeds what is read from it to a hash and counts it."""
+    """A binary file that feeds what is read from it to a hash."""
 
     def __init__(self, raw: BinaryIO, digest) -> None:
-        self.raw, self.digest, self.size = raw, digest, 0
+        self.raw, self.digest = raw, digest
 
     def readable(self) -> bool:
         return True
@@ -160,11 +157,9 @@ class _Hashed(io.RawIOBase):
         n = self.raw.readinto(buffer)
         if n:
             self.digest.update(memoryview(buffer)[:n])
-            self.size += n
         return n
 
 
 def read_texts(path: str | Path) -> Iterator[str]:
     """Yield the texts of one text file (see `TextFile.docs`)."""
-    for _, text in TextFile(path).docs():
-        yield text
+    return TextFile(path).docs()

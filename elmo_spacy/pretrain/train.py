@@ -201,13 +201,10 @@ def _dev_sample(
     `max_dev_tokens`; with dev_fraction 0, held in), or drawn from `dev`. A
     corpus too small says so, naming the paths given (`named`, else the
     corpus's folders)."""
+    source, fraction = (corpus, config.dev_fraction) if dev is None else (dev, 1.0)
+    held_out = dev is None and fraction > 0
     try:
-        if dev is not None:
-            return dev_sample(dev, 1.0, config.max_dev_tokens, config.seed, held_out=False)
-        held_out = config.dev_fraction > 0
-        return dev_sample(
-            corpus, config.dev_fraction, config.max_dev_tokens, config.seed, held_out=held_out
-        )
+        return dev_sample(source, fraction, config.max_dev_tokens, config.seed, held_out)
     except NotEnoughText as err:
         named = named or ", ".join(str(f.path) for f in corpus.folders)
         raise NotEnoughText(f"{named}: {err}") from err
