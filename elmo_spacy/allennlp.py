@@ -688,11 +688,9 @@ class ElmoEmbedder:
                 f"output_format = {output_format!r}: use one of {', '.join(OUTPUT_FORMATS)}"
             )
         if isinstance(input_file, (str, Path)):
-            with open(input_file, encoding="utf-8") as file:
-                lines = [line.strip() for line in file]
-        else:
-            with input_file:
-                lines = [line.strip() for line in input_file]
+            input_file = open(input_file, encoding="utf-8")  # closed below
+        with input_file:
+            lines = [line.strip() for line in input_file]
         blank = [i + 1 for i, line in enumerate(lines) if not line]
         if blank:
             shown = ", ".join(map(str, blank[:20])) + (" ..." if len(blank) > 20 else "")
