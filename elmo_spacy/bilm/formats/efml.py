@@ -11,14 +11,10 @@ zero LSTM state. The folder holds:
 | `char.dic`, `word.dic` | `token<TAB>id` per line; a line with one field is U+3000 |
 | `token_embedder.pkl`, `encoder.pkl` | torch state dicts |
 
-The architecture file is found as the reference finds it: at `config_path`
-(absolute, or relative to the folder), else the file of that name in the
-folder, else, for the name the published models give, the architecture they
-were trained with (`PUBLISHED_ARCHITECTURES`: ELMoForManyLangs ships that file
-in its package, not in the model folders).
-
-Weights map to the biLM's parameters as follows (all but the word table as
-they are):
+The architecture file is found at `config_path`, else by its name in the
+folder, else, for the published models, in `PUBLISHED_ARCHITECTURES`
+(ELMoForManyLangs ships it in its package). Weights map to the biLM's
+parameters as follows (all but the word table as they are):
 
 | ELMoForManyLangs | BiLM |
 | --- | --- |
@@ -30,8 +26,7 @@ they are):
 | `.state_linearity.weight`, `.bias` | `weight_hh`, `bias_ih`; `bias_hh` is a fixed zero |
 | `.state_projection.weight` | `weight_hr` |
 
-Weights are read with `torch.load(weights_only=True)`: tensors only, never
-by unpickling arbitrary objects.
+Weights are read with `torch.load(weights_only=True)`: tensors only.
 """
 
 import pickle
