@@ -230,11 +230,7 @@ def init_config_command(
         if str(output_file) == "-":
             typer.echo(text, nl=False)
             return
-        if output_file.exists() and not overwrite:
-            raise ElmoSpacyError(
-                f"{output_file} exists: pass --overwrite to replace it, or name another file"
-            )
-        output_file.write_text(text, encoding="utf-8")
+        _write_new(output_file, text, overwrite)
     typer.echo(
         f"{output_file}: the {preset} pretraining config. Next: elmo-spacy pretrain "
         f"{output_file} CORPUS OUTPUT_DIR"
@@ -252,13 +248,16 @@ def sample_text_command(
     from importlib.resources import files
 
     with errors_to_exit():
-        if output_file.exists() and not overwrite:
-            raise ElmoSpacyError(
-                f"{output_file} exists: pass --overwrite to replace it, or name another file"
-            )
-        output_file.write_text(
-            (files("elmo_spacy") / "data" / "sample.txt").read_text("utf-8"), encoding="utf-8"
-        )
+        text = (files("elmo_spacy") / "data" / "sample.txt").read_text("utf-8")
+        _write_new(output_file, text, overwrite)
     typer.echo(
         f"{output_file}: the sample text. Next: elmo-spacy pretrain CONFIG {output_file} OUTPUT_DIR"
     )
+
+
+def _write_new(output_file: Path, text: str, overwrite: bool) -> None:
+    if output_file.exists() and not overwrite:
+        raise ElmoSpacyError(
+            f"{output_file} exists: pass --overwrite to replace it, or name another file"
+        )
+    output_file.write_text(text, encoding="utf-8")

@@ -2,7 +2,7 @@
 
 import ast
 import configparser
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -122,9 +122,6 @@ class PretrainConfig:
             problems.append(f"precision = {self.precision!r}: one of {', '.join(PRECISIONS)}")
         if problems:
             raise ElmoSpacyError("[training] " + "; ".join(problems))
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _syntax_error(path: str | Path, err: Exception) -> str:

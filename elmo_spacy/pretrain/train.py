@@ -11,7 +11,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -326,7 +326,7 @@ def _log(run: Pretraining, dev: Corpus | None, start: Start) -> dict[str, Any]:
     bilm, state, data = run.bilm, run.state, run.data
     return {
         "bilm": bilm.config.to_dict(),
-        "training": run.config.to_dict(),
+        "training": asdict(run.config),
         "corpus": data.corpus.describe(),
         "dev": {
             "corpus": "held out of the corpus" if dev is None else dev.describe(),
