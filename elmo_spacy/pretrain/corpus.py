@@ -286,8 +286,7 @@ class Corpus:
         return ids.astype("int64") if type_map is None else type_map[ids]
 
     def verify(self, progress: Callable[[int], None] | None = None) -> None:
-        """Check every file of every folder against its manifest (see
-        `PreparedCorpus.verify`)."""
+        """`PreparedCorpus.verify` of every folder."""
         for folder in self.folders:
             folder.verify(progress)
 
@@ -297,7 +296,7 @@ class Corpus:
         return sum(path.stat().st_size for f in self.folders for path, _ in f.files())
 
     def describe(self) -> dict[str, Any]:
-        """Where the corpus is and what it holds, for logs."""
+        """For logs."""
         return {
             "paths": [str(f.path) for f in self.folders],
             "fingerprint": self.fingerprint,

@@ -104,7 +104,7 @@ class ProcessGroup:
         return list(groups.values())
 
     def gather(self, value) -> list:
-        """`value` (any picklable object) of every rank, in rank order."""
+        """`value` (picklable) of every rank, in rank order."""
         if not self.distributed:
             return [value]
         values = [None] * self.world_size

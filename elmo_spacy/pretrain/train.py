@@ -321,8 +321,7 @@ def _measure_before_training(
 
 
 def _log(run: Pretraining, dev: Corpus | None, start: Start) -> dict[str, Any]:
-    """The run's log: settings, the corpus, perplexities per evaluation and
-    epoch, tokens/s, the time to the first step and the wall time."""
+    """The run's log (`RunFolder.log`)."""
     bilm, state, data = run.bilm, run.state, run.data
     return {
         "bilm": bilm.config.to_dict(),
