@@ -66,8 +66,8 @@ def test_a_finished_run_goes_on_when_resumed_with_more_epochs_and_says_when_it_c
     """A run that finished its epochs, resumed with the same ones, trains
     nothing and says so; resumed with more, it trains them and ends with the
     weights of a run that planned them from the start."""
-    one_epoch = PretrainConfig(**{**SETTINGS.to_dict(), "max_epochs": 1})
-    two_epochs = PretrainConfig(**{**SETTINGS.to_dict(), "max_epochs": 2})
+    one_epoch = replace(SETTINGS, max_epochs=1)
+    two_epochs = replace(SETTINGS, max_epochs=2)
     first = pretrain(corpus_of(DOCS), BILM, one_epoch, tmp_path / "b", show_progress=False)
     capsys.readouterr()
     again = pretrain(corpus_of(DOCS), BILM, one_epoch, tmp_path / "b", resume=True)
@@ -196,12 +196,12 @@ def test_resume_with_other_batching_settings_says_what_it_changes(tmp_path, monk
         patched.setattr(loop_module, "training_step", killed_at_the_second_step)
         with pytest.raises(RuntimeError, match="killed"):
             pretrain(corpus_of(DOCS), BILM, first, tmp_path, show_progress=False)
-    changed = PretrainConfig(**{**first.to_dict(), "max_length": 100})
+    changed = replace(first, max_length=100)
     with pytest.warns(
         UserWarning, match=r"\(max_length 200 -> 100\): .*epoch 1 .*from its batch 1,"
     ):
         pretrain(corpus_of(DOCS), BILM, changed, tmp_path, show_progress=False, resume=True)
-    again = PretrainConfig(**{**changed.to_dict(), "max_epochs": 2})
+    again = replace(changed, max_epochs=2)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # the same settings, from an epoch's start
         pretrain(corpus_of(DOCS), BILM, again, tmp_path, show_progress=False, resume=True)
