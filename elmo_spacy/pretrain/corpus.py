@@ -307,7 +307,7 @@ class Corpus:
         }
 
 
-class CorpusCheck:
+class CorpusCheck(threading.Thread):
     """Checks corpora against their manifests (`Corpus.verify`) in a thread
     of its own, so that training starts at once and reads while the check
     goes on: `raise_if_failed()` raises what the check found so far (a cheap
@@ -315,15 +315,13 @@ class CorpusCheck:
     found (before anything trained on the corpus is written)."""
 
     def __init__(self, corpora: Sequence[Corpus]) -> None:
-        self.error: Exception | None = None
-        self._thread = threading.Thread(
-            target=self._run, args=(list(corpora),), name="corpus-check", daemon=True
-        )
-        self._thread.start()
+        super().__init__(name="corpus-check", daemon=True)
+        self.corpora, self.error = list(corpora), None
+        self.start()
 
-    def _run(self, corpora: list[Corpus]) -> None:
+    def run(self) -> None:
         try:
-            for corpus in corpora:
+            for corpus in self.corpora:
                 corpus.verify()
         except Exception as err:  # noqa: BLE001  (handed to the training thread)
             self.error = err
@@ -333,7 +331,7 @@ class CorpusCheck:
             raise self.error
 
     def wait(self) -> None:
-        self._thread.join()
+        self.join()
         self.raise_if_failed()
 
 

@@ -7,11 +7,7 @@ processes (ranks) maps the same prepared corpus, plans the same batches,
 builds and trains on its own share of every batch, and PyTorch's
 DistributedDataParallel averages the gradients (gloo on the CPU, NCCL on
 GPUs). Started without torchrun, there is one rank and nothing is shared.
-
-The machines may or may not share a filesystem: `find_folder_leaders` finds
-out which ranks see the same output folder, so that one rank of each group
-prepares text while the others wait, and ranks that cannot see rank 0's
-checkpoints are sent them.
+The machines may or may not share a filesystem (`find_folder_leaders`).
 """
 
 import os

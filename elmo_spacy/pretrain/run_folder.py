@@ -13,6 +13,7 @@ What an earlier run left (all but the prepared corpora) is what `--overwrite`
 removes and what makes a new run refuse the folder without it.
 """
 
+import re
 import shutil
 from pathlib import Path
 
@@ -68,7 +69,9 @@ class RunFolder:
         if not self.path.is_dir():
             return []
         outputs = (MODEL_BEST, MODEL_LAST, LOG_FILE, LATEST, PLOT)
-        return sorted(p.name for p in self.path.iterdir() if p.name in outputs or _checkpoint(p))
+        checkpoint = re.compile(re.escape(CHECKPOINT_PREFIX) + r"\d+")
+        found = (p.name for p in self.path.iterdir())
+        return sorted(n for n in found if n in outputs or checkpoint.fullmatch(n))
 
     def check(self, resume: bool = False, overwrite: bool = False) -> None:
         """Refuse a folder that cannot be made (see `check_output_folder`), or
@@ -120,8 +123,3 @@ class RunFolder:
             else:
                 path.unlink()
         self.path.mkdir(parents=True, exist_ok=True)
-
-
-def _checkpoint(path: Path) -> bool:
-    name = path.name
-    return name.startswith(CHECKPOINT_PREFIX) and name[len(CHECKPOINT_PREFIX) :].isdigit()
