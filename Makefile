@@ -51,8 +51,9 @@ endif
 smoke: $(BIN)/elmo-spacy
 	$(BIN)/python -m spacy project run smoke .
 
+# A worker a core (pytest-xdist), each test file on one worker.
 test: $(BIN)/elmo-spacy
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 # The inner loop, about a minute on two cores, stopping at the first failure:
 # the LSTM implementations against the reference, batches, caches, the

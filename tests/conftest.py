@@ -23,6 +23,11 @@ from spacy.tokens import DocBin
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Under pytest-xdist (`make test` runs a worker a core) each worker computes on
+# one thread, so that the workers' thread pools do not fight over the cores.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
+
 from elmo_spacy.bilm import BiLMConfig
 from elmo_spacy.pretrain import Corpus, PretrainConfig, prepare_docs, pretrain
 from elmo_spacy.pretrain.texts import read_texts

@@ -367,7 +367,7 @@ def test_vocab_to_cache_gives_the_char_cnns_numbers_and_falls_back(pair):
     cached = cached_bilm(ids, word_ids)
     assert torch.equal(cached["mask"], uncached["mask"])
     for a, b in zip(cached["activations"], uncached["activations"]):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)  # the char CNN in another batch
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)  # the char CNN in another batch
     # ids outside the list: the char CNN runs, as AllenNLP's does
     fallback = ElmoBiLm(*pair, vocab_to_cache=vocab[:3])(ids, word_ids)
     for a, b in zip(fallback["activations"], uncached["activations"]):
