@@ -394,10 +394,13 @@ def test_the_kernel_is_chosen_in_one_place_as_its_table_says(
             assert choose_kernel(torch.device("cuda"), **run) == "loop"
 
 
-def test_the_training_kernel_steps_on_triton_on_cuda_only():
-    assert cell_steps_for(torch.device("cpu")) is TorchCellSteps
-    on_cuda = TritonCellSteps if triton_available() else TorchCellSteps
-    assert cell_steps_for(torch.device("cuda")) is on_cuda
+def test_the_training_kernel_steps_on_triton_on_cuda_only(monkeypatch):
+    from elmo_spacy.bilm.runtime import cell_steps
+
+    for available, on_cuda in ((True, TritonCellSteps), (False, TorchCellSteps)):
+        monkeypatch.setattr(cell_steps, "triton_available", lambda available=available: available)
+        assert cell_steps_for(torch.device("cpu")) is TorchCellSteps
+        assert cell_steps_for(torch.device("cuda")) is on_cuda
 
 
 def test_the_network_alone_computes_what_the_biLM_computes_on_its_kernels():
