@@ -1,4 +1,4 @@
-"""Registered architectures (`elmo_spacy.<Name>.v1`) and the biLM's fine-tuning block. Registry functions only."""
+"""Registered architectures (`elmo_spacy.<Name>.v1`) and the biLM's fine-tuning block."""
 
 from typing import Any
 

@@ -14,15 +14,10 @@ from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples
 from spacy.vocab import Vocab
-from thinc.api import Config, Model, Optimizer, set_dropout_rate
+from thinc.api import Model, Optimizer, set_dropout_rate
 
 from .bilm import load_bilm
-from .bilm.formats.directory import (
-    bilm_from_bytes,
-    bilm_to_bytes,
-    read_bilm_directory,
-    save_bilm,
-)
+from .bilm.formats.directory import bilm_from_bytes, bilm_to_bytes, read_bilm_directory, save_bilm
 from .bilm.formats.locate import BiLMPath
 from .bilm.runner import resolve_layers
 from .cache import FrozenOutputCache
@@ -33,13 +28,6 @@ from .layers.bilm_model import ElmoOutput, no_backprop, trains_now
 from .layers.dims import N_OUTPUT_LAYERS
 from .loaders import BiLMLoader
 
-DEFAULT_ELMO_MODEL = """
-[model]
-@architectures = "elmo_spacy.ElmoBiLM.v1"
-
-[model.run]
-@misc = "elmo_spacy.RunSettings.v1"
-"""
 DTYPES = ("float32", "float16")
 STORES = ("layers", "tensor", "nothing")
 
@@ -47,7 +35,10 @@ STORES = ("layers", "tensor", "nothing")
 @Language.factory(
     "elmo",
     default_config={
-        "model": Config().from_str(DEFAULT_ELMO_MODEL)["model"],
+        "model": {
+            "@architectures": "elmo_spacy.ElmoBiLM.v1",
+            "run": {"@misc": "elmo_spacy.RunSettings.v1"},
+        },
         "dtype": "float32",
         "cache_mb": 2048,
         "store": "layers",

@@ -141,8 +141,7 @@ def _bilm_bytes(bilm: BiLM | None) -> bytes:
 def _bilm_from_bytes(_old: BiLM | None, data: bytes, device: torch.device) -> BiLM | None:
     if not data:
         return None
-    bilm = bilm_from_bytes(srsly.msgpack_loads(data), with_softmax=False)
-    return bilm.to(device)
+    return bilm_from_bytes(srsly.msgpack_loads(data), with_softmax=False).to(device)
 
 
 def get_runner(model: Model) -> Runner:
@@ -291,7 +290,13 @@ def replace_listener_cfg(
     """spaCy's `replace_listeners` callback for the config: the listener's
     block (`tok2vec_cfg`, or the one inside it) becomes the
     `elmo_spacy.ElmoTok2Vec.v1` block that rebuilds what `replace_listener` made."""
-    listener_cfg = _listener_block(tok2vec_cfg)
+    found = _listener_blocks(tok2vec_cfg)
+    if len(found) != 1:
+        raise ElmoSpacyError(
+            f"replace_listeners: the component's model.tok2vec block holds {len(found)} "
+            f"{LISTENER_ARCHITECTURE} blocks; one can be replaced"
+        )
+    listener_cfg = found[0]
     return {
         "@architectures": TOK2VEC_ARCHITECTURE,
         "bilm": copy.deepcopy(dict(bilm_model_cfg)),
@@ -302,22 +307,10 @@ def replace_listener_cfg(
     }
 
 
-def _listener_block(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The one ElmoListener block in `cfg` (which may be it)."""
-    found = []
-
-    def visit(block: Any) -> None:
-        if isinstance(block, dict):
-            if block.get("@architectures") == LISTENER_ARCHITECTURE:
-                found.append(block)
-            else:
-                for value in block.values():
-                    visit(value)
-
-    visit(cfg)
-    if len(found) != 1:
-        raise ElmoSpacyError(
-            f"replace_listeners: the component's model.tok2vec block holds {len(found)} "
-            f"{LISTENER_ARCHITECTURE} blocks; one can be replaced"
-        )
-    return found[0]
+def _listener_blocks(block: Any) -> list[dict[str, Any]]:
+    """The ElmoListener blocks in a config block (which may be one)."""
+    if not isinstance(block, dict):
+        return []
+    if block.get("@architectures") == LISTENER_ARCHITECTURE:
+        return [block]
+    return [found for value in block.values() for found in _listener_blocks(value)]

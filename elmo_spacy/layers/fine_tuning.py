@@ -1,7 +1,7 @@
-"""How a fine-tuned biLM's weights change: an optimizer of their own, each
-layer at its own rate, the layers unfrozen from the top down (ULMFiT's
-discriminative rates and gradual unfreezing, Howard and Ruder 2018)."""
+"""How a fine-tuned biLM's weights change (ULMFiT's discriminative rates and
+gradual unfreezing, Howard and Ruder 2018), and the errors of its settings."""
 
+import copy
 import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -45,6 +45,14 @@ def config_value(value: Any) -> str:
         return "a schedule" if isinstance(value, Iterator) else repr(value)
 
 
+def number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def whole_number(value: Any, least: int) -> bool:
+    return number(value) and value >= least and value == int(value)
+
+
 class RunSchedule:
     """A schedule over the whole training run, whose length is known only
     when the pipeline is initialised (`slanted_triangular` with num_steps =
@@ -56,9 +64,6 @@ class RunSchedule:
         self.values = values
         self.first: float | None = first
         self.where = where
-
-    def over(self, num_steps: int) -> Iterator[float]:
-        return self.values(num_steps)
 
     def __iter__(self) -> "RunSchedule":
         return self
@@ -138,7 +143,7 @@ class FineTuning:
         self.run_steps = num_steps
         for name, schedule in self.run_schedules.items():
             self.schedules[name] = ValuesByStep.of(
-                schedule.over(num_steps), block("optimizer"), name
+                schedule.values(num_steps), block("optimizer"), name
             )
 
     @property
@@ -151,8 +156,7 @@ class FineTuning:
         if self.trainable_layers is None:
             return n_layers
         value = self.trainable_layers[self.step]
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not number or value < 0 or value != int(value):
+        if not whole_number(value, 0):
             raise bad_setting(
                 block(),
                 "trainable_layers",
@@ -200,12 +204,10 @@ class FineTuning:
 
     def copy(self) -> "FineTuning":
         """The same settings at the same step, with an optimizer of its own."""
-        copied = FineTuning(_fresh_optimizer(self.optimizer), self.layer_rate_divisor)
+        copied = copy.copy(self)
+        copied.optimizer = _fresh_optimizer(self.optimizer)
         copied.schedules = dict(self.schedules)
         copied.run_schedules = dict(self.run_schedules)
-        copied.run_steps = self.run_steps
-        copied.trainable_layers = self.trainable_layers
-        copied.step = self.step
         return copied
 
 
