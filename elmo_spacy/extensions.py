@@ -25,16 +25,13 @@ class StaleLayersError(ElmoSpacyError):
     """doc._.elmo was computed for tokens this doc no longer has."""
 
 
-class JsonArray(numpy.ndarray):
-    """A numpy array that renders as JSON (nested lists), for spaCy's
+class ElmoLayers(numpy.ndarray):
+    """The type of `doc._.elmo`, (n_layers, len(doc), width), and of the arrays
+    kept in `doc.user_data`: it renders as JSON (nested lists), for spaCy's
     `Doc.to_json(underscore=["elmo"])`."""
 
     def __json__(self) -> str:
         return srsly.json_dumps(self.tolist())
-
-
-class ElmoLayers(JsonArray):
-    """The type of `doc._.elmo`: (n_layers, len(doc), width)."""
 
 
 def install_extensions() -> None:
@@ -52,13 +49,12 @@ def restore_views(doc: Doc) -> None:
     from them again: after `doc.retokenize()` (which moves the tensor rows
     its own way) and after DocBin (which does not store the tensor). Layers
     of another text are left as they are."""
-    if doc.user_data.get(USER_DATA_KEY) is None:
-        return
     try:
         layers = get_layers(doc)
     except StaleLayersError:
         return
-    set_layers(doc, numpy.array(layers))
+    if layers is not None:
+        set_layers(doc, numpy.array(layers))
 
 
 def set_layers(doc: Doc, layers: numpy.ndarray | None) -> None:
@@ -75,10 +71,10 @@ def set_layers(doc: Doc, layers: numpy.ndarray | None) -> None:
         )
     tokens = doc.to_array([IDX, LENGTH, ORTH])
     doc.user_data[USER_DATA_KEY] = {
-        "layers": layers.view(JsonArray),
-        "starts": tokens[:, 0].astype("int64").view(JsonArray),
-        "ends": (tokens[:, 0] + tokens[:, 1]).astype("int64").view(JsonArray),
-        "orths": tokens[:, 2].astype("uint64").view(JsonArray),
+        "layers": layers.view(ElmoLayers),
+        "starts": tokens[:, 0].astype("int64").view(ElmoLayers),
+        "ends": (tokens[:, 0] + tokens[:, 1]).astype("int64").view(ElmoLayers),
+        "orths": tokens[:, 2].astype("uint64").view(ElmoLayers),
         "text": _checksum(doc.text),
         "text_length": _text_length(doc),
     }
@@ -135,7 +131,7 @@ def store_layers(doc: Doc) -> None:
         if rows != "all":
             layers = layers[rows]
             record["cut"] = True
-        record["layers"] = layers.astype(store["dtype"]).view(JsonArray)
+        record["layers"] = layers.astype(store["dtype"]).view(ElmoLayers)
 
 
 def get_layers(doc: Doc) -> ElmoLayers | None:

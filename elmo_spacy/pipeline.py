@@ -10,7 +10,7 @@ import srsly
 import torch
 from spacy import util
 from spacy.language import Language
-from spacy.pipeline import TrainablePipe
+from spacy.pipeline import Tok2Vec, TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples
 from spacy.vocab import Vocab
@@ -110,29 +110,15 @@ class Elmo(TrainablePipe):
         self._stored_rows: list[int] | None = None  # rows of `store`, resolved with the biLM
         install_extensions()
 
-    # -- listeners (the protocol of spaCy's Tok2Vec) -------------------------
+    # -- listeners: the protocol of spaCy's Tok2Vec, with its methods ----------
 
-    @property
-    def listeners(self) -> list[ElmoListener]:
-        return [m for c in self.listening_components for m in self.listener_map[c]]
-
-    @property
-    def listening_components(self) -> list[str]:
-        return list(self.listener_map.keys())
+    listeners = Tok2Vec.listeners
+    listening_components = Tok2Vec.listening_components
+    remove_listener = Tok2Vec.remove_listener
 
     def add_listener(self, listener: ElmoListener, component_name: str) -> None:
-        self.listener_map.setdefault(component_name, [])
-        if listener not in self.listener_map[component_name]:
-            self.listener_map[component_name].append(listener)
+        Tok2Vec.add_listener(self, listener, component_name)
         self._link(listener)
-
-    def remove_listener(self, listener: ElmoListener, component_name: str) -> bool:
-        if listener in self.listener_map.get(component_name, []):
-            self.listener_map[component_name].remove(listener)
-            if not self.listener_map[component_name]:
-                del self.listener_map[component_name]
-            return True
-        return False
 
     def find_listeners(self, component) -> None:
         """Register the ElmoListener layers of `component` whose upstream is
@@ -195,7 +181,7 @@ class Elmo(TrainablePipe):
         docs = [eg.predicted for eg in examples]
         losses.setdefault(self.name, 0.0)
         batch_id = ElmoListener.get_batch_id(docs)
-        learners = [listener for listener in self.listeners if listener.wants_gradient]
+        learners = [listener for listener in self.listeners if listener.attrs["grad_factor"] != 0]
         if not learners or not trains_now(self.model):
             outputs = self.frozen_cache.get_or_compute(docs, self.predict, self.model.ops)
             for listener in self.listeners:

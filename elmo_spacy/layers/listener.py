@@ -3,6 +3,7 @@
 from collections.abc import Callable
 from typing import Any
 
+from spacy.pipeline.tok2vec import Tok2VecListener
 from spacy.tokens import Doc
 from thinc.api import Model
 
@@ -39,20 +40,13 @@ class ElmoListener(Model):
         self._outputs: ElmoOutput | None = None
         self._backprop: Callable | None = None
 
-    @property
-    def wants_gradient(self) -> bool:
-        return self.attrs["grad_factor"] != 0
-
     @classmethod
     def get_batch_id(cls, docs: list[Doc]) -> int:
         """A content-sensitive hash of a batch, to catch an unexpected batch."""
         return sum(sum(token.orth for token in doc) for doc in docs)
 
-    def receive(self, batch_id: int, outputs: ElmoOutput, backprop: Callable) -> None:
-        """Keep the upstream pipe's outputs for a training batch and its backprop callback."""
-        self._batch_id = batch_id
-        self._outputs = outputs
-        self._backprop = backprop
+    # Keep the upstream pipe's outputs for a training batch, and their backprop callback.
+    receive = Tok2VecListener.receive
 
 
 def forward(model: ElmoListener, docs: list[Doc], is_train: bool) -> tuple[ElmoOutput, Callable]:
