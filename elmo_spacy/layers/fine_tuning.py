@@ -102,9 +102,7 @@ class FineTuning:
                 "the biLM's optimizer would keep parameter averages that spaCy never applies "
                 "(it evaluates with [training.optimizer]'s only): set use_averages = false",
             )
-        if isinstance(layer_rate_divisor, bool) or not (
-            isinstance(layer_rate_divisor, (int, float)) and layer_rate_divisor > 0
-        ):
+        if not (number(layer_rate_divisor) and layer_rate_divisor > 0):
             raise bad_setting(
                 block(),
                 "layer_rate_divisor",
