@@ -96,14 +96,18 @@ def errors_to_exit():
     try:
         yield
     except (ElmoSpacyError, OSError) as error:
-        message = str(error)
-        if isinstance(error, OSError) and error.errno is not None:
-            # "[Errno 17] File exists: 'x'" -> the path, what that means, what to do
-            paths = [p for p in (error.filename, error.filename2) if p is not None]
-            where = " -> ".join(str(p) for p in paths)
-            message = f"{where}: {describe_os_error(error)}" if where else describe_os_error(error)
-        typer.secho(message, fg="red", err=True)
+        typer.secho(_message(error), fg="red", err=True)
         raise typer.Exit(1) from error
+
+
+def _message(error: Exception) -> str:
+    """The error's own message, or for one straight from the OS ("[Errno 17]
+    File exists: 'x'"), the path it names, what that means and what to do."""
+    if not isinstance(error, OSError) or error.errno is None:
+        return str(error)
+    paths = [p for p in (error.filename, error.filename2) if p is not None]
+    where = " -> ".join(str(p) for p in paths)
+    return f"{where}: {describe_os_error(error)}" if where else describe_os_error(error)
 
 
 def parse_part(part: str | None) -> tuple[int, int]:
