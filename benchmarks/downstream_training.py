@@ -43,14 +43,14 @@ def train_epochs(config_path: str, bilm: str, train: str, cache_mb: int | None, 
     cache = nlp.get_pipe("elmo").frozen_cache
     later = sum(seconds[1:]) / max(len(seconds) - 1, 1)
     return {
-        "cache_mb": cache.max_bytes // 2**20,
+        "cache_mb": cache.max_size // 2**20,
         "docs": len(examples),
         "words": sum(len(eg.reference) for eg in examples),
         "epoch_seconds": [round(s, 1) for s in seconds],
         "first_over_later": round(seconds[0] / later, 2),
         "cache_hits": cache.hits,
         "cache_entries": len(cache),
-        "cache_mb_used": round(cache.nbytes / 2**20, 1),
+        "cache_mb_used": round(cache.size / 2**20, 1),
     }
 
 

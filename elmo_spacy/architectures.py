@@ -1,4 +1,4 @@
-"""Registered architectures (`elmo_spacy.<Name>.v1`) and the biLM's fine-tuning block. Registry functions only."""
+"""Registered architectures (`elmo_spacy.<Name>.v1`) and the biLM's fine-tuning block."""
 
 from typing import Any
 
@@ -31,20 +31,13 @@ def ElmoBiLM_v1(
 ) -> Model[list[Doc], list[Floats3d]]:
     """The `elmo` pipe's model: a biLM and how it runs.
 
-    bilm: `BiLMConfig` fields, used only when the pipe is initialised without
-        a pretrained biLM directory.
-    run: how the biLM runs (layers, state, precision, batching, windows): an
-        `elmo_spacy.RunSettings.v1` block, or its values as a plain block;
-        null: every default. See `elmo_spacy.bilm.runner.RunSettings`.
-    grad_scaler_config: thinc's `PyTorchGradScaler` arguments for fine-tuning
-        in float16.
-    fine_tuning: where a listener fine-tunes the biLM (grad_factor != 0),
-        how its weights change: an `elmo_spacy.FineTuning.v1` block (its own
-        optimizer and rate schedule, rates by layer, layers unfrozen by step).
-        None: the pipeline's [training.optimizer] steps them at the head's rate.
-
-    A pipe that a replaced listener becomes (`elmo_spacy.ElmoTok2Vec.v1`)
-    takes this whole block, run settings and fine-tuning included."""
+    bilm: `BiLMConfig` fields, used only for an untrained biLM.
+    run: how the biLM runs, an `elmo_spacy.RunSettings.v1` block (or its
+        values as a plain block); null: every default.
+    grad_scaler_config: thinc's `PyTorchGradScaler` arguments for fine-tuning in float16.
+    fine_tuning: how a fine-tuned biLM's weights change, an
+        `elmo_spacy.FineTuning.v1` block; null: [training.optimizer] steps
+        them at the head's rate."""
     settings = run if isinstance(run, RunSettings) else RunSettings(**(run or {}))
     return build_bilm_model(bilm or {}, settings, grad_scaler_config, fine_tuning)
 
@@ -56,22 +49,13 @@ def ElmoListener_v1(
     grad_factor: float = 1.0,
     width: int | None = None,
 ) -> Model[list[Doc], list[Floats2d]]:
-    """A tok2vec for any downstream pipe: the `elmo` pipe's layers, mixed by `mix`
-    into one vector per token. grad_factor scales the gradient sent to the biLM:
-    0 keeps the biLM frozen; otherwise it weighs this listener's gradient
-    against other listeners' of the same biLM. It does not slow the biLM
-    down: Adam divides each step by the gradient's running scale, so a
-    constant factor mostly cancels. The biLM's own learning rates, by layer,
-    and which layers train when, are the `elmo` model's `fine_tuning`
-    (`elmo_spacy.FineTuning.v1`).
-
-    width: if set, a learned linear projection (with bias) of the mix to this
-    many dimensions: the output is then (n, width) whatever the biLM's width,
-    so a config that sets it works unchanged with any biLM. If None, the
-    output is the mix's own width.
-
-    `nlp.replace_listeners("elmo", pipe, ["model.tok2vec"])` turns it into an
-    `elmo_spacy.ElmoTok2Vec.v1` with the same mix and projection."""
+    """A tok2vec for any downstream pipe: the `elmo` pipe's layers, mixed by
+    `mix` into one vector per token. grad_factor scales the gradient sent to
+    the biLM: 0 keeps it frozen; otherwise it weighs this listener's gradient
+    against other listeners' (the biLM's rates are the `elmo` model's
+    `fine_tuning`). width: if set, a learned linear projection of the mix to
+    that width, whatever the biLM's. `nlp.replace_listeners` turns it into
+    an `elmo_spacy.ElmoTok2Vec.v1`."""
     return mixed_tok2vec(ElmoListener(upstream, grad_factor), mix, width)
 
 
@@ -83,15 +67,10 @@ def ElmoTok2Vec_v1(
     width: int | None = None,
     bilm_path: BiLMPath | None = None,
 ) -> Model[list[Doc], list[Floats2d]]:
-    """A tok2vec that owns its biLM: `bilm` (an `elmo_spacy.ElmoBiLM.v1`
-    block, with its run settings), mixed by `mix` and projected to `width`
-    as `elmo_spacy.ElmoListener.v1` does. What a listener becomes when
-    spaCy's `replace_listeners` replaces it (its biLM then travels with the
-    pipe's model); in a config of its own, for one pipe that needs no shared
-    `elmo` pipe, `bilm_path` is the pretrained biLM that `initialize` reads
-    (a path, or a bilm-tf model's two files as a list, [options, weights]).
-    grad_factor scales the gradient sent to the biLM (0 keeps it frozen; see
-    `elmo_spacy.ElmoListener.v1`); the biLM's rates are its `fine_tuning`."""
+    """A tok2vec that owns its biLM (an `elmo_spacy.ElmoBiLM.v1` block),
+    otherwise as `elmo_spacy.ElmoListener.v1`: what a replaced listener
+    becomes. In a config of its own, `initialize` reads the pretrained biLM
+    at `bilm_path` (a path, or a bilm-tf model's [options, weights])."""
     return mixed_tok2vec(inline_bilm(bilm, grad_factor, bilm_path), mix, width)
 
 
@@ -100,9 +79,8 @@ def ConcatenateTok2Vec_v1(
     first: Model[list[Doc], list[Floats2d]], second: Model[list[Doc], list[Floats2d]]
 ) -> Model[list[Doc], list[Floats2d]]:
     """Two token representations side by side, (n, d1) and (n, d2) -> (n, d1 + d2):
-    e.g. the elmo listener beside spaCy's own hashed features
-    (`spacy.MultiHashEmbed.v2`), as the ELMo paper adds ELMo to a task model's
-    own token representation."""
+    e.g. the elmo listener beside `spacy.MultiHashEmbed.v2`, as the ELMo paper
+    adds ELMo to a task model's own token representation."""
     return concatenate(first, second)
 
 
@@ -113,12 +91,20 @@ def FineTuning_v1(
     trainable_layers: Any = None,
 ) -> FineTuning:
     """How a fine-tuned biLM's weights change (`elmo_spacy.ElmoBiLM.v1`'s
-    `fine_tuning`): `optimizer`, the biLM's own (its learn_rate, e.g. an
-    `elmo_spacy.slanted_triangular.v1` schedule, is the top layer's rate);
-    each layer's rate the one above it / `layer_rate_divisor`; and
-    `trainable_layers`, how many layers from the top train at each step (a
-    number or a schedule, e.g. `elmo_spacy.gradual_unfreezing.v1`; null:
-    all). See `elmo_spacy.layers.fine_tuning.FineTuning`."""
+    `fine_tuning`), as ULMFiT's discriminative rates and gradual unfreezing.
+
+    optimizer: the biLM's own, apart from [training.optimizer]; its
+        learn_rate (a value or a schedule, e.g.
+        `elmo_spacy.slanted_triangular.v1`) is the top layer's rate.
+        use_averages must be false (spaCy evaluates with the pipeline's).
+    layer_rate_divisor: each layer trains at the rate of the layer above it
+        divided by this (ULMFiT: 2.6; 1.0: one rate for every layer).
+    trainable_layers: how many layers, from the top, train at each step: a
+        number or a schedule (e.g. `elmo_spacy.gradual_unfreezing.v1`); null:
+        all. Frozen layers get no gradient; while none trains, the biLM runs
+        as a frozen one.
+
+    A step is one update of the pipeline, whether or not the biLM trained."""
     return FineTuning(optimizer, layer_rate_divisor, trainable_layers)
 
 

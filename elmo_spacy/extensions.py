@@ -1,34 +1,11 @@
 """`doc._.elmo`, `span._.elmo` and `token._.elmo`, and `doc.tensor` from them.
 
-The plugin registers these three extensions and changes nothing of spaCy's:
-no class replaced, no function or method wrapped, no user hooks. The `elmo`
-pipe keeps the layers in `doc.user_data`, with the offsets and orth ids of the
-tokens they were computed for, and sets `doc.tensor` to their default mix
-(the mean of the layers), which spaCy's `.vector` and `.similarity` read where
-the vocab has no static vectors, as they read the tensor of spaCy's own
-tok2vec. Whatever spaCy lets a user do to a Doc, no token ever reads another
-token's layers:
-
-- slicing: `span._.elmo` and `token._.elmo` are views of the doc's layers;
-- `doc.retokenize()`: reading `doc._.elmo` (or a span's, or a token's)
-  aligns the layers with the current tokens by character offsets, without
-  writing to the doc: a merged token gets the mean of its parts' layers, the
-  pieces of a split token its layers. spaCy itself keeps the last part's row
-  of `doc.tensor` for a merged token, zeros for the pieces of a split one
-  (and one row too many): `restore_views(doc)` sets the tensor from the
-  aligned layers again;
-- `Span.as_doc()`, `Doc.from_docs()`: spaCy copies no doc-level user data
-  (unless `as_doc(copy_user_data=True)`: then the layers are another doc's,
-  below), so the new doc has no layers, and its vectors are spaCy's own
-  (the slice, or the join, of the tensors);
-- pickle, `to_bytes`, `nlp.pipe(n_process=...)`: the layers and the tensor
-  travel with the doc. DocBin (`store_user_data=True`) keeps the layers but
-  not the tensor: `restore_views(doc)` sets it again;
-- layers that belong to other tokens (copied by hand between docs) raise a
-  `StaleLayersError` when read.
-
-`doc._.elmo` is an `ElmoLayers` array: a numpy array that spaCy's
-`Doc.to_json(underscore=["elmo"])` can write (as nested lists).
+The `elmo` pipe keeps a doc's layers in `doc.user_data`, with the offsets and
+orth ids of the tokens they were computed for, so that reading them after a
+`doc.retokenize()` aligns them with the current tokens by character offsets
+(a merged token gets the mean of its parts' layers, the pieces of a split
+token its layers), and layers copied onto another doc's tokens raise a
+`StaleLayersError`. What survives which Doc operation: docs/pipes.md.
 """
 
 import zlib
@@ -40,8 +17,7 @@ from spacy.tokens import Doc, Span, Token
 
 from .errors import ElmoSpacyError
 
-# Where the `elmo` pipe keeps a doc's layers and their record in `doc.user_data`: spaCy's
-# key of the doc extension `elmo`.
+# spaCy's `doc.user_data` key of the doc extension `elmo`, where the pipe keeps its record.
 USER_DATA_KEY = ("._.", "elmo", None, None)
 
 
@@ -49,16 +25,13 @@ class StaleLayersError(ElmoSpacyError):
     """doc._.elmo was computed for tokens this doc no longer has."""
 
 
-class JsonArray(numpy.ndarray):
-    """A numpy array that renders as JSON (nested lists), so that spaCy's
-    Doc.to_json(underscore=["elmo"]) can write what doc.user_data holds."""
+class ElmoLayers(numpy.ndarray):
+    """The type of `doc._.elmo`, (n_layers, len(doc), width), and of the arrays
+    kept in `doc.user_data`: it renders as JSON (nested lists), for spaCy's
+    `Doc.to_json(underscore=["elmo"])`."""
 
     def __json__(self) -> str:
         return srsly.json_dumps(self.tolist())
-
-
-class ElmoLayers(JsonArray):
-    """The type of `doc._.elmo`: (n_layers, len(doc), width)."""
 
 
 def install_extensions() -> None:
@@ -73,23 +46,20 @@ def install_extensions() -> None:
 
 def restore_views(doc: Doc) -> None:
     """Align the layers with the doc's current tokens and set `doc.tensor`
-    to their default mix again: after `doc.retokenize()` (where spaCy moves
-    the tensor rows its own way) and after DocBin (which does not store the
-    tensor). Layers that belong to another text are left as they are:
-    reading them raises `StaleLayersError`."""
-    if doc.user_data.get(USER_DATA_KEY) is None:
-        return
+    from them again: after `doc.retokenize()` (which moves the tensor rows
+    its own way) and after DocBin (which does not store the tensor). Layers
+    of another text are left as they are."""
     try:
         layers = get_layers(doc)
     except StaleLayersError:
         return
-    set_layers(doc, numpy.array(layers))
+    if layers is not None:
+        set_layers(doc, numpy.array(layers))
 
 
 def set_layers(doc: Doc, layers: numpy.ndarray | None) -> None:
     """`doc._.elmo = layers`: attach (n_layers, len(doc), width) layers to the
-    doc's current tokens and set `doc.tensor` to their default mix. None
-    takes the layers away again, and the tensor they set."""
+    doc's current tokens and set `doc.tensor` to their mean; None removes both."""
     if layers is None:
         if doc.user_data.pop(USER_DATA_KEY, None) is not None:
             doc.tensor = numpy.zeros((0,), dtype="float32")  # spaCy's empty tensor
@@ -101,10 +71,10 @@ def set_layers(doc: Doc, layers: numpy.ndarray | None) -> None:
         )
     tokens = doc.to_array([IDX, LENGTH, ORTH])
     doc.user_data[USER_DATA_KEY] = {
-        "layers": layers.view(JsonArray),
-        "starts": tokens[:, 0].astype("int64").view(JsonArray),
-        "ends": (tokens[:, 0] + tokens[:, 1]).astype("int64").view(JsonArray),
-        "orths": tokens[:, 2].astype("uint64").view(JsonArray),
+        "layers": layers.view(ElmoLayers),
+        "starts": tokens[:, 0].astype("int64").view(ElmoLayers),
+        "ends": (tokens[:, 0] + tokens[:, 1]).astype("int64").view(ElmoLayers),
+        "orths": tokens[:, 2].astype("uint64").view(ElmoLayers),
         "text": _checksum(doc.text),
         "text_length": _text_length(doc),
     }
@@ -112,10 +82,9 @@ def set_layers(doc: Doc, layers: numpy.ndarray | None) -> None:
 
 
 def annotate(doc: Doc, layers: numpy.ndarray, readers: list[int], store: dict) -> None:
-    """The `elmo` pipe's annotation: `set_layers`, and once the listeners
-    `readers` (their ids) have read the layers (`mark_read`), `store_layers`
-    with `store`: {"rows": "all", a list of rows to keep, "tensor" or
-    "nothing", "dtype": what the kept rows are stored in}."""
+    """`set_layers`, then `store_layers` with `store` ({"rows": "all", a list
+    of rows, "tensor" or "nothing"; "dtype": of the kept rows}) once the
+    listeners `readers` (their ids) have read the layers (`mark_read`)."""
     set_layers(doc, layers)
     if store == {"rows": "all", "dtype": str(layers.dtype)}:
         return  # nothing to change once read
@@ -127,8 +96,7 @@ def annotate(doc: Doc, layers: numpy.ndarray, readers: list[int], store: dict) -
 
 
 def listened_layers(doc: Doc) -> "ElmoLayers | None":
-    """`doc._.elmo` where it still holds every layer the listeners take (the
-    pipe's `store` setting has not cut rows from it yet), else None."""
+    """`doc._.elmo` where `store` has not cut rows from it yet, else None."""
     record = doc.user_data.get(USER_DATA_KEY)
     if record is None or record.get("cut"):
         return None
@@ -136,8 +104,7 @@ def listened_layers(doc: Doc) -> "ElmoLayers | None":
 
 
 def mark_read(doc: Doc, reader: int) -> None:
-    """The listener `reader` has read the doc's layers: once no listener is
-    left to read them, store what the pipe's `store` setting says."""
+    """The listener `reader` has read the doc's layers; the last one applies `store`."""
     record = doc.user_data.get(USER_DATA_KEY)
     if record is None or reader not in record.get("readers", ()):
         return
@@ -148,8 +115,7 @@ def mark_read(doc: Doc, reader: int) -> None:
 
 def store_layers(doc: Doc) -> None:
     """Keep on the doc only what the `elmo` pipe's `store` setting says, now,
-    whether or not its listeners have read the layers (a disabled listening
-    pipe never does). Nothing changes on a doc without such a setting."""
+    whether or not its listeners have read the layers."""
     record = doc.user_data.get(USER_DATA_KEY)
     if record is None or "store" not in record:
         return
@@ -165,14 +131,12 @@ def store_layers(doc: Doc) -> None:
         if rows != "all":
             layers = layers[rows]
             record["cut"] = True
-        record["layers"] = layers.astype(store["dtype"]).view(JsonArray)
+        record["layers"] = layers.astype(store["dtype"]).view(ElmoLayers)
 
 
 def get_layers(doc: Doc) -> ElmoLayers | None:
-    """`doc._.elmo`, aligned with the doc's current tokens (see the module
-    docstring). Reading never writes to the doc: layers of tokens that a
-    retokenize changed are aligned anew at every read (`restore_views`
-    stores them aligned)."""
+    """`doc._.elmo`, aligned with the doc's current tokens; never writes to the
+    doc (`restore_views` stores them aligned)."""
     record = doc.user_data.get(USER_DATA_KEY)
     if record is None:
         return None
@@ -185,14 +149,12 @@ def get_layers(doc: Doc) -> ElmoLayers | None:
 
 
 def default_mix(layers: numpy.ndarray) -> numpy.ndarray:
-    """The default mix behind doc.tensor and the .vector hooks: the mean of the
-    layers, in float32. (n_layers, n, width) -> (n, width)."""
+    """`doc.tensor`: the mean of the layers in float32, (n_layers, n, width) -> (n, width)."""
     return layers.mean(axis=0, dtype="float32")
 
 
 def _realign(doc: Doc, record: dict) -> numpy.ndarray:
-    """The layers of the same text's earlier tokens, carried to its current
-    tokens by character offsets: (n_layers, len(doc), width)."""
+    """The layers carried to the doc's current tokens: (n_layers, len(doc), width)."""
     layers = record["layers"]
     aligned = numpy.empty((layers.shape[0], len(doc), layers.shape[2]), dtype=layers.dtype)
     for token in doc:
@@ -201,9 +163,7 @@ def _realign(doc: Doc, record: dict) -> numpy.ndarray:
 
 
 def _token_rows(token: Token, record: dict) -> numpy.ndarray:
-    """The layers of one token of the same text: the mean of the earlier
-    tokens it overlaps (a merged token the mean of its parts, a piece of a
-    split token that token's layers). (n_layers, width)."""
+    """One token's layers, the mean of the earlier tokens it overlaps: (n_layers, width)."""
     start, end = token.idx, token.idx + len(token.text)
     overlapping = numpy.flatnonzero((record["starts"] < end) & (record["ends"] > start))
     if not len(overlapping):

@@ -3,7 +3,7 @@
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 
 
@@ -11,14 +11,9 @@ def write_directory(
     path: str | Path, write: Callable[[Path], None], owned: Collection[str]
 ) -> Path:
     """Fill a temporary sibling of `path` with `write(temporary)`, then put it in
-    place of `path`. A failing `write` leaves nothing behind, and `path` is
-    never half written: a run stopped between the two renames leaves the old
-    folder complete at `.<name>.old`.
-
-    An existing `path` is replaced only if it holds nothing but files named in
-    `owned` (what an earlier write of the same kind left): anything else there
-    stops the write, so no other data is lost.
-    """
+    place of `path`, which is never half written (a run stopped between the
+    two renames leaves the old folder at `.<name>.old`). An existing `path`
+    is replaced only if it holds nothing but files named in `owned`."""
     path = Path(path)
     check_output_folder(path)
     if path.exists():
@@ -39,7 +34,7 @@ def write_directory(
         temporary.mkdir(parents=True)
         try:
             write(temporary)
-            _usual_permissions(temporary)
+            _usual_permissions(temporary.rglob("*"))
         except BaseException:
             shutil.rmtree(temporary, ignore_errors=True)
             raise
@@ -59,8 +54,8 @@ def write_directory(
 
 def write_file(path: str | Path, write: Callable[[Path], None]) -> None:
     """Run `write` on a temporary file beside `path`, flush it to disk, then
-    rename it to `path`: `path` is never half written, and the temporary file
-    is removed if `write` fails or is interrupted (Ctrl-C)."""
+    rename it to `path`, which is never half written; the temporary file is
+    removed if `write` fails or is interrupted."""
     path = Path(path)
     handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(handle)
@@ -69,9 +64,7 @@ def write_file(path: str | Path, write: Callable[[Path], None]) -> None:
         write(temporary)
         with open(temporary, "rb") as file:
             os.fsync(file.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 is not what a user expects
+        _usual_permissions([temporary])  # not mkstemp's 0600
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)
@@ -83,13 +76,12 @@ def write_file(path: str | Path, write: Callable[[Path], None]) -> None:
         os.close(directory)
 
 
-def _usual_permissions(folder: Path) -> None:
-    """Give the files under `folder` the mode a plain open() gives (0666 less
-    the umask): some writers (safetensors) make theirs 0600, which other users
-    of a shared model cannot read."""
+def _usual_permissions(files: Iterable[Path]) -> None:
+    """Give `files` the mode a plain open() gives (0666 less the umask): some
+    writers (safetensors, mkstemp) make theirs 0600, which other users cannot read."""
     umask = os.umask(0)
     os.umask(umask)
-    for file in folder.rglob("*"):
+    for file in files:
         if file.is_file() and not file.is_symlink():
             os.chmod(file, 0o666 & ~umask)
 
@@ -115,7 +107,7 @@ def check_output_folder(path: str | Path) -> None:
 
 def describe_os_error(err: OSError) -> str:
     """What an error of the OS means and what to do, without its "[Errno N]"
-    and without the path (which may be a temporary one the user never chose)."""
+    and its path (which may be a temporary one the user never chose)."""
     import errno
 
     what = {

@@ -1,6 +1,5 @@
-"""`elmo_spacy.ReleaseTrainingCaches.v1`: a training logger that frees the `elmo`
-pipes' training caches when `spacy train` ends (the one hook spaCy's loop
-calls at its end)."""
+"""`elmo_spacy.ReleaseTrainingCaches.v1`: a logger, the one hook spaCy's
+training loop calls at its end."""
 
 import sys
 from collections.abc import Callable

@@ -10,19 +10,14 @@ import srsly
 import torch
 from spacy import util
 from spacy.language import Language
-from spacy.pipeline import TrainablePipe
+from spacy.pipeline import Tok2Vec, TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples
 from spacy.vocab import Vocab
-from thinc.api import Config, Model, Optimizer, set_dropout_rate
+from thinc.api import Model, Optimizer, set_dropout_rate
 
 from .bilm import load_bilm
-from .bilm.formats.directory import (
-    bilm_from_bytes,
-    bilm_to_bytes,
-    read_bilm_directory,
-    save_bilm,
-)
+from .bilm.formats.directory import bilm_from_bytes, bilm_to_bytes, read_bilm_directory, save_bilm
 from .bilm.formats.locate import BiLMPath
 from .bilm.runner import resolve_layers
 from .cache import FrozenOutputCache
@@ -33,13 +28,6 @@ from .layers.bilm_model import ElmoOutput, no_backprop, trains_now
 from .layers.dims import N_OUTPUT_LAYERS
 from .loaders import BiLMLoader
 
-DEFAULT_ELMO_MODEL = """
-[model]
-@architectures = "elmo_spacy.ElmoBiLM.v1"
-
-[model.run]
-@misc = "elmo_spacy.RunSettings.v1"
-"""
 DTYPES = ("float32", "float16")
 STORES = ("layers", "tensor", "nothing")
 
@@ -47,7 +35,10 @@ STORES = ("layers", "tensor", "nothing")
 @Language.factory(
     "elmo",
     default_config={
-        "model": Config().from_str(DEFAULT_ELMO_MODEL)["model"],
+        "model": {
+            "@architectures": "elmo_spacy.ElmoBiLM.v1",
+            "run": {"@misc": "elmo_spacy.RunSettings.v1"},
+        },
         "dtype": "float32",
         "cache_mb": 2048,
         "store": "layers",
@@ -66,49 +57,23 @@ def make_elmo(
 
 
 class Elmo(TrainablePipe):
-    """Runs a pretrained biLM over each doc and sets:
-
-    - `doc._.elmo`: (L + 1, len(doc), width); layer 0 is the token encoding,
-      layers 1..L the biLSTM layers ([forward; backward]). `token._.elmo`
-      (L + 1, width) and `span._.elmo` (L + 1, len(span), width) are views of it.
-    - `doc.tensor`: the default mix, the mean of the layers, (n, width)
-      float32, which spaCy's `token.vector`, `span.vector`, `doc.vector` and
-      `similarity` read where the vocab has no static vectors.
-
-    Downstream pipes use the layers through `elmo_spacy.ElmoListener.v1`;
-    `nlp.replace_listeners` gives a pipe its own copy of the biLM instead
-    (`elmo_spacy.ElmoTok2Vec.v1`).
-
-    How the biLM runs (layers, state, precision, batching, windows) is its
-    model's `run` block ([components.elmo.model.run], an
-    `elmo_spacy.bilm.runner.RunSettings`, read by `get_runner(pipe.model)`),
-    which a replaced listener's copy of the biLM takes with the rest of the
-    model block.
-
-    The pipe's own settings, its factory's config, which `cfg` holds and
-    `to_disk` saves:
+    """Runs a pretrained biLM over each doc and sets `doc._.elmo`, (L + 1,
+    len(doc), width) with layer 0 the token encoding, and `doc.tensor`, their
+    mean (see docs/pipes.md). How the biLM runs is its model's `run` block
+    (`get_runner(pipe.model).settings`); the pipe's own settings, which
+    `cfg` holds and `to_disk` saves (a loaded pipeline takes its config's):
 
     dtype: "float32", or "float16" to store `doc._.elmo` in half the memory
         (listeners in the pipeline read the float32 layers first).
-    cache_mb: while training with a frozen biLM (no listener with
-        grad_factor != 0, or the model's `fine_tuning` keeping every layer
-        frozen), the layers of each training doc are computed once
-        and kept in a float16 cache of at most this many MB (0: no cache, no
-        rounding). Prediction outside training never uses the cache; the cache
-        is emptied when the biLM changes and when training ends (with the
-        `elmo_spacy.ReleaseTrainingCaches.v1` logger of the shipped configs).
+    cache_mb: while training with a frozen biLM, each training doc's layers
+        are computed once and kept in a float16 cache of at most this many MB
+        (0: no cache, no rounding), emptied when the biLM changes and when
+        training ends (`elmo_spacy.ReleaseTrainingCaches.v1`).
     store: what stays on each doc once the pipeline's listeners have read
-        its layers: "layers" (the default: every layer of `run.layers`, and
-        `doc.tensor`), a list of layer indices (those of `run.layers` to keep
-        on `doc._.elmo`, and `doc.tensor`), "tensor" (only `doc.tensor`, the
-        mean of the layers) or "nothing". Listeners in the pipeline get every
-        layer of `run.layers` whatever this says; a doc read by no listener
-        (one that a disabled listening pipe would have read) keeps every
-        layer until `store_layers(doc)` is called. `doc.tensor` is the same
-        in every case but "nothing".
-
-    A saved pipeline loads with the settings of its config.cfg, and
-    `spacy.load(path, config={"components": {"elmo": {...}}})` changes them.
+        its layers: "layers" (every layer of `run.layers`, and `doc.tensor`),
+        a list of layer indices (those of `run.layers` to keep, and
+        `doc.tensor`), "tensor" (only `doc.tensor`) or "nothing". A doc read
+        by no listener keeps every layer until `store_layers(doc)`.
     """
 
     def __init__(
@@ -145,34 +110,15 @@ class Elmo(TrainablePipe):
         self._stored_rows: list[int] | None = None  # rows of `store`, resolved with the biLM
         install_extensions()
 
-    @property
-    def n_output_layers(self) -> int:
-        """Layers per doc for the listeners (and on `doc._.elmo` as set)."""
-        return self.model.get_dim(N_OUTPUT_LAYERS)
+    # -- listeners: the protocol of spaCy's Tok2Vec, with its methods ----------
 
-    # -- listeners (the protocol of spaCy's Tok2Vec) -------------------------
-
-    @property
-    def listeners(self) -> list[ElmoListener]:
-        return [m for c in self.listening_components for m in self.listener_map[c]]
-
-    @property
-    def listening_components(self) -> list[str]:
-        return list(self.listener_map.keys())
+    listeners = Tok2Vec.listeners
+    listening_components = Tok2Vec.listening_components
+    remove_listener = Tok2Vec.remove_listener
 
     def add_listener(self, listener: ElmoListener, component_name: str) -> None:
-        self.listener_map.setdefault(component_name, [])
-        if listener not in self.listener_map[component_name]:
-            self.listener_map[component_name].append(listener)
+        Tok2Vec.add_listener(self, listener, component_name)
         self._link(listener)
-
-    def remove_listener(self, listener: ElmoListener, component_name: str) -> bool:
-        if listener in self.listener_map.get(component_name, []):
-            self.listener_map[component_name].remove(listener)
-            if not self.listener_map[component_name]:
-                del self.listener_map[component_name]
-            return True
-        return False
 
     def find_listeners(self, component) -> None:
         """Register the ElmoListener layers of `component` whose upstream is
@@ -186,20 +132,23 @@ class Elmo(TrainablePipe):
     def _link(self, listener: ElmoListener) -> None:
         listener.upstream_pipe = self
         if self.model.has_dim("nO"):
-            listener.set_dim("nO", self.model.get_dim("nO"), force=True)
-            listener.set_dim(N_OUTPUT_LAYERS, self.n_output_layers, force=True)
+            for dim in ("nO", N_OUTPUT_LAYERS):
+                listener.set_dim(dim, self.model.get_dim(dim), force=True)
 
     # -- prediction ----------------------------------------------------------
 
     def predict(self, docs: Iterable[Doc]) -> ElmoOutput:
         """Returns one float32 (n_output_layers, len(doc), width) array per doc."""
-        self._one_thread_in_forked_workers()
+        if os.getpid() != self._pid:
+            # A fork of nlp.pipe(n_process=...): torch's OpenMP pool does not survive a
+            # fork (the first parallel op hangs), and the workers share the cores anyway.
+            torch.set_num_threads(1)
+            self._pid = os.getpid()
         return self.model.predict(list(docs))
 
     def set_annotations(self, docs: Sequence[Doc], outputs: ElmoOutput) -> None:
-        """Attach each doc's layers, as a numpy array on the host whatever
-        device the biLM ran on, for the listeners to read; then what the
-        `store` setting keeps stays (see `elmo_spacy.extensions.annotate`)."""
+        """Attach each doc's layers on the host for the listeners; once read,
+        what `store` keeps stays (`elmo_spacy.extensions.annotate`)."""
         if self._stored_rows is None:
             self._stored_rows = self._resolve_store()
         readers = [listener.id for listener in self.listeners]
@@ -208,19 +157,9 @@ class Elmo(TrainablePipe):
             annotate(doc, self.model.ops.to_numpy(layers), readers, store)
 
     def store_layers(self, doc: Doc) -> Doc:
-        """Keep only what the `store` setting says on a doc now, for a doc
-        that a listening pipe did not read (it was disabled)."""
+        """Apply `store` now to a doc that a listening pipe did not read (it was disabled)."""
         store_layers(doc)
         return doc
-
-    def _one_thread_in_forked_workers(self) -> None:
-        """spaCy's nlp.pipe(n_process=...) forks, and torch's OpenMP thread pool
-        does not survive a fork: the first parallel op in the child hangs.
-        Workers share the cores anyway, so a forked copy of this pipe runs
-        torch on one thread."""
-        if os.getpid() != self._pid:
-            torch.set_num_threads(1)
-            self._pid = os.getpid()
 
     # -- training --------------------------------------------------------------
 
@@ -233,17 +172,16 @@ class Elmo(TrainablePipe):
         losses: dict[str, float] | None = None,
     ) -> dict[str, float]:
         """Run the biLM on a batch and broadcast its outputs to the listeners.
-        If some listener has grad_factor != 0, their gradients flow back into
-        the biLM and it is updated once the last of them has backpropagated;
-        otherwise, and while the model's `fine_tuning` keeps every layer
-        frozen, the biLM only predicts and its weights do not change."""
+        The gradients of listeners with grad_factor != 0 are summed and the
+        biLM is updated once the last of them has backpropagated; with none,
+        or while `fine_tuning` keeps every layer frozen, the biLM only predicts."""
         if losses is None:
             losses = {}
         validate_examples(examples, "Elmo.update")
         docs = [eg.predicted for eg in examples]
         losses.setdefault(self.name, 0.0)
         batch_id = ElmoListener.get_batch_id(docs)
-        learners = [listener for listener in self.listeners if listener.wants_gradient]
+        learners = [listener for listener in self.listeners if listener.attrs["grad_factor"] != 0]
         if not learners or not trains_now(self.model):
             outputs = self.frozen_cache.get_or_compute(docs, self.predict, self.model.ops)
             for listener in self.listeners:
@@ -283,22 +221,18 @@ class Elmo(TrainablePipe):
         bilm_loader: BiLMLoader | None = None,
         untrained: bool = False,
     ) -> None:
-        """Load the pretrained biLM at `bilm_path`, in any format `load_bilm`
-        reads: a path, or a bilm-tf model's two files as a pair, in a config
-        a list of two paths (`bilm_path = ["elmo/options.json",
-        "weights/elmo.hdf5"]`); or the biLM that `bilm_loader` reads (a
-        registered loader that names the format, e.g. `elmo_spacy.BilmTf.v1`;
-        see `elmo_spacy.loaders`). Only with `untrained = true` (and a
-        warning) is a biLM of random weights built instead, from the model's
-        `bilm` settings and a vocabulary of the example docs."""
+        """Load the pretrained biLM at `bilm_path` (anything `load_bilm` reads)
+        or the one `bilm_loader` reads; only with `untrained = true` (and a
+        warning), build one of random weights from the model's `bilm`
+        settings and a vocabulary of the example docs."""
         if bilm_path is not None and bilm_loader is not None:
             raise ElmoSpacyError(
                 f"[initialize.components.{self.name}] sets both bilm_path and bilm_loader: keep one"
             )
         if bilm_loader is not None:
-            set_bilm(self.model, bilm_loader())
+            self._set_bilm(bilm_loader())
         elif bilm_path is not None:
-            set_bilm(self.model, load_bilm(bilm_path, with_softmax=False))
+            self._set_bilm(load_bilm(bilm_path, with_softmax=False))
         elif untrained:
             warnings.warn(
                 f"The '{self.name}' pipe runs an untrained biLM of random weights "
@@ -307,6 +241,7 @@ class Elmo(TrainablePipe):
             )
             docs = [eg.reference for eg in islice(get_examples(), 1000)]
             self.model.initialize(X=docs)
+            self._bilm_changed()
         else:
             raise ElmoSpacyError(
                 f"The '{self.name}' pipe needs a pretrained biLM: set "
@@ -314,9 +249,9 @@ class Elmo(TrainablePipe):
                 "or --paths.bilm if the config reads it from [paths]). For a biLM of random "
                 "weights, set untrained = true there instead."
             )
-        self._bilm_changed()
 
     # -- serialisation: the biLM directory format, never pickle ----------------
+    # The settings are the config's: the saved cfg is not read back.
 
     def to_disk(self, path: str | Path, *, exclude: Iterable[str] = tuple()) -> None:
         serializers = {
@@ -326,13 +261,9 @@ class Elmo(TrainablePipe):
         util.to_disk(path, serializers, exclude)
 
     def from_disk(self, path: str | Path, *, exclude: Iterable[str] = tuple()) -> "Elmo":
-        def load_bilm_dir(p: Path) -> None:
-            set_bilm(self.model, read_bilm_directory(p, with_softmax=False))
-            self._bilm_changed()
-
         deserializers = {
-            "cfg": lambda p: None,  # the settings are the config's (see the class docstring)
-            "bilm": load_bilm_dir,
+            "cfg": lambda p: None,
+            "bilm": lambda p: self._set_bilm(read_bilm_directory(p, with_softmax=False)),
         }
         util.from_disk(path, deserializers, exclude)
         return self
@@ -345,13 +276,16 @@ class Elmo(TrainablePipe):
         return util.to_bytes(serializers, exclude)
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
-        def load_bilm_bytes(payload: dict) -> None:
-            set_bilm(self.model, bilm_from_bytes(payload, with_softmax=False))
-            self._bilm_changed()
-
-        deserializers = {"cfg": lambda cfg: None, "bilm": load_bilm_bytes}
+        deserializers = {
+            "cfg": lambda cfg: None,
+            "bilm": lambda b: self._set_bilm(bilm_from_bytes(b, with_softmax=False)),
+        }
         util.from_bytes(bytes_data, deserializers, exclude)
         return self
+
+    def _set_bilm(self, bilm) -> None:
+        set_bilm(self.model, bilm)
+        self._bilm_changed()
 
     def _bilm_changed(self) -> None:
         self._check_tokenization()
@@ -368,8 +302,7 @@ class Elmo(TrainablePipe):
             return "all"
         if isinstance(store, str):
             return store
-        bilm = get_bilm(self.model)
-        n_layers = bilm.config.n_output_layers
+        n_layers = get_bilm(self.model).config.n_output_layers
         handed_out = get_runner(self.model).layers or list(range(n_layers))
         where = f"[components.{self.name}] store"
         wanted = resolve_layers(store, n_layers, where)

@@ -102,7 +102,7 @@ def test_the_frozen_output_cache_stays_on_the_host(device_nlp):
 def host_entries(cache) -> int:
     """How many entries `cache` keeps, each a numpy array on the host (or a
     failed assertion)."""
-    entries = [cache.entries.get(key) for key in list(cache.entries)]
+    entries = [cache.get(key) for key in list(cache)]
     assert {type(entry) for entry in entries} == {numpy.ndarray}
     return len(entries)
 

@@ -163,13 +163,13 @@ def test_training_cache_is_released_when_training_ends(bilm_dir, corpus_dir):
     elmo.update = lambda *a, **k: (real_update(*a, **k), sizes.append(len(elmo.frozen_cache)))[0]
     spacy_train_loop(nlp, None)
     assert max(sizes) > 0 and elmo.frozen_cache.hits + elmo.frozen_cache.misses > 0
-    assert len(elmo.frozen_cache) == 0 and elmo.frozen_cache.nbytes == 0
+    assert len(elmo.frozen_cache) == 0 and elmo.frozen_cache.size == 0
 
 
 def test_no_cache_means_no_rounding(bilm_dir, corpus_dir):
     nlp = make_nlp(bilm_dir, SCALAR_MIX, 0.0)
     elmo = nlp.get_pipe("elmo")
-    elmo.frozen_cache.max_bytes = 0
+    elmo.frozen_cache.max_size = 0
     train = examples(nlp, corpus_dir / "train.spacy")[:4]
     nlp.initialize(lambda: train)
     docs = [eg.predicted for eg in train]

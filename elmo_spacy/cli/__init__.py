@@ -9,9 +9,12 @@ import click
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from ..errors import ElmoSpacyError
+from ..files import describe_os_error
+
 
 class _NoFlagTypes:
-    """Flags (--help, --resume, ...) take no value: no `<bool>` type in the help."""
+    """No `<bool>` type in the help of flags (--help, --resume, ...)."""
 
     def get_params(self, ctx):
         params = super().get_params(ctx)
@@ -68,11 +71,9 @@ def main(
 
 @contextlib.contextmanager
 def warnings_as_lines():
-    """While a command runs, show the warnings the library aims at its
-    caller's line (a precision that falls back, ...) as one yellow line
-    ("RuntimeWarning: [training] precision = ..."): under the command line
-    that line is typer's, not the user's, whose line is the command itself.
-    Other warnings show as Python shows them."""
+    """While a command runs, show a warning aimed at its caller's line as one
+    yellow line ("RuntimeWarning: ..."): under the command line that caller
+    is typer's code, not the user's."""
     machinery = tuple(str(Path(module.__file__).parent) for module in (typer, click))
     show = warnings.showwarning
 
@@ -87,36 +88,23 @@ def warnings_as_lines():
         yield
 
 
-class errors_to_exit:
-    """Turn the errors a user can act on into a red message and exit code 1:
-    the library's `ElmoSpacyError` (what was wrong, where, and what to do) and
-    errors straight from the OS (a path that is missing, not writable, ...).
-    Anything else is a bug and keeps its traceback."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, error, traceback) -> bool:
-        if isinstance(error, user_errors()):
-            typer.secho(_message(error), fg="red", err=True)
-            raise typer.Exit(1) from error
-        return False
-
-
-def user_errors() -> tuple[type[Exception], ...]:
-    """The exception types the command line shows as one line."""
-    from ..errors import ElmoSpacyError
-
-    return (ElmoSpacyError, OSError)
+@contextlib.contextmanager
+def errors_to_exit():
+    """Turn the errors a user can act on, `ElmoSpacyError` and errors straight
+    from the OS, into a red message and exit code 1; any other error is a bug
+    and keeps its traceback."""
+    try:
+        yield
+    except (ElmoSpacyError, OSError) as error:
+        typer.secho(_message(error), fg="red", err=True)
+        raise typer.Exit(1) from error
 
 
 def _message(error: Exception) -> str:
-    """The error's own message, or for an error straight from the OS ("[Errno
-    17] File exists: 'x'"), the path it names, what that means and what to do."""
+    """The error's own message, or for one straight from the OS ("[Errno 17]
+    File exists: 'x'"), the path it names, what that means and what to do."""
     if not isinstance(error, OSError) or error.errno is None:
         return str(error)
-    from ..files import describe_os_error
-
     paths = [p for p in (error.filename, error.filename2) if p is not None]
     where = " -> ".join(str(p) for p in paths)
     return f"{where}: {describe_os_error(error)}" if where else describe_os_error(error)
@@ -124,8 +112,6 @@ def _message(error: Exception) -> str:
 
 def parse_part(part: str | None) -> tuple[int, int]:
     """ "K/N" (the --part of embed and prepare) -> (K, N), 0 <= K < N; None -> (0, 1)."""
-    from ..errors import ElmoSpacyError
-
     if part is None:
         return 0, 1
     try:

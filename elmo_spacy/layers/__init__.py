@@ -1,12 +1,6 @@
-"""thinc layers: the biLM as a thinc model, the listener, the mixes, the tok2vec that owns its biLM."""
+"""thinc layers: the biLM as a thinc model, the listener, the mixes, the tok2vec."""
 
-from .bilm_model import (
-    build_bilm_model,
-    get_bilm,
-    get_runner,
-    inline_bilm,
-    set_bilm,
-)
+from .bilm_model import build_bilm_model, get_bilm, get_runner, inline_bilm, set_bilm
 from .learned_mix import build_learned_mix
 from .listener import ElmoListener
 from .scalar_mix import build_scalar_mix, layer_weights, scalar_mix_node

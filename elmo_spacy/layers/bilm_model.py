@@ -1,7 +1,6 @@
-"""The biLM as a thinc model: List[Doc] -> List[Floats3d], one (n_layers,
-len(doc), width) array per doc; and the same model owned by a downstream
-pipe, which is what a listener becomes when spaCy's `replace_listeners`
-replaces it."""
+"""The biLM as a thinc model: List[Doc] -> one (n_layers, len(doc), width)
+array per doc; and the same model run inline by a downstream pipe, which is
+what a listener becomes in spaCy's `replace_listeners`."""
 
 import copy
 from collections.abc import Callable
@@ -41,22 +40,11 @@ def build_bilm_model(
     grad_scaler_config: dict[str, Any] | None = None,
     fine_tuning: FineTuning | None = None,
 ) -> Model[list[Doc], ElmoOutput]:
-    """A thinc model that runs a biLM over docs with `settings` (its runner,
-    held by its shim).
-
-    The torch module is attached later, by `set_bilm`: from a pretrained biLM
-    directory when the `elmo` pipe is initialised or loaded, or freshly built
-    from `bilm_config` (a dict of `BiLMConfig` fields) with a vocabulary
-    counted on the initialisation docs. Serialised (`to_bytes`), the model
-    carries its biLM in the biLM directory format (safetensors, never
-    pickle); the settings are the config's and are not serialised.
-
-    grad_scaler_config: the arguments of thinc's `PyTorchGradScaler`, used
-        when the biLM trains in float16 (spacy-transformers' name).
-    fine_tuning: how a fine-tuned biLM's weights change (its own optimizer,
-        rates by layer, layers unfrozen by step; see `FineTuning`); None:
-        the pipeline's optimizer steps them, at the head's rate.
-    """
+    """A thinc model that runs a biLM over docs with `settings`. The torch
+    module is attached later by `set_bilm` (pretrained), or built by `init`
+    from `bilm_config` (`BiLMConfig` fields) and the initialisation docs'
+    words. Its bytes carry the biLM in the biLM directory format, not the
+    settings, which are the config's."""
     BiLMConfig.from_dict(bilm_config)  # fail at config time, not at init
     shim = BiLMShim(Runner(None, settings), grad_scaler_config or {}, fine_tuning)
     return Model(
@@ -75,25 +63,13 @@ def build_bilm_model(
 
 
 class BiLMShim(PyTorchShim):
-    """thinc's PyTorchShim around a `Runner`: the torch module it trains is
-    the runner's biLM (None until one is attached). Changes to thinc's:
-
-    - serialised in the biLM directory format (config, vocabulary,
-      safetensors), so that a model built from its config alone (no biLM
-      yet) gets its biLM back from bytes; copied through that format too;
-    - after an optimiser step the biLM hears that its weights changed (thinc
-      writes them through numpy, which torch cannot see), and gradients are
-      dropped (None), not zeroed, so that a parameter that gets no gradient
-      next time (a listener switched to grad_factor = 0) is not moved by the
-      optimiser's momentum; a step without gradients (a frozen biLM) keeps
-      what the biLM derived from its weights;
-    - the gradient scaler (thinc's, spacy-transformers' `grad_scaler_config`)
-      is on while the biLM computes in float16: the gradient coming back is
-      scaled, the biLM's unscaled, and a step whose gradients overflowed is
-      skipped;
-    - with `fine_tuning`, the biLM's own optimizer steps it, not the one
-      `finish_update` is given, and only its trainable layers get gradients.
-    """
+    """thinc's PyTorchShim around a `Runner`, whose biLM (None until one is
+    attached) is the torch module. Unlike thinc's, it serialises and copies
+    through the biLM directory format; after a step it drops the gradients
+    (None, not zeros, so that momentum does not move a parameter that gets no
+    gradient next time) and tells the biLM its weights changed (thinc writes
+    them through numpy); its gradient scaler is on while the biLM computes in
+    float16; with `fine_tuning`, that optimizer steps the biLM instead."""
 
     def __init__(
         self,
@@ -123,8 +99,7 @@ class BiLMShim(PyTorchShim):
             self._grad_scaler = self._scaler()
 
     def _scaler(self) -> PyTorchGradScaler:
-        """thinc's gradient scaler, on where the biLM computes in float16 on
-        a GPU (float16 runs only there; thinc's scaler refuses the CPU)."""
+        """On where the biLM computes in float16 on a GPU (thinc's scaler refuses the CPU)."""
         bilm = self.runner.bilm
         device = get_torch_default_device() if bilm is None else _device(bilm)
         enabled = bilm is not None and bilm.precision == "float16" and device.type == "cuda"
@@ -139,12 +114,6 @@ class BiLMShim(PyTorchShim):
         fine_tuning = None if self.fine_tuning is None else self.fine_tuning.copy()
         return BiLMShim(Runner(bilm, self.runner.settings), self.grad_scaler_config, fine_tuning)
 
-    def trains_now(self) -> bool:
-        """Whether a training step now may change the biLM: False while its
-        fine-tuning keeps every layer frozen."""
-        bilm = self.runner.bilm
-        return self.fine_tuning is None or bool(self.fine_tuning.trainable(bilm))
-
     def finish_update(self, optimizer: Optimizer) -> None:
         parameters = list(self._model.parameters())
         stepped = any(p.grad is not None for p in parameters)
@@ -153,7 +122,7 @@ class BiLMShim(PyTorchShim):
         else:
             if stepped and not self._grad_scaler.found_inf:
                 self.fine_tuning.update(self.id, self._model)
-            self.fine_tuning.next_step()
+            self.fine_tuning.step += 1
             self._grad_scaler.update()
         if stepped:
             for parameter in parameters:
@@ -172,8 +141,7 @@ def _bilm_bytes(bilm: BiLM | None) -> bytes:
 def _bilm_from_bytes(_old: BiLM | None, data: bytes, device: torch.device) -> BiLM | None:
     if not data:
         return None
-    bilm = bilm_from_bytes(srsly.msgpack_loads(data), with_softmax=False)
-    return bilm.to(device)
+    return bilm_from_bytes(srsly.msgpack_loads(data), with_softmax=False).to(device)
 
 
 def get_runner(model: Model) -> Runner:
@@ -182,9 +150,10 @@ def get_runner(model: Model) -> Runner:
 
 
 def trains_now(model: Model) -> bool:
-    """Whether a training step of a biLM model (`build_bilm_model`) may now
-    change its biLM (see `BiLMShim.trains_now`)."""
-    return model.shims[0].trains_now()
+    """Whether a training step may now change the biLM of `model`
+    (`build_bilm_model`): not while its fine-tuning keeps every layer frozen."""
+    fine_tuning = model.shims[0].fine_tuning
+    return fine_tuning is None or bool(fine_tuning.trainable(get_bilm(model)))
 
 
 def get_bilm(model: Model) -> BiLM | None:
@@ -196,14 +165,9 @@ def set_bilm(model: Model, bilm: BiLM) -> None:
     """Attach (or replace) the torch biLM that `model` runs."""
     bilm.softmax = None  # only the pretraining loss needs it
     model.shims[0]._model = bilm.to(get_torch_default_device())
-    _set_dims(model)
-
-
-def _set_dims(model: Model) -> None:
     runner = get_runner(model)
-    if runner.bilm is not None:
-        model.set_dim("nO", runner.width, force=True)
-        model.set_dim(N_OUTPUT_LAYERS, runner.n_layers, force=True)
+    model.set_dim("nO", runner.width, force=True)
+    model.set_dim(N_OUTPUT_LAYERS, runner.n_layers, force=True)
 
 
 def init(model: Model, X: list[Doc] | None = None, Y=None) -> None:
@@ -232,7 +196,7 @@ def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[ElmoOutput, 
     bilm = runner.bilm
     fine_tuning = model.shims[0].fine_tuning
     if fine_tuning is not None:
-        fine_tuning.prepare(bilm)
+        bilm.set_trainable(fine_tuning.trainable(bilm))  # gradients for those layers only
     inputs = ArgsKwargs(
         args=(bilm.batch(windows.window_tokens(tokens)),),
         kwargs={"initial_states": runner.initial_states()},
@@ -265,13 +229,10 @@ def inline_bilm(
     grad_factor: float,
     bilm_path: BiLMPath | None = None,
 ) -> Model[list[Doc], ElmoOutput]:
-    """A biLM that a downstream pipe runs itself, in the place of a listener
-    (the tok2vec of `elmo_spacy.ElmoTok2Vec.v1`): `bilm_model`
-    (`build_bilm_model`) run in training with its gradient scaled by
-    `grad_factor` (0: the biLM only predicts and never changes), in
-    prediction as the `elmo` pipe runs it. `bilm_path`: where `initialize`
-    reads the pretrained biLM, if none is attached yet (anything `load_bilm`
-    reads: a path, or a bilm-tf model's two files as a pair)."""
+    """`bilm_model` (`build_bilm_model`) run by a downstream pipe in the place
+    of a listener (`elmo_spacy.ElmoTok2Vec.v1`), its gradient scaled by
+    `grad_factor` (0: it only predicts). `initialize` reads the biLM at
+    `bilm_path` (anything `load_bilm` reads) if none is attached yet."""
     model = Model(
         "elmo_inline_bilm",
         _inline_forward,
@@ -318,9 +279,8 @@ def _copy_dims(model: Model) -> None:
 
 
 def replace_listener(bilm_model: Model, listener: Model, pipe: Any) -> Model:
-    """spaCy's `replace_listeners` callback for the model: `bilm_model` (a
-    copy of the `elmo` pipe's model, with its own copy of the biLM and the
-    pipe's settings) takes the listener's place, with its grad_factor."""
+    """spaCy's `replace_listeners` callback: `bilm_model`, a copy of the `elmo`
+    pipe's model, takes the listener's place with its grad_factor."""
     return inline_bilm(bilm_model, listener.attrs["grad_factor"])
 
 
@@ -328,11 +288,15 @@ def replace_listener_cfg(
     bilm_model_cfg: dict[str, Any], tok2vec_cfg: dict[str, Any]
 ) -> dict[str, Any]:
     """spaCy's `replace_listeners` callback for the config: the listener's
-    block (`tok2vec_cfg`, or the one listener block inside it) becomes an
-    `elmo_spacy.ElmoTok2Vec.v1` block with the listener's mix, width and
-    grad_factor and the `elmo` pipe's model block, run settings included:
-    the config that rebuilds what `replace_listener` made."""
-    listener_cfg = _listener_block(tok2vec_cfg)
+    block (`tok2vec_cfg`, or the one inside it) becomes the
+    `elmo_spacy.ElmoTok2Vec.v1` block that rebuilds what `replace_listener` made."""
+    found = _listener_blocks(tok2vec_cfg)
+    if len(found) != 1:
+        raise ElmoSpacyError(
+            f"replace_listeners: the component's model.tok2vec block holds {len(found)} "
+            f"{LISTENER_ARCHITECTURE} blocks; one can be replaced"
+        )
+    listener_cfg = found[0]
     return {
         "@architectures": TOK2VEC_ARCHITECTURE,
         "bilm": copy.deepcopy(dict(bilm_model_cfg)),
@@ -343,22 +307,10 @@ def replace_listener_cfg(
     }
 
 
-def _listener_block(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The one ElmoListener block in `cfg` (which may be it)."""
-    found = []
-
-    def visit(block: Any) -> None:
-        if isinstance(block, dict):
-            if block.get("@architectures") == LISTENER_ARCHITECTURE:
-                found.append(block)
-            else:
-                for value in block.values():
-                    visit(value)
-
-    visit(cfg)
-    if len(found) != 1:
-        raise ElmoSpacyError(
-            f"replace_listeners: the component's model.tok2vec block holds {len(found)} "
-            f"{LISTENER_ARCHITECTURE} blocks; one can be replaced"
-        )
-    return found[0]
+def _listener_blocks(block: Any) -> list[dict[str, Any]]:
+    """The ElmoListener blocks in a config block (which may be one)."""
+    if not isinstance(block, dict):
+        return []
+    if block.get("@architectures") == LISTENER_ARCHITECTURE:
+        return [block]
+    return [found for value in block.values() for found in _listener_blocks(value)]

@@ -1,7 +1,7 @@
-"""How a fine-tuned biLM's weights change: an optimizer of their own, each
-layer at its own rate, the layers unfrozen from the top down (ULMFiT's
-discriminative rates and gradual unfreezing, Howard and Ruder 2018)."""
+"""How a fine-tuned biLM's weights change (ULMFiT's discriminative rates and
+gradual unfreezing, Howard and Ruder 2018), and the errors of its settings."""
 
+import copy
 import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -17,24 +17,21 @@ SET_STEPS = "elmo_spacy.fine_tuning_steps.v1"  # the callback that gives schedul
 
 
 class ConfigSettingError(ElmoSpacyError, ConfigValidationError):
-    """A setting of a config block that cannot work: an `ElmoSpacyError`
-    that spaCy's commands (`spacy train`, `spacy debug config`) show as a
-    config error, one line without a traceback. Made by `bad_setting`."""
+    """A config setting that cannot work, which spaCy's commands show as a
+    config error in one line (made by `bad_setting`)."""
 
     def __str__(self) -> str:
         return self.title or super().__str__()
 
 
 def block(*parts: str) -> str:
-    """A section of the fine_tuning block as errors name it, "[...fine_tuning.optimizer]":
-    the block sits in the `elmo` pipe's model ([components.elmo.model.fine_tuning]),
-    or in a replaced listener's."""
+    """A section of the fine_tuning block as errors name it, "[...fine_tuning.optimizer]"
+    (the block may be the `elmo` pipe's model's or a replaced listener's)."""
     return "[..." + ".".join(("fine_tuning", *parts)) + "]"
 
 
 def bad_setting(section: str, setting: str, value: Any, fix: str) -> ConfigSettingError:
-    """The error of `setting = value` in `section`: "[section] setting =
-    value: fix", the value as a config writes it."""
+    """The error "[section] setting = value: fix", the value as a config writes it."""
     return ConfigSettingError(
         title=f"{section} {setting} = {config_value(value)}: {fix}", show_config=False
     )
@@ -48,28 +45,25 @@ def config_value(value: Any) -> str:
         return "a schedule" if isinstance(value, Iterator) else repr(value)
 
 
-class RunSchedule:
-    """A schedule over the whole training run, whose length in steps is
-    known only when the pipeline is initialised: what
-    `elmo_spacy.slanted_triangular.v1` gives for num_steps = 0. `FineTuning`
-    holds it until `FineTuning.set_run_steps` gives the length (the
-    `elmo_spacy.fine_tuning_steps.v1` callback, or
-    `elmo_spacy.schedules.set_fine_tuning_steps`), then reads
-    `over(num_steps)`.
+def number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
-    values: num_steps -> the schedule's values, one per step.
-    first: the value that thinc's optimizer reads when it is built (before
-        the length is known); a second read outside a fine_tuning block
-        is refused, naming `where`.
-    """
+
+def whole_number(value: Any, least: int) -> bool:
+    return number(value) and value >= least and value == int(value)
+
+
+class RunSchedule:
+    """A schedule over the whole training run, whose length is known only
+    when the pipeline is initialised (`slanted_triangular` with num_steps =
+    0): `FineTuning.set_run_steps` reads `values(num_steps)`. As an iterator
+    it gives only `first`, the value thinc's optimizer reads when it is
+    built; a second read (outside a fine_tuning block) is refused."""
 
     def __init__(self, values: Callable[[int], Iterator[float]], first: float, where: str) -> None:
         self.values = values
         self.first: float | None = first
         self.where = where
-
-    def over(self, num_steps: int) -> Iterator[float]:
-        return self.values(num_steps)
 
     def __iter__(self) -> "RunSchedule":
         return self
@@ -89,39 +83,10 @@ class RunSchedule:
 
 
 class FineTuning:
-    """The biLM's own optimisation, for a biLM that a listener (or the pipe
-    that owns it) fine-tunes: what `elmo_spacy.ElmoBiLM.v1`'s `fine_tuning`
-    gives. Without it the pipeline's optimizer ([training.optimizer]) steps
-    the biLM at the head's rate.
-
-    optimizer: the biLM's optimizer (thinc's `Adam.v1`, ...), apart from the
-        pipeline's; its `learn_rate` (a value or a schedule, e.g.
-        `elmo_spacy.slanted_triangular.v1`) is the top LSTM layer's rate.
-        Its averages are not kept (spaCy evaluates with the pipeline
-        optimizer's only): `use_averages` must be false.
-    layer_rate_divisor: each layer's rate is the rate of the layer above it
-        divided by this (ULMFiT's 2.6): with L LSTM layers, LSTM layer i
-        trains at rate / divisor^(L - i) and the token encoder (layer 0) at
-        rate / divisor^L. 1.0: one rate for every layer.
-    trainable_layers: how many layers, counted from the top, train at each
-        step: a number, or a schedule of numbers (e.g.
-        `elmo_spacy.gradual_unfreezing.v1`: none, then the top one, then one
-        more); None: every layer from the first step. The frozen layers get
-        no gradient (backpropagation stops below the lowest trainable one)
-        and their weights do not move; while no layer trains, the pipe runs
-        the biLM as a frozen one.
-
-    A step is one update of the pipeline (one `finish_update`), whether or
-    not the biLM trained at it: the schedules count those. A schedule over
-    the whole run (`RunSchedule`, e.g. `elmo_spacy.slanted_triangular.v1`
-    with num_steps = 0) waits for the run's length (`set_run_steps`); the
-    biLM is not stepped before. A copy (spaCy's `replace_listeners` copies
-    the `elmo` pipe's model) goes on from the same step with an optimizer of
-    its own, its moments fresh.
-
-    A setting that cannot work is refused with a `ConfigSettingError` that
-    names it, its section, its value and what to give instead.
-    """
+    """The biLM's own optimisation, `elmo_spacy.FineTuning.v1` (its settings
+    are documented there): with L LSTM layers, layer i trains at rate /
+    layer_rate_divisor^(L - i), layer 0 being the token encoder. `step`
+    counts the pipeline's updates; the schedules are read by it."""
 
     def __init__(
         self,
@@ -137,9 +102,7 @@ class FineTuning:
                 "the biLM's optimizer would keep parameter averages that spaCy never applies "
                 "(it evaluates with [training.optimizer]'s only): set use_averages = false",
             )
-        if isinstance(layer_rate_divisor, bool) or not (
-            isinstance(layer_rate_divisor, (int, float)) and layer_rate_divisor > 0
-        ):
+        if not (number(layer_rate_divisor) and layer_rate_divisor > 0):
             raise bad_setting(
                 block(),
                 "layer_rate_divisor",
@@ -166,11 +129,10 @@ class FineTuning:
             else ValuesByStep.of(trainable_layers, block(), "trainable_layers")
         )
         self.step = 0
-        self.n_trainable(1)  # the first value checked now: a constant is checked once for all
+        self.n_trainable(1)  # check the first value now (a constant: once for all)
 
     def set_run_steps(self, num_steps: int) -> None:
-        """Give the schedules over the whole run (`RunSchedule`) the run's
-        length: `num_steps` optimizer steps."""
+        """Give the schedules over the whole run (`RunSchedule`) its length in steps."""
         if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
             raise ElmoSpacyError(
                 f"The training run's length for the fine-tuning schedules: {num_steps!r}: "
@@ -179,7 +141,7 @@ class FineTuning:
         self.run_steps = num_steps
         for name, schedule in self.run_schedules.items():
             self.schedules[name] = ValuesByStep.of(
-                schedule.over(num_steps), block("optimizer"), name
+                schedule.values(num_steps), block("optimizer"), name
             )
 
     @property
@@ -192,8 +154,7 @@ class FineTuning:
         if self.trainable_layers is None:
             return n_layers
         value = self.trainable_layers[self.step]
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not number or value < 0 or value != int(value):
+        if not whole_number(value, 0):
             raise bad_setting(
                 block(),
                 "trainable_layers",
@@ -209,18 +170,9 @@ class FineTuning:
         n_layers = bilm.config.n_layers + 1
         return range(n_layers - self.n_trainable(n_layers), n_layers)
 
-    def prepare(self, bilm: BiLM) -> None:
-        """Before a training forward pass: gradients for the trainable layers only."""
-        bilm.set_trainable(self.trainable(bilm))
-
-    def rate_scale(self, layer: int, n_layers: int) -> float:
-        """The factor on the optimizer's rate for layer `layer` of `n_layers` (L + 1)."""
-        return self.layer_rate_divisor ** -(n_layers - 1 - layer)
-
     def update(self, key: int, bilm: BiLM) -> None:
         """Step every parameter of `bilm` that has a gradient, at its layer's
-        rate; `key` (the shim's id) and each parameter's name key the
-        optimizer's moments, as thinc's shims do."""
+        rate; `key` (the shim's id) and the parameter's name key its moments."""
         if self.waiting:
             raise bad_setting(
                 block("optimizer", self.waiting[0]),
@@ -236,7 +188,7 @@ class FineTuning:
             setattr(self.optimizer, name, schedule[self.step])
         groups = bilm.layer_parameters()
         for layer, group in enumerate(groups):
-            lr_scale = self.rate_scale(layer, len(groups))
+            lr_scale = self.layer_rate_divisor ** -(len(groups) - 1 - layer)
             for name, parameter in group:
                 if parameter.grad is None:
                     continue
@@ -248,24 +200,19 @@ class FineTuning:
                 )
                 parameter.data = xp2torch(weights, device=parameter.device)
 
-    def next_step(self) -> None:
-        self.step += 1
-
     def copy(self) -> "FineTuning":
         """The same settings at the same step, with an optimizer of its own."""
-        copied = FineTuning(_fresh_optimizer(self.optimizer), self.layer_rate_divisor)
+        copied = copy.copy(self)
+        copied.optimizer = _fresh_optimizer(self.optimizer)
         copied.schedules = dict(self.schedules)
         copied.run_schedules = dict(self.run_schedules)
-        copied.run_steps = self.run_steps
-        copied.trainable_layers = self.trainable_layers
-        copied.step = self.step
         return copied
 
 
 class ValuesByStep:
-    """A thinc schedule (an iterator of values, one per step; thinc 8.3's
-    schedules are generators) read by step: each value is drawn once and kept,
-    so that copies share one schedule. Past its end, its last value."""
+    """A thinc schedule (an iterator, one value per step) read by step: each
+    value is drawn once and kept, so that copies share it. Past its end, its
+    last value."""
 
     def __init__(self, first: float, rest: Iterable) -> None:
         self._values = [first]
@@ -273,8 +220,8 @@ class ValuesByStep:
 
     @classmethod
     def of(cls, schedule: Schedule, section: str, setting: str) -> "ValuesByStep":
-        """A value (every step), a list (one per step) or a schedule: the
-        `setting` of `section`, as errors name it."""
+        """A value (every step), a list (one per step) or a schedule, which
+        errors name as `setting` of `section`."""
         if isinstance(schedule, (int, float)):
             return cls(schedule, ())
         fix = "give a number, a list of numbers (one a step) or a schedule"

@@ -12,13 +12,10 @@ from .layer_norm import normalize_layers
 def build_learned_mix(
     nO: int | None = None, depth: int = 1, dropout: float = 0.0, layer_norm: bool = True
 ) -> Model[list[Floats3d], list[Floats2d]]:
-    """Concatenate each token's L + 1 layer vectors and apply `depth` ReLU layers.
-
-    Input: one (L + 1, n, width) array per doc; output: one (n, nO) array.
-    nO defaults to the layer width, so with 3 layers of width d the first
-    layer is Linear(3d -> d) + ReLU. layer_norm: normalise each token's vector
-    in each layer first (see `normalize_layers`).
-    """
+    """Concatenate each token's L + 1 layer vectors and apply `depth` ReLU
+    layers of width `nO` (by default the layers' width): one (L + 1, n, width)
+    array per doc -> one (n, nO) array. layer_norm: normalise each token's
+    vector in each layer first."""
     if depth < 1:
         raise ElmoSpacyError("learned mix: depth must be >= 1")
     relus = [Relu(nO=nO) for _ in range(depth)]

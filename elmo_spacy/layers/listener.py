@@ -3,6 +3,7 @@
 from collections.abc import Callable
 from typing import Any
 
+from spacy.pipeline.tok2vec import Tok2VecListener
 from spacy.tokens import Doc
 from thinc.api import Model
 
@@ -13,20 +14,14 @@ from .dims import N_OUTPUT_LAYERS
 
 
 class ElmoListener(Model):
-    """A layer that receives the `elmo` pipe's outputs instead of computing them.
+    """A layer that receives the `elmo` pipe's outputs instead of computing
+    them: one (n_layers, len(doc), width) float32 array per doc.
 
     In training the upstream pipe broadcasts each batch's outputs and a
-    backprop callback (`receive`); gradients are scaled by `grad_factor` and
-    passed back, so the biLM is fine-tuned. With grad_factor = 0 nothing is
-    passed back. Outside training, or when the upstream pipe is frozen and
-    annotating, the layers are read from `doc._.elmo` (and the doc is told so:
-    once every listener has read them, the `elmo` pipe's `store` setting
-    applies). Docs that have no `doc._.elmo`, or fewer layers than the
-    listeners take (for example the samples a downstream pipe is initialised
-    with, or docs the pipeline ran before), are run through the upstream pipe
-    directly.
-
-    Output: one (n_layers, len(doc), width) float32 array per doc.
+    backprop callback (`receive`), to which gradients go back scaled by
+    `grad_factor`. Otherwise the layers are read from `doc._.elmo`; docs
+    without them (or with rows cut by `store`) are run through the upstream
+    pipe directly.
     """
 
     name = "elmo-listener"
@@ -45,24 +40,13 @@ class ElmoListener(Model):
         self._outputs: ElmoOutput | None = None
         self._backprop: Callable | None = None
 
-    @property
-    def wants_gradient(self) -> bool:
-        return self.attrs["grad_factor"] != 0
-
     @classmethod
     def get_batch_id(cls, docs: list[Doc]) -> int:
         """A content-sensitive hash of a batch, to catch an unexpected batch."""
         return sum(sum(token.orth for token in doc) for doc in docs)
 
-    def receive(self, batch_id: int, outputs: ElmoOutput, backprop: Callable) -> None:
-        """Store the upstream pipe's outputs for a training batch and its backprop callback."""
-        self._batch_id = batch_id
-        self._outputs = outputs
-        self._backprop = backprop
-
-    def drop_batch(self) -> None:
-        """Forget the received batch (after its gradient went back)."""
-        self._batch_id = self._outputs = self._backprop = None
+    # Keep the upstream pipe's outputs for a training batch, and their backprop callback.
+    receive = Tok2VecListener.receive
 
 
 def forward(model: ElmoListener, docs: list[Doc], is_train: bool) -> tuple[ElmoOutput, Callable]:
@@ -78,7 +62,7 @@ def forward(model: ElmoListener, docs: list[Doc], is_train: bool) -> tuple[ElmoO
         upstream_backprop = model._backprop
 
         def backprop(d_outputs: ElmoOutput) -> list[Doc]:
-            model.drop_batch()
+            model._batch_id = model._outputs = model._backprop = None
             if grad_factor != 0:
                 upstream_backprop([d * grad_factor for d in d_outputs])
             return []

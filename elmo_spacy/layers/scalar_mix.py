@@ -19,21 +19,17 @@ def build_scalar_mix(
     layer_norm: bool = True,
     dropout: float = 0.0,
 ) -> Model[list[Floats3d], list[Floats2d]]:
-    """Mix the L + 1 layers of each doc with softmax-normalised weights λ and a scale γ.
+    """Mix the L + 1 layers of each doc with softmax-normalised weights λ and
+    a scale γ: one (L + 1, n, width) array per doc -> one (n, width) array.
 
-    Input: one (L + 1, n, width) array per doc; output: one (n, width) array.
-
-    trainable: learn λ and γ with the downstream task; if false both stay
-        fixed at their initial values (exactly: they never receive a gradient).
-    weights: initial layer weights (normalised to sum to 1). If omitted, λ
-        starts uniform when trainable, and at seeded-random weights when not.
+    trainable: learn λ and γ with the downstream task; false: both stay at
+        their initial values, exactly.
+    weights: initial layer weights (normalised to sum to 1); omitted: λ
+        uniform when trainable, seeded-random (`seed`) when not.
     gamma: initial scale γ.
-    seed: seed of the random weights.
-    layer_norm: normalise each token's vector in each layer first (see
-        `normalize_layers`).
-    dropout: in training, drop this share of the mixed vectors' units (and
-        scale the rest), as AllenNLP's ELMo does to its mixed representations.
-        A rate of the mix itself: spaCy's [training] dropout does not change it.
+    layer_norm: normalise each token's vector in each layer first.
+    dropout: in training, of the mixed vectors' units, as AllenNLP's ELMo
+        (spaCy's [training] dropout does not change it).
     """
     if not 0.0 <= dropout < 1.0:
         raise ElmoSpacyError(f"scalar mix: dropout = {dropout}, must be in [0, 1)")

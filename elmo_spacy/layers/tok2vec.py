@@ -1,8 +1,6 @@
-"""Token vectors from ELMo layers: a mix of the layers, optionally projected
-to a width of its own. The layers come from a listener (the `elmo` pipe's)
-or from a biLM the pipe owns (`elmo_spacy.ElmoTok2Vec.v1`, what a replaced
-listener becomes); both give the same structure, so that a pipe whose
-listener was replaced saves and loads as one built from its config."""
+"""Token vectors from ELMo layers, a listener's or an owned biLM's, in one
+structure, so that a pipe whose listener was replaced loads as one built
+from its config."""
 
 from thinc.api import Linear, Model, chain, with_array
 from thinc.types import Floats2d, Floats3d
@@ -13,12 +11,9 @@ from ..errors import ElmoSpacyError
 def mixed_tok2vec(
     layers: Model, mix: Model[list[Floats3d], list[Floats2d]], width: int | None
 ) -> Model:
-    """`layers` (docs -> one (n_layers, n, d) array per doc), mixed by `mix`
-    into one vector per token, then, if `width` is set, a learned linear
-    projection (with bias) to that width, as AllenNLP's
-    `Elmo(projection_dim=...)`: the output is (n, width) whatever the biLM's
-    width. Refs: "listener" (the source of the layers, spaCy's name for it),
-    "mix", and "projection" where there is one."""
+    """`layers` (docs -> one (n_layers, n, d) array per doc), mixed by `mix`,
+    then if `width` is set projected to it by a learned Linear (AllenNLP's
+    `projection_dim`). Refs: "listener" (the layers' source), "mix", "projection"."""
     if width is None:
         model = chain(layers, mix)
     else:
