@@ -13,10 +13,9 @@ from .inputs.chars import CharIds, char_ids_for
 from .inputs.tokenization import Tokenization
 from .inputs.vocab import WordVocab
 from .model.config import BiLMConfig
-from .model.lstm import run_fused_layer, run_lstm_layer
 from .model.network import BiLMNetwork, LMLoss, States, left_to_right
 from .runtime import kernels
-from .runtime.caches import InferenceCache, InferenceCacheSlot, encode_types, packed_weights
+from .runtime.caches import InferenceCache, InferenceCacheSlot, encode_types, packed_products_of
 from .runtime.precision import in_precision, resolve_precision
 from .runtime.states import CarriedStates
 
@@ -255,12 +254,12 @@ class BiLM(BiLMNetwork):
         cache = self.inference_cache()
         if types is None:
             types = encode_types(self.encoder, self.chars, batch, cache)
-        packed = packed_weights(cache, self.forward_lstm.layers[0].weight_ih_l0)
+        product_of = packed_products_of(cache, self.forward_lstm.layers[0].weight_ih_l0)
         kernel = kernels.choose_kernel(
             self._device,
             clipped=self.forward_lstm.clipped,
             states=initial is not None or final,
-            packed=packed is not None,
+            packed=product_of is not None,
         )
         encoded, backward_inputs, lengths = self.lstm_inputs(batch, types)
         stacks = [self.forward_lstm, self.backward_lstm]
@@ -269,25 +268,12 @@ class BiLM(BiLMNetwork):
         if kernel == "training":
             outputs, ends = kernels.run_training_stacks(stacks, inputs, lengths, starts, final)
         else:  # one stack after the other, in the network's order: dropout draws its masks
-            outputs, ends = [[], []], [[], []]
-            for d, stack in enumerate(stacks):
-                x = inputs[d]
-                for i, layer in enumerate(stack.layers):
-                    if kernel == "fused":
-                        y, end = run_fused_layer(layer, stack.dropout(x), lengths), None
-                    else:  # "loop", on weights packed for oneDNN where the cache keeps them
-                        start = None if starts[d] is None else starts[d][i]
-                        product = None
-                        if packed is not None:
-                            product = kernels.packed_products(packed.setdefault(id(layer), {}))
-                        y, end = run_lstm_layer(
-                            layer, stack.dropout(x), lengths, start, stack.cell_clip,
-                            stack.proj_clip, final, product,
-                        )  # fmt: skip
-                    x = y + x if i > 0 and stack.skip_connections else y
-                    outputs[d].append(x)
-                    if final:
-                        ends[d].append(end)
+            fused = kernel == "fused"
+            runs = [
+                stack(x, lengths, start, final, fused=fused, product_of=product_of)
+                for stack, x, start in zip(stacks, inputs, starts)
+            ]
+            outputs, ends = zip(*runs)
         finals = {"forward": ends[0], "backward": ends[1]}
         return encoded, outputs[0], left_to_right(outputs[1], lengths), finals
 

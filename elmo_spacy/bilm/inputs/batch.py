@@ -100,28 +100,6 @@ class TokenBatch:
         targets = lm_targets(self.index, self.type_word_ids, self.lengths, cluster_starts)
         return TokenBatch(**{**self._fields(), "targets": targets})
 
-    def per_token(self) -> "TokenBatch":
-        """The same batch with each token its own type row (as if no two
-        tokens were alike): the same layers and loss up to float rounding."""
-        steps = self.index.shape[1] - 2
-        real = torch.arange(steps)[None, :] < self.lengths[:, None]  # (B, T)
-        rows = self.index[:, 1:-1][real]  # the type of each real token, in order
-        index = self.index.clone()
-        inner = index[:, 1:-1]
-        inner[real] = torch.arange(2, 2 + len(rows))
-        index[:, 1:-1] = inner
-        keep = torch.cat([torch.tensor([BOS_TYPE, EOS_TYPE]), rows])
-        types = [self.types[r - 2] for r in rows.tolist()] if self.types else ()
-        return TokenBatch(
-            self.type_inputs[keep],
-            self.type_chars[keep],
-            self.type_word_ids[keep],
-            index,
-            self.lengths,
-            types,
-            self.targets,  # positions and words: the same
-        )
-
     def _fields(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 

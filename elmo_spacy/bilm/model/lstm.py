@@ -78,21 +78,31 @@ class LstmStack(nn.Module):
         lengths: torch.Tensor,
         initial: list[LstmState] | None = None,
         final: bool = False,
+        *,
+        fused: bool | None = None,
+        product_of: Callable[[nn.LSTM], ProductOf] | None = None,
     ) -> tuple[list[torch.Tensor], list[LstmState]]:
         """x (B, T, P) right-padded, lengths (B,) -> one (B, T, P) output per
         layer, and with `final` each layer's state after each row's last
-        step. `initial`: each layer's starting state (None: zeros)."""
-        loop = self.clipped or initial is not None or final
+        step. `initial`: each layer's starting state (None: zeros).
+
+        fused: run torch's LSTM (`run_fused_layer`: no clips, no states), else
+            `run_lstm_layer` with `product_of(layer)`'s products; None: fused
+            where nothing is clipped and no state comes in or goes out."""
+        if fused is None:
+            fused = not (self.clipped or initial is not None or final)
         outputs, states = [], []
         for i, layer in enumerate(self.layers):
-            if loop:
-                state = None if initial is None else initial[i]
-                y, state = run_lstm_layer(
-                    layer, self.dropout(x), lengths, state, self.cell_clip, self.proj_clip, final
-                )
-                states.append(state)
-            else:
+            if fused:
                 y = run_fused_layer(layer, self.dropout(x), lengths)
+            else:
+                state = None if initial is None else initial[i]
+                product = None if product_of is None else product_of(layer)
+                y, state = run_lstm_layer(
+                    layer, self.dropout(x), lengths, state, self.cell_clip, self.proj_clip, final,
+                    product,
+                )  # fmt: skip
+                states.append(state)
             x = y + x if i > 0 and self.skip_connections else y
             outputs.append(x)
         return outputs, (states if final else [])

@@ -1,6 +1,7 @@
 """What a biLM derives from one version of its weights to run faster at
 inference (`InferenceCache`), and how it knows the version (see `BiLM`)."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -9,7 +10,9 @@ from torch import nn
 from ..inputs.batch import TokenBatch
 from ..inputs.chars import CharIds
 from ..inputs.vocab import PAD_ID
+from ..model.lstm import ProductOf
 from ..model.network import States
+from . import kernels
 from .kernels import PackedWeights
 from .lru import LruCache
 from .products import onednn_packing
@@ -91,11 +94,16 @@ class InferenceCacheSlot:
         return {**self.__dict__, "cache": None}
 
 
-def packed_weights(cache: InferenceCache | None, weight: torch.Tensor) -> PackedWeights | None:
-    """The cache's packed LSTM weights where oneDNN packs weights like
-    `weight` (float32, on the CPU); else None."""
+def packed_products_of(
+    cache: InferenceCache | None, weight: torch.Tensor
+) -> Callable[[nn.LSTM], ProductOf] | None:
+    """Each LSTM layer's products on weights oneDNN packed once, kept in the
+    cache, where oneDNN packs weights like `weight` (float32, on the CPU);
+    else None."""
     can_pack = weight.device.type == "cpu" and weight.dtype == torch.float32 and onednn_packing()
-    return cache.packed if cache is not None and can_pack else None
+    if cache is None or not can_pack:
+        return None
+    return lambda layer: kernels.packed_products(cache.packed.setdefault(id(layer), {}))
 
 
 def encode_types(
