@@ -151,7 +151,7 @@ class BiLM(BiLMNetwork):
 
     @property
     def precision(self) -> str:
-        """"float32", "bfloat16" or "float16"; set to any of `RunSettings.precision`."""
+        """ "float32", "bfloat16" or "float16"; set to any of `RunSettings.precision`."""
         return self._precision
 
     @precision.setter

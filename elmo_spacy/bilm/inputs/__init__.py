@@ -1,6 +1,4 @@
-"""A biLM's inputs: token strings to word ids (`WordVocab`) and character ids
-(`CharIds`), tokenised docs to a `TokenBatch` with its language-model targets,
-and length-bucketed batches (`length_runs`)."""
+"""A biLM's inputs: word ids, character ids, and `TokenBatch`es of tokenised docs."""
 
 from .batch import LMTargets, TokenBatch, length_runs, token_batch
 from .chars import CharIds, char_ids_for

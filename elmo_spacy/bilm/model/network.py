@@ -45,15 +45,11 @@ class BiLMNetwork(nn.Module):
         self.config = config
         dim = config.projection_dim
         if config.encoder == "word":
-            self.encoder: nn.Module = WordEncoder(vocab_size, config.word_dim, dim)
+            self.encoder: nn.Module = WordEncoder(config, vocab_size)
+        elif config.encoder == "char_cnn":
+            self.encoder = CharCNNEncoder(config, chars, dim)
         else:
-            char_cnn = (config.char_dim, config.filters, config.n_highway)
-            if config.encoder == "char_cnn":
-                self.encoder = CharCNNEncoder(chars, *char_cnn, dim, config.char_activation)
-            else:
-                self.encoder = WordCharEncoder(
-                    chars, vocab_size, config.word_dim, *char_cnn, dim, config.char_activation
-                )
+            self.encoder = WordCharEncoder(config, chars, vocab_size)
         self.forward_lstm, self.backward_lstm = LstmStack(config), LstmStack(config)
         self.dropout = nn.Dropout(config.dropout)
         self.softmax = (
