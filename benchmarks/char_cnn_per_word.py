@@ -1,6 +1,6 @@
 """A pretraining step with the char CNN run once per distinct word of the
 batch (what `BiLM.batch` and pretraining's batches do) against once per
-token (`TokenBatch.per_token`), on the same batches, CPU.
+token (tests/batches.py's `per_token`), on the same batches, CPU.
 
     python benchmarks/char_cnn_per_word.py [--shapes original ner] [--steps 4] [--text FILE]
 
@@ -16,6 +16,7 @@ rates and their ratio.
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -29,6 +30,9 @@ from elmo_spacy.pretrain.checkpoint import new_optimizer
 from elmo_spacy.pretrain.loop import RankLoss, training_step
 
 ROOT = Path(__file__).parent.parent
+sys.path.insert(0, str(ROOT))  # tests/batches.py's per_token
+from tests.batches import per_token  # noqa: E402
+
 AG_NEWS = ROOT.parent / "shared" / "data" / "ag_news" / "unlabeled.txt"
 
 
@@ -69,7 +73,7 @@ def main() -> None:
             raise SystemExit(
                 f"{text}: too little text for two batches of {args.batch_tokens} tokens"
             )
-        variants = {"once per word": batches, "once per token": [b.per_token() for b in batches]}
+        variants = {"once per word": batches, "once per token": [per_token(b) for b in batches]}
         optimizer = new_optimizer(bilm, PretrainConfig())
         loss = RankLoss(bilm, world_size=1)
         bilm.train()

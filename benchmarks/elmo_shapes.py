@@ -68,10 +68,10 @@ from pathlib import Path
 
 import spacy
 import torch
+from kernel_choice import force_kernel
 from matmul_rates import float32_without_tf32, matmul_rates, roofline, synchronize
 from step_gemm_rates import int8_lstm_products
 
-import elmo_spacy.bilm.runtime.kernels as lstm_kernels
 from elmo_spacy.bilm import BiLM, BiLMConfig, WordVocab, load_bilm
 from elmo_spacy.bilm.runner import Runner, RunSettings
 
@@ -392,12 +392,11 @@ def profile_run(run, batches, device: str) -> None:
 def on_fused_lstm():
     """Every biLM's LSTM stacks on torch's fused nn.LSTM inside the block,
     the clips ignored: the package's own choice (`choose_kernel`) replaced."""
-    chosen = lstm_kernels.choose_kernel
-    lstm_kernels.choose_kernel = lambda device, **run: "fused"
+    force_kernel("fused")
     try:
         yield
     finally:
-        lstm_kernels.choose_kernel = chosen
+        force_kernel(None)
 
 
 def bilm_forward(bilm: BiLM):

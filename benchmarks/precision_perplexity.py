@@ -28,9 +28,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from kernel_choice import force_kernel
 from spacy.cli._util import parse_config_overrides
 
-import elmo_spacy.bilm.runtime.kernels as lstm_kernels
 from elmo_spacy.bilm import BiLM, load_bilm
 from elmo_spacy.pretrain import evaluate_perplexity, load_pretrain_config, open_corpus, pretrain
 from elmo_spacy.pretrain.batches import (
@@ -42,12 +42,6 @@ from elmo_spacy.pretrain.batches import (
 from elmo_spacy.pretrain.distributed import join_process_group
 
 PRECISIONS = ("float32", "bfloat16")
-AUTOMATIC = lstm_kernels.choose_kernel
-
-
-def force_kernel(kernel: str) -> None:
-    """Run every biLM's stacks on `kernel` from now on ("auto": the automatic choice)."""
-    lstm_kernels.choose_kernel = AUTOMATIC if kernel == "auto" else (lambda device, **run: kernel)
 
 
 def main() -> None:
@@ -72,7 +66,7 @@ def main() -> None:
     )
     sample = dev_sample(corpus, settings.dev_fraction, settings.max_dev_tokens, settings.seed)
     dev = ordered_batches(sample.spans(settings.max_length), settings.eval_batch_tokens)
-    force_kernel(args.kernel)
+    force_kernel(None if args.kernel == "auto" else args.kernel)
     results = {}
     for precision in args.precisions:
         output = args.output_dir / precision

@@ -39,10 +39,10 @@ from dataclasses import replace
 
 import numpy
 import torch
+from kernel_choice import force_kernel
 from matmul_rates import float32_without_tf32, matmul_rates, roofline, synchronize
 from spacy.cli._util import parse_config_overrides
 
-import elmo_spacy.bilm.runtime.kernels as lstm_kernels
 from elmo_spacy.bilm import BiLM, BiLMConfig, TokenBatch
 from elmo_spacy.pretrain import PretrainConfig, load_pretrain_config, open_corpus
 from elmo_spacy.pretrain.batches import (
@@ -57,13 +57,6 @@ from elmo_spacy.pretrain.checkpoint import new_optimizer
 from elmo_spacy.pretrain.distributed import ProcessGroup
 from elmo_spacy.pretrain.loop import RankLoss, training_step
 from elmo_spacy.pretrain.memory import keep_freed_memory
-
-AUTOMATIC = lstm_kernels.choose_kernel
-
-
-def force_kernel(kernel: str | None) -> None:
-    """Run every biLM's stacks on `kernel` from now on (None: the automatic choice)."""
-    lstm_kernels.choose_kernel = AUTOMATIC if kernel is None else (lambda device, **run: kernel)
 
 
 def forward_flops_per_token(config: BiLMConfig, vocab_size: int, tail_shares: list[float]) -> float:

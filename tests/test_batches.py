@@ -17,6 +17,7 @@ from elmo_spacy.pretrain.batches import (
 )
 from elmo_spacy.pretrain.distributed import ProcessGroup
 
+from .batches import per_token
 from .conftest import DATA, TINY_BILM, corpus_of, tokenize
 
 DOCS = tokenize((DATA / "unlabeled.txt").read_text(encoding="utf-8").splitlines())
@@ -148,7 +149,7 @@ def test_the_encoder_runs_once_per_distinct_word_and_that_is_exact(encoder):
     config = BiLMConfig(**{**TINY_BILM.to_dict(), "encoder": encoder, "word_dim": 8})
     bilm = BiLM(config, WordVocab.build(docs, max_size=500, min_count=1)).train()
     batch = bilm.batch(docs)
-    expanded = batch.per_token()
+    expanded = per_token(batch)
     n_tokens = sum(map(len, docs))
     assert len(batch.type_inputs) - 2 == len({t for d in docs for t in d}) < n_tokens
     assert len(expanded.type_inputs) - 2 == n_tokens

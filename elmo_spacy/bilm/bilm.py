@@ -13,29 +13,25 @@ from .inputs.chars import CharIds, char_ids_for
 from .inputs.tokenization import Tokenization
 from .inputs.vocab import WordVocab
 from .model.config import BiLMConfig
-from .model.lstm import run_fused_layer, run_lstm_layer
 from .model.network import BiLMNetwork, LMLoss, States, left_to_right
 from .runtime import kernels
-from .runtime.caches import InferenceCache, InferenceCacheSlot, encode_types, packed_weights
+from .runtime.caches import InferenceCache, InferenceCacheSlot, encode_types, packed_products_of
 from .runtime.precision import in_precision, resolve_precision
 from .runtime.states import CarriedStates
 
 
 class BiLM(BiLMNetwork):
-    """ELMo's biLM (`BiLMNetwork`), ready to run on tokens: `batch(docs)`
-    makes a `TokenBatch`, `forward(batch)` gives the (L + 1, B, T, 2P) layers
-    and `lm_loss(batch)` the loss, on the runtime's kernels, in `precision`.
+    """ELMo's biLM (`BiLMNetwork`) on tokens: `batch(docs)` makes a
+    `TokenBatch`, `forward(batch)` gives the (L + 1, B, T, 2P) layers and
+    `lm_loss(batch)` the loss, on the runtime's kernels, in `precision`.
 
-    At inference (eval mode, no gradients) it keeps what it derives from its
-    weights (`runtime/caches.py`: token encodings up to `type_cache_size`,
-    oneDNN-packed LSTM weights, primed states), emptied by any change torch
-    can see; after writing weights behind torch's back (thinc's optimiser,
-    through numpy), call `weights_changed()`. With `stateful` (default off)
-    each batch row starts from the state the previous batch left in it, as
-    bilm-tf trained.
+    At inference it keeps what it derives from its weights (`InferenceCache`),
+    emptied by any change torch can see; after writing weights behind torch's
+    back (thinc's optimiser), call `weights_changed()`.
 
-    tokenization: how its training text was cut into tokens (None where
-        unknown), so that what embeds text can cut it the same way.
+    tokenization: how its training text was cut into tokens (None: unknown).
+    char_vocab: the character vocabulary, in id order, of a biLM with
+        char_ids = "char_vocab" (a converted ELMoForManyLangs model).
     """
 
     def __init__(
@@ -47,8 +43,6 @@ class BiLM(BiLMNetwork):
         char_vocab: Sequence[str] | None = None,
         tokenization: Tokenization | None = None,
     ) -> None:
-        """char_vocab: the character vocabulary, in id order, of a biLM with
-        char_ids = "char_vocab" (a converted ELMoForManyLangs model)."""
         chars: CharIds | None = None  # None: the word encoder reads no characters
         if config.encoder != "word":
             widest = max(width for width, _ in config.filters)
@@ -63,9 +57,9 @@ class BiLM(BiLMNetwork):
         self._precision = "float32"
 
     def init_word_vectors(self, vectors: Mapping[str, numpy.ndarray]) -> int:
-        """Start the word embedding's rows from given vectors (e.g. count-based
-        ones of the same text), scaled by one factor to the mean norm of the
-        rows they replace. Returns the number of vocabulary words found."""
+        """Start the word embedding's rows from given vectors, scaled by one
+        factor to the mean norm of the rows they replace. Returns the number
+        of vocabulary words found."""
         if self.config.encoder not in ("word", "word_char"):
             raise ElmoSpacyError(
                 "Initial word vectors need a word embedding (encoder 'word' or 'word_char'); "
@@ -94,8 +88,8 @@ class BiLM(BiLMNetwork):
 
     @property
     def stateful(self) -> bool:
-        """Whether batches start from the states the previous batch left
-        (see `CarriedStates`); default False: from zeros, or given states."""
+        """Whether each batch row starts from the state the previous batch
+        left in it, as bilm-tf trained (`CarriedStates`); default False."""
         return self.carried.enabled
 
     @stateful.setter
@@ -103,14 +97,13 @@ class BiLM(BiLMNetwork):
         self.carried.enabled = stateful
 
     def reset_state(self) -> None:
-        """Forget the states carried across batches (stateful mode)."""
+        """Forget the states carried across batches."""
         self.carried.reset()
 
     def primed_states(self, warmup: Sequence[Sequence[str]]) -> States:
         """The states (per direction and layer, h (1, P), c (1, H)) that reading
-        the warm-up sentences leaves, one after the other from zeros, each
-        from the state the previous one ended in; computed in eval mode and
-        kept in the inference cache until the weights change."""
+        the warm-up sentences one after the other from zeros leaves; kept in
+        the inference cache."""
         if not warmup:
             raise ElmoSpacyError("A primed state needs at least one warm-up sentence")
         key = tuple(tuple(sentence) for sentence in warmup)
@@ -135,12 +128,14 @@ class BiLM(BiLMNetwork):
 
     @property
     def type_cache_size(self) -> int:
-        """Token strings whose encodings are kept at inference (0: none)."""
+        """Token encodings kept at inference (0: none)."""
         return self.cache_slot.type_cache_size
 
     @type_cache_size.setter
     def type_cache_size(self, size: int) -> None:
         self.cache_slot.type_cache_size = size
+        if self.cache_slot.cache is not None:  # holds at once
+            self.cache_slot.cache.types.max_size = size
 
     def inference_cache(self) -> InferenceCache | None:
         """The cache for the current weights; None where nothing is kept."""
@@ -156,8 +151,7 @@ class BiLM(BiLMNetwork):
 
     @property
     def precision(self) -> str:
-        """What the biLM computes in: "float32" (the default), "bfloat16" or
-        "float16"; may be set to "auto" (see `elmo_spacy.bilm.runtime.precision`)."""
+        """ "float32", "bfloat16" or "float16"; set to any of `RunSettings.precision`."""
         return self._precision
 
     @precision.setter
@@ -165,8 +159,7 @@ class BiLM(BiLMNetwork):
         self.set_precision(precision)
 
     def set_precision(self, precision: str, where: str = "BiLM.precision") -> None:
-        """Set `precision`, resolved where it runs (`resolve_precision`);
-        `where` names the setting in what it warns."""
+        """Set `precision`; `where` names the setting in what it warns."""
         self._precision = resolve_precision(precision, self._device, where)
         self.weights_changed()  # kept encodings and packed weights are of one precision
 
@@ -179,17 +172,12 @@ class BiLM(BiLMNetwork):
         boundaries: bool = False,
         types: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """(L + 1, B, T, 2P) layers of the batch (see `BiLMNetwork.forward`):
-        zero past each doc's length, where `batch.mask()` is False.
+        """(L + 1, B, T, 2P) layers of the batch (see `BiLMNetwork.forward`).
 
-        initial_states: each direction's per-layer (h (R, P), c (R, H)) to
-            start every row from, R = B or R = 1 (one state for every row,
-            e.g. `primed_states`); None starts from zeros. Not with `stateful`,
-            which starts from the carried states.
-        boundaries: keep <S> and </S>: (L + 1, B, T + 2, 2P), the positions
-            of `batch.mask(boundaries=True)`.
-        types: the (U, P) encodings of the batch's types, to run in place of
-            the token encoder (e.g. kept for a word list); None encodes them.
+        initial_states: as `BiLMNetwork.forward`'s, or of one row for every
+            row (e.g. `primed_states`); not with `stateful`.
+        boundaries: keep <S> and </S>: (L + 1, B, T + 2, 2P).
+        types: the batch's (U, P) type encodings, in place of the encoder's.
         """
         return self._layers(batch, initial_states, self.stateful, boundaries, types)[0]
 
@@ -197,15 +185,14 @@ class BiLM(BiLMNetwork):
     def forward_with_states(
         self, batch: TokenBatch, initial_states: States | None = None
     ) -> tuple[torch.Tensor, States]:
-        """`forward`'s layers, and the states each row ends in (per direction
-        and layer, h (B, P), c (B, H)): what `stateful` carries on."""
+        """`forward`'s layers, and the states (h (B, P), c (B, H)) each row
+        ends in, per direction and layer."""
         return self._layers(batch, initial_states, final=True)
 
     @in_precision
     def token_encodings(self, batch: TokenBatch) -> torch.Tensor:
-        """(B, T + 2, P) context-independent encodings of <S>, each token and
-        </S> of each doc (the token encoder's output, before the LSTMs), zero
-        past each doc's </S>."""
+        """(B, T + 2, P) token encodings of <S>, the tokens and </S>, zero past
+        each doc's </S>."""
         _check_batch(batch)
         batch = batch.to(self._device)
         types = encode_types(self.encoder, self.chars, batch, self.inference_cache())
@@ -213,14 +200,9 @@ class BiLM(BiLMNetwork):
 
     @in_precision
     def lm_loss(self, batch: TokenBatch, every_parameter: bool = False) -> LMLoss:
-        """Language-model loss (see `BiLMNetwork.lm_loss`, and there
-        `every_parameter`). A batch built with its targets
+        """`BiLMNetwork.lm_loss`. A batch built with its targets
         (`TokenBatch.with_targets`) runs without waiting on the device."""
-        if self.softmax is None:
-            raise RuntimeError("This biLM was built without its softmax head")
-        if batch.targets is None:
-            batch = batch.with_targets(self.softmax.cluster_starts)
-        batch = batch.to(self._device)
+        batch = self.with_targets(batch).to(self._device)
         _, forward_layers, backward_layers, _ = self._run(batch)
         return self.loss(batch, forward_layers, backward_layers, every_parameter)
 
@@ -249,18 +231,17 @@ class BiLM(BiLMNetwork):
         final: bool = False,
         types: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], States]:
-        """The network's `run`, the stacks on `kernels.choose_kernel`'s kernel,
-        at inference with what the cache keeps. `types`: given (U, P)
-        encodings of the batch's types."""
+        """The network's `run` on `kernels.choose_kernel`'s kernel, with what
+        the cache keeps."""
         cache = self.inference_cache()
         if types is None:
             types = encode_types(self.encoder, self.chars, batch, cache)
-        packed = packed_weights(cache, self.forward_lstm.layers[0].weight_ih_l0)
+        product_of = packed_products_of(cache, self.forward_lstm.layers[0].weight_ih_l0)
         kernel = kernels.choose_kernel(
             self._device,
             clipped=self.forward_lstm.clipped,
             states=initial is not None or final,
-            packed=packed is not None,
+            packed=product_of is not None,
         )
         encoded, backward_inputs, lengths = self.lstm_inputs(batch, types)
         stacks = [self.forward_lstm, self.backward_lstm]
@@ -269,25 +250,12 @@ class BiLM(BiLMNetwork):
         if kernel == "training":
             outputs, ends = kernels.run_training_stacks(stacks, inputs, lengths, starts, final)
         else:  # one stack after the other, in the network's order: dropout draws its masks
-            outputs, ends = [[], []], [[], []]
-            for d, stack in enumerate(stacks):
-                x = inputs[d]
-                for i, layer in enumerate(stack.layers):
-                    if kernel == "fused":
-                        y, end = run_fused_layer(layer, stack.dropout(x), lengths), None
-                    else:  # "loop", on weights packed for oneDNN where the cache keeps them
-                        start = None if starts[d] is None else starts[d][i]
-                        product = None
-                        if packed is not None:
-                            product = kernels.packed_products(packed.setdefault(id(layer), {}))
-                        y, end = run_lstm_layer(
-                            layer, stack.dropout(x), lengths, start, stack.cell_clip,
-                            stack.proj_clip, final, product,
-                        )  # fmt: skip
-                    x = y + x if i > 0 and stack.skip_connections else y
-                    outputs[d].append(x)
-                    if final:
-                        ends[d].append(end)
+            fused = kernel == "fused"
+            runs = [
+                stack(x, lengths, start, final, fused=fused, product_of=product_of)
+                for stack, x, start in zip(stacks, inputs, starts)
+            ]
+            outputs, ends = zip(*runs)
         finals = {"forward": ends[0], "backward": ends[1]}
         return encoded, outputs[0], left_to_right(outputs[1], lengths), finals
 
@@ -302,7 +270,6 @@ class BiLM(BiLMNetwork):
 
 
 def _check_batch(batch: object) -> None:
-    """Refuse what is not a `TokenBatch`, naming the way in."""
     if not isinstance(batch, TokenBatch):
         raise ElmoSpacyError(
             f"A BiLM runs on a TokenBatch, not a {type(batch).__name__}: make one with "

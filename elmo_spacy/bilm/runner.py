@@ -1,16 +1,6 @@
-"""Running a biLM over tokenised sentences: `RunSettings` (what to run it
-with, checked once) and the `Runner` that holds a biLM and its settings. The
-`elmo` pipe's thinc model, a listener replaced by its own copy of the biLM,
-`elmo_spacy.Embedder` and `elmo-spacy embed` all run a biLM through one.
-Plain PyTorch.
-
-Sentences are cut into overlapping windows (`Windows`); at prediction the
-windows are sorted by length and run in chunks of at most `max_batch_tokens`
-padded tokens, in training they run as one batch; either way each window's
-kept part lands in its sentence's output. Every row starts from the same
-LSTM state: zeros, or a primed state (see `BiLM.primed_states`), so a
-sentence gets the same vectors whatever else is in its batch.
-"""
+"""Running a biLM over tokenised sentences: `RunSettings` (checked once) and
+the `Runner` that holds a biLM with them, which the `elmo` pipe's model,
+`Embedder` and `elmo-spacy embed` all run a biLM through."""
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,10 +14,8 @@ from .inputs.batch import length_runs
 from .model.network import States
 from .runtime.precision import check_precision
 
-# The warm-up text of state = "primed" when none is given: a few sentences of
-# plain news English, tokenised as spaCy's English tokenizer does. Published
-# ELMo models were trained on news text (the 1B Word Benchmark), with the LSTM
-# state carried from sentence to sentence.
+# state = "primed"'s default warm-up: news English (as the published models'
+# 1B Word Benchmark), tokenised as spaCy's English tokenizer does.
 DEFAULT_WARMUP: tuple[str, ...] = (
     "The city council met on Tuesday evening to discuss the new budget .",
     "Officials said the plan would add two bus lines and repair several roads "
@@ -102,14 +90,10 @@ class RunSettings:
 
 
 class Runner:
-    """Runs `bilm` over tokenised sentences with `settings`.
-
-    `embed` is prediction (inference mode, length-sorted chunks); `windows` and
-    `initial_states` are what a training step needs to run the same windows
-    from the same state with gradients (the thinc model does that through
-    its shim). Setting `bilm` (None until one is there) puts it in eval
-    mode, sets its precision and resolves `layers` against its depth.
-    """
+    """Runs `bilm` over tokenised sentences with `settings`: `embed` predicts;
+    `windows` and `initial_states` serve a training step (the thinc model's).
+    Setting `bilm` (None until one is there) puts it in eval mode, sets its
+    precision and resolves `layers` against its depth."""
 
     def __init__(self, bilm: BiLM | None, settings: RunSettings) -> None:
         self.settings = settings
@@ -148,9 +132,7 @@ class Runner:
         return self.require_bilm().config.width
 
     def initial_states(self) -> States | None:
-        """The state every sentence starts from: None (zeros), or the primed
-        state per direction and layer (h (1, P), c (1, H)), computed once per
-        version of the weights (`BiLM.primed_states`)."""
+        """None (zeros), or the primed state (`BiLM.primed_states`)."""
         if self.settings.state == "zero":
             return None
         warmup = self.settings.warmup
@@ -172,9 +154,8 @@ class Runner:
         progress: Callable[[int], None] | None = None,
     ) -> list[numpy.ndarray]:
         """One float32 array (n_layers, n, width) per sentence of n tokens, in
-        the order given ((n_layers, 0, width) for an empty one). `progress`
-        is called with the tokens of each chunk once it has run. Runs under
-        `torch.inference_mode()` and leaves the biLM in eval mode."""
+        order; windows sorted by length run in chunks of `max_batch_tokens`.
+        `progress` gets the tokens of each chunk once it has run."""
         bilm = self.require_bilm()
         if bilm.stateful:
             raise ElmoSpacyError(
@@ -201,10 +182,9 @@ class Runner:
 
 @dataclass(frozen=True)
 class Windows:
-    """The windows that cover a batch of sentences, and how their outputs
-    map back. Row r of `pieces` is (sentence, first, last, keep_first,
-    keep_last): run tokens [first, last) of the sentence, keep [keep_first,
-    keep_last) of them."""
+    """The windows that cover a batch of sentences. Row r of `pieces` is
+    (sentence, first, last, keep_first, keep_last): run tokens [first,
+    last) of the sentence, keep [keep_first, keep_last)."""
 
     lengths: tuple[int, ...]
     pieces: tuple[tuple[int, int, int, int, int], ...]
@@ -235,8 +215,8 @@ class Windows:
         return [xp.zeros((n_layers, n, width), dtype="float32") for n in self.lengths]
 
     def gather(self, array, outputs: list, rows: Sequence[int] | None = None) -> None:
-        """Copy the kept part of each window's output into its sentence's:
-        `array` is (n_layers, len(rows), T, width), row j the window rows[j]."""
+        """Each window's kept part of `array` (n_layers, len(rows), T, width)
+        into its sentence's output."""
         rows = range(len(self.pieces)) if rows is None else rows
         for j, r in enumerate(rows):
             i, first, _, keep_first, keep_last = self.pieces[r]
@@ -245,10 +225,9 @@ class Windows:
             ]
 
     def scatter(self, d_outputs: Sequence, d_array: torch.Tensor, to_torch: Callable) -> None:
-        """The reverse of `gather` for gradients: each sentence's (n_layers,
-        n, width) gradient into the kept part of its windows' rows of the
-        zeroed (n_layers, rows, T, width) `d_array`; `to_torch` turns a slice
-        of `d_outputs` into a tensor on d_array's device."""
+        """`gather`'s reverse for gradients, into the zeroed (n_layers, rows,
+        T, width) `d_array`; `to_torch` makes a slice of `d_outputs` a tensor
+        on its device."""
         for r, (i, first, _, keep_first, keep_last) in enumerate(self.pieces):
             d_array[:, r, keep_first - first : keep_last - first] = to_torch(
                 d_outputs[i][:, keep_first:keep_last]
@@ -256,11 +235,9 @@ class Windows:
 
 
 def windows(n_tokens: int, window: int, overlap: int) -> list[tuple[int, int, int, int]]:
-    """Pieces (first, last, keep_first, keep_last) covering a sentence of
-    n_tokens: run tokens [first, last), keep [keep_first, keep_last). The kept
-    parts tile the sentence, and each kept token has at least `overlap` tokens
-    of context on both sides in its piece (or the sentence's edge); a
-    sentence of at most `window` tokens is one piece, and none for 0."""
+    """Pieces (first, last, keep_first, keep_last) of a sentence of n_tokens,
+    as in `Windows.pieces`: the kept parts tile it, each kept token with at
+    least `overlap` tokens of context each side (or the sentence's edge)."""
     if n_tokens <= window:
         return [(0, n_tokens, 0, n_tokens)] if n_tokens else []
     step = window - 2 * overlap
@@ -278,12 +255,10 @@ def windows(n_tokens: int, window: int, overlap: int) -> list[tuple[int, int, in
 def warmup_tokens(
     warmup: Sequence[str | Sequence[str]], where: str = "run.warmup"
 ) -> tuple[tuple[str, ...], ...]:
-    """Warm-up sentences, each a string of space-separated tokens or a list of
-    tokens, as tuples of tokens; empty sentences dropped. `where` names the
-    setting in an error message."""
+    """Warm-up sentences (strings of space-separated tokens, or lists of
+    tokens) as tuples of tokens, empty ones dropped."""
     if isinstance(warmup, str) or not all(
-        isinstance(s, str) or (not isinstance(s, str) and all(isinstance(t, str) for t in s))
-        for s in warmup
+        isinstance(s, str) or all(isinstance(t, str) for t in s) for s in warmup
     ):
         raise ElmoSpacyError(
             f"{where} must be a list of sentences (strings of tokens separated by spaces, "
@@ -302,8 +277,7 @@ def resolve_layers(
     layers: Sequence[int] | None, n_layers: int, where: str = "run.layers"
 ) -> list[int] | None:
     """Layer indices into 0..n_layers - 1 (negative ones count from the top),
-    checked: each in range, none twice. None (all layers) stays None. `where`
-    names the setting in an error message."""
+    checked: each in range, none twice. None (all layers) stays None."""
     if layers is None:
         return None
     layers = [int(i) for i in layers]

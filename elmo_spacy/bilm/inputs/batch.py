@@ -1,8 +1,7 @@
-"""Token strings to a biLM's encoder inputs (the `TokenBatch`), its language-model
-targets (`LMTargets`), and length-bucketed batches (`length_runs`)."""
+"""Token strings to a biLM's inputs (`TokenBatch`) and LM targets (`LMTargets`)."""
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy
 import torch
@@ -15,14 +14,10 @@ BOS_TYPE, EOS_TYPE = 0, 1  # rows of TokenBatch.type_inputs
 
 @dataclass
 class LMTargets:
-    """What the language model predicts in a batch, worked out on the host so
-    that the loss needs no host-device synchronisation.
-
-    Position t of a framed doc (<S> tokens </S>) predicts t + 1 forwards and,
+    """What the language model predicts in a batch, worked out on the host (no
+    synchronisation). Position t of a framed doc predicts t + 1 forwards and,
     from t + 1, t backwards, for t < length + 1: N = sum(lengths + 1) a
-    direction. Rows index the (B * (T + 2)) flattened positions; each
-    direction's predictions are grouped by softmax cluster (head first), a
-    cluster's rows the slice `splits[i]:splits[i + 1]`.
+    direction, grouped by softmax cluster (head first).
 
     forward_rows, backward_rows: (N,) int64 flat positions of the hidden states.
     forward_words, backward_words: (N,) int64 vocabulary ids to predict.
@@ -42,33 +37,23 @@ class LMTargets:
         return len(self.forward_rows)
 
     def to(self, device: torch.device, non_blocking: bool = False) -> "LMTargets":
-        return self.map(lambda t: t.to(device, non_blocking=non_blocking))
-
-    def map(self, move) -> "LMTargets":
-        """The targets with `move` applied to each tensor."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return LMTargets(
-            **{k: move(v) if isinstance(v, torch.Tensor) else v for k, v in values.items()}
-        )
+        return _moved(self, lambda t: t.to(device, non_blocking=non_blocking))
 
 
 @dataclass
 class TokenBatch:
-    """Tokenised docs as encoder inputs. Each distinct token is encoded once.
+    """Tokenised docs as encoder inputs, each distinct token (type) once.
 
-    type_inputs: (U, W) character ids (encoders that read characters) or
-        (U,) word ids (word encoder) of the U distinct types; rows 0 and 1 are
-        <S> and </S>.
+    type_inputs: (U, W) character ids, or (U,) word ids (word encoder), of
+        the U types; rows 0 and 1 are <S> and </S>.
     type_chars: (U,) number of character ids in each row, marks included.
-    type_word_ids: (U,) vocabulary id of each type: the softmax targets, and
-        the rows of a word embedding.
-    index: (B, T + 2) type of each position of the framed docs
-        (<S> tokens </S>, then padding).
+    type_word_ids: (U,) vocabulary id of each type.
+    index: (B, T + 2) type of each position of the docs framed by <S> and
+        </S>, then padding.
     lengths: (B,) tokens per doc, unframed.
-    types: the U - 2 token strings of rows 2 and on (empty where the batch
-        was built from token ids for a word encoder, which reads none).
-    targets: the language-model targets, where they were worked out with the
-        batch (`with_targets`); `BiLM.lm_loss` works them out otherwise.
+    types: the U - 2 token strings of rows 2 and on (may be empty for a word
+        encoder).
+    targets: the LM targets, where worked out with the batch (`with_targets`).
     """
 
     type_inputs: torch.Tensor
@@ -80,7 +65,7 @@ class TokenBatch:
     targets: LMTargets | None = None
 
     def to(self, device: torch.device, non_blocking: bool = False) -> "TokenBatch":
-        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+        return _moved(self, lambda t: t.to(device, non_blocking=non_blocking))
 
     def mask(self, boundaries: bool = False) -> torch.Tensor:
         """(B, T) bool, True at each doc's tokens; with `boundaries`,
@@ -90,49 +75,24 @@ class TokenBatch:
         return steps[None, :] < (self.lengths + extra)[:, None]
 
     def pin_memory(self) -> "TokenBatch":
-        """The batch in page-locked memory, so that copies to a GPU run
-        asynchronously (`to(..., non_blocking=True)`)."""
-        return self._map(torch.Tensor.pin_memory)
+        """The batch in page-locked memory, for `to(..., non_blocking=True)`."""
+        return _moved(self, torch.Tensor.pin_memory)
 
     def with_targets(self, cluster_starts: Sequence[int]) -> "TokenBatch":
         """The batch with its `targets` for a softmax whose tail clusters start
         at these vocabulary ids (`SoftmaxHead.cluster_starts`)."""
         targets = lm_targets(self.index, self.type_word_ids, self.lengths, cluster_starts)
-        return TokenBatch(**{**self._fields(), "targets": targets})
+        return replace(self, targets=targets)
 
-    def per_token(self) -> "TokenBatch":
-        """The same batch with each token its own type row (as if no two
-        tokens were alike): the same layers and loss up to float rounding."""
-        steps = self.index.shape[1] - 2
-        real = torch.arange(steps)[None, :] < self.lengths[:, None]  # (B, T)
-        rows = self.index[:, 1:-1][real]  # the type of each real token, in order
-        index = self.index.clone()
-        inner = index[:, 1:-1]
-        inner[real] = torch.arange(2, 2 + len(rows))
-        index[:, 1:-1] = inner
-        keep = torch.cat([torch.tensor([BOS_TYPE, EOS_TYPE]), rows])
-        types = [self.types[r - 2] for r in rows.tolist()] if self.types else ()
-        return TokenBatch(
-            self.type_inputs[keep],
-            self.type_chars[keep],
-            self.type_word_ids[keep],
-            index,
-            self.lengths,
-            types,
-            self.targets,  # positions and words: the same
-        )
 
-    def _fields(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    def _map(self, move) -> "TokenBatch":
-        moved = self._fields()
-        for name, value in moved.items():
-            if isinstance(value, torch.Tensor):
-                moved[name] = move(value)
-        if self.targets is not None:
-            moved["targets"] = self.targets.map(move)
-        return TokenBatch(**moved)
+def _moved(value, move):
+    """`value` with `move` applied to each tensor in it (in a batch or targets too)."""
+    if isinstance(value, torch.Tensor):
+        return move(value)
+    if isinstance(value, (TokenBatch, LMTargets)):
+        moved = {f.name: _moved(getattr(value, f.name), move) for f in fields(value)}
+        return replace(value, **moved)
+    return value
 
 
 def token_batch(
@@ -141,11 +101,9 @@ def token_batch(
     chars: CharIds | None,
     cut_words_at: int | None = None,
 ) -> TokenBatch:
-    """The encoder inputs of B tokenised docs, for a biLM with this word
-    vocabulary and, for an encoder that reads characters, these `CharIds`
-    (None: the word encoder, whose inputs are the word ids). `cut_words_at`:
-    look words up by their first so many characters (ELMoForManyLangs'
-    character-vocabulary models look the cut token up)."""
+    """The encoder inputs of B tokenised docs (`chars` None: the word
+    encoder's). `cut_words_at`: look words up by their first so many
+    characters (as ELMoForManyLangs' character-vocabulary models do)."""
     type_of: dict[str, int] = {}
     width = max((len(d) for d in docs), default=0) + 2
     index = numpy.full((len(docs), width), EOS_TYPE, dtype="int64")
@@ -165,9 +123,7 @@ def types_batch(
     lengths: numpy.ndarray,
     chars: CharIds | None,
 ) -> TokenBatch:
-    """A `TokenBatch` from its parts: the U - 2 type strings (may be empty for
-    the word encoder), the (U,) word ids of <S>, </S> and the types, the
-    (B, T + 2) int64 index and the (B,) int64 lengths."""
+    """A `TokenBatch` from its parts, the index and lengths int64 arrays."""
     type_word_ids = torch.as_tensor(type_word_ids, dtype=torch.int64)
     if chars is None:
         type_inputs, type_chars = type_word_ids, torch.ones_like(type_word_ids)
@@ -183,9 +139,8 @@ def lm_targets(
     lengths: torch.Tensor,
     cluster_starts: Sequence[int],
 ) -> LMTargets:
-    """The `LMTargets` of a batch (index (B, T + 2), type_word_ids (U,),
-    lengths (B,), on the CPU) for a softmax whose tail clusters start at
-    `cluster_starts` (ascending vocabulary ids; none for a full softmax)."""
+    """The `LMTargets` of a batch's fields for a softmax whose tail clusters
+    start at `cluster_starts` (ascending vocabulary ids)."""
     index, type_word_ids, lengths = (x.cpu().numpy() for x in (index, type_word_ids, lengths))
     words = type_word_ids[index]  # (B, T + 2)
     steps = index.shape[1] - 1
@@ -208,9 +163,8 @@ def _by_cluster(
 
 
 def length_runs(lengths: numpy.ndarray, max_tokens: int) -> numpy.ndarray:
-    """Cut items of ascending `lengths` into consecutive batches whose padded
-    size (items x the longest) stays within `max_tokens`, at least one item
-    each (an item longer than `max_tokens` runs alone). Returns the (n + 1,)
+    """Cut items of ascending `lengths` into consecutive batches of at most
+    `max_tokens` padded tokens (at least one item each). Returns the (n + 1,)
     boundaries: batch i holds items bounds[i]:bounds[i + 1]."""
     lengths = numpy.asarray(lengths, dtype="int64")
     bounds = [0]

@@ -1,8 +1,5 @@
 """Tokens as character ids for the char CNN, in three schemes (one class
-each): this package's ("masked"), bilm-tf's and ELMoForManyLangs'. Each
-frames a token's units with word marks and gives the sentence boundaries
-their own; a batch holds only the columns its longest token needs, the char
-CNN accounting for the padding beyond (see `CharCNNEncoder`).
+each): this package's ("masked"), bilm-tf's and ELMoForManyLangs'.
 """
 
 from collections.abc import Sequence
@@ -16,13 +13,9 @@ SCHEMES = ("masked", "bilm_tf", "char_vocab")
 
 
 class CharIds:
-    """Maps tokens to character ids under one scheme.
-
-    max_chars: ids per token, marks included; longer tokens keep their first
-        `max_chars - 2` units.
-    min_width: the widest convolution; each batch has at least this many
-        columns past its longest token, so that every window that starts
-        inside a token fits.
+    """Maps tokens to character ids under one scheme, each token's units
+    framed by word marks. max_chars: ids per token, marks included (longer
+    tokens are cut); min_width: the widest convolution.
     """
 
     begin_of_word: int
@@ -41,12 +34,10 @@ class CharIds:
         self.max_chars = max_chars
         self.min_width = min_width
 
-    def encode(self, token: str) -> bytes | str:
-        """The token's units: bytes, or characters."""
+    def encode(self, token: str) -> bytes | str:  # the token's units
         raise NotImplementedError
 
-    def unit_ids(self, units: bytes | str) -> numpy.ndarray:
-        """(n,) int64 ids of n units."""
+    def unit_ids(self, units: bytes | str) -> numpy.ndarray:  # (n,) int64
         raise NotImplementedError
 
     def token_ids(self, token: str) -> numpy.ndarray:
@@ -55,15 +46,13 @@ class CharIds:
         return ids[2, : lengths[2]].numpy()
 
     def boundary_ids(self, mark: int) -> numpy.ndarray:
-        """Character ids of a sentence-boundary token: (3,) int64."""
         return numpy.array([self.begin_of_word, mark, self.end_of_word], dtype="int64")
 
     def char_ids(self, types: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Character ids of <S>, </S> and then each of `types`.
-
-        Returns ids (2 + U, W) int64, right-padded with `padding`, and the
-        number of ids per row, marks included (2 + U,). W is the longest row
-        plus `min_width - 1`, at most `max_chars`.
+        """Character ids (2 + U, W) of <S>, </S> and each of `types`, padded,
+        and the ids in each row, marks included (2 + U,). W is the longest row
+        plus `min_width - 1` (every window that starts inside a token fits),
+        at most `max_chars`.
         """
         cut = self.max_chars - 2
         units = [self.encode(t)[:cut] for t in types]
@@ -90,8 +79,7 @@ class CharIds:
 
 
 class MaskedCharIds(CharIds):
-    """This package's scheme: byte b -> b + 1, 0 pads with a zero embedding and
-    is masked out of the max, so a token's encoding depends on its bytes only."""
+    """This package's scheme: byte b -> b + 1, 0 pads, masked out of the max."""
 
     scheme = "masked"
     padding = 0
@@ -110,9 +98,8 @@ class MaskedCharIds(CharIds):
 
 
 class BilmTfCharIds(CharIds):
-    """bilm-tf's scheme: byte b -> b, marks 256-259, 260 pads every token to
-    max_chars (a learned row, max-pooled); invalid UTF-8 is left out and the
-    literal tokens <S> and </S> are the sentence boundaries."""
+    """bilm-tf's scheme: byte b -> b, 260 pads (a learned row, max-pooled);
+    invalid UTF-8 is left out, and the tokens <S> and </S> are boundaries."""
 
     scheme = "bilm_tf"
     begin_of_sentence = 256
@@ -135,11 +122,9 @@ CHAR_VOCAB_SPECIALS = ("<oov>", "<pad>", "<bow>", "<eow>", "<bos>", "<eos>")
 
 
 class VocabCharIds(CharIds):
-    """ELMoForManyLangs' scheme: character c -> its index in `chars` (the
-    character vocabulary, in id order, holding CHAR_VOCAB_SPECIALS), `<oov>`
-    for characters it lacks; `<pad>` pads (a learned row). The word marks are
-    swapped as in the reference, and the literal tokens <bos> and <eos> are
-    the sentence boundaries."""
+    """ELMoForManyLangs' scheme: character c -> its index in `chars` (holding
+    CHAR_VOCAB_SPECIALS), else `<oov>`; `<pad>` pads. The word marks are
+    swapped as in the reference; the tokens <bos> and <eos> are boundaries."""
 
     scheme = "char_vocab"
     masked = False
@@ -172,7 +157,7 @@ class VocabCharIds(CharIds):
 def char_ids_for(
     scheme: str, max_chars: int, min_width: int, chars: Sequence[str] | None = None
 ) -> CharIds:
-    """The `CharIds` of a scheme name (see SCHEMES); "char_vocab" needs `chars`."""
+    """The `CharIds` of a scheme; "char_vocab" needs `chars`."""
     if scheme == "masked":
         return MaskedCharIds(max_chars, min_width)
     if scheme == "bilm_tf":

@@ -1,6 +1,5 @@
-"""How a text was cut into the tokens a biLM reads: recorded with a prepared
-corpus and with the biLM pretrained on it, so that what later embeds text
-with the biLM cuts it the same way."""
+"""How a text was cut into the tokens a biLM reads, recorded with a prepared
+corpus and the biLM pretrained on it, so that embedding cuts text alike."""
 
 from dataclasses import dataclass
 from typing import Any
@@ -12,10 +11,8 @@ TOKENIZERS = ("spacy", "whitespace")
 
 @dataclass(frozen=True)
 class Tokenization:
-    """ "spacy": spaCy's tokenizer for the language `lang` (the tokens a spaCy
-    pipeline sees); "whitespace": split on white space (text that came
-    tokenised, and the published bilm-tf and ELMoForManyLangs models, whose
-    text was tokenised by other tools)."""
+    """ "spacy": spaCy's tokenizer for `lang`; "whitespace": split on white
+    space (pre-tokenised text, the published models)."""
 
     tokenizer: str
     lang: str | None = None

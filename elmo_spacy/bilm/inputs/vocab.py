@@ -9,20 +9,14 @@ from ...errors import ElmoSpacyError
 
 PAD, UNK, BOS, EOS = "<PAD>", "<UNK>", "<S>", "</S>"
 SPECIALS = (PAD, UNK, BOS, EOS)
-# ELMoForManyLangs' names for the same four, kept in its converted models so that
-# these strings in a text get the ids they get in the reference.
+# ELMoForManyLangs' names for the same four, kept in its converted models
 EFML_SPECIALS = ("<pad>", "<oov>", "<bos>", "<eos>")
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = range(4)
 
 
 class WordVocab:
-    """Word types ordered by falling frequency after the four specials
-    (padding, unknown, begin and end of sentence: SPECIALS, or EFML_SPECIALS
-    in a converted ELMoForManyLangs model).
-
-    The order matters: the adaptive softmax puts the first ids in its head
-    cluster, so frequent words must have small ids.
-    """
+    """Word types by falling frequency (the adaptive softmax's head holds the
+    first ids) after the four specials: SPECIALS, or EFML_SPECIALS."""
 
     def __init__(self, words: Sequence[str]) -> None:
         words = list(words)
@@ -46,8 +40,8 @@ class WordVocab:
     def build(
         cls, sentences: Iterable[Sequence[str]], *, max_size: int, min_count: int
     ) -> "WordVocab":
-        """Count word types and keep the `max_size` most frequent seen at least
-        `min_count` times (ties broken alphabetically, so the result is stable)."""
+        """The `max_size` most frequent word types seen at least `min_count`
+        times (ties broken alphabetically)."""
         counts: Counter = Counter()
         for tokens in sentences:
             counts.update(tokens)
@@ -57,8 +51,7 @@ class WordVocab:
 
     @classmethod
     def specials_only(cls) -> "WordVocab":
-        """The vocabulary of a biLM that has no softmax and reads characters
-        (e.g. one converted from bilm-tf's format): the four specials."""
+        """The four specials (a biLM without softmax that reads characters)."""
         return cls(list(SPECIALS))
 
     def word_ids(self, types: Sequence[str]) -> torch.Tensor:

@@ -1,5 +1,4 @@
-"""The biLM's network in plain torch (`BiLMNetwork`) and its sizes
-(`BiLMConfig`): no caches, no strings."""
+"""The biLM's network in plain torch (`BiLMNetwork`) and its sizes (`BiLMConfig`)."""
 
 from .config import BiLMConfig
 from .network import BiLMNetwork, LMLoss, States

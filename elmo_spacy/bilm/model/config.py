@@ -1,4 +1,4 @@
-"""Sizes of the biLM: one dataclass, read from and written to plain dicts."""
+"""Sizes of the biLM (`BiLMConfig`)."""
 
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -9,6 +9,7 @@ ENCODERS = ("char_cnn", "word", "word_char")
 SOFTMAXES = ("adaptive", "full")
 CHAR_IDS = ("masked", "bilm_tf", "char_vocab")
 ACTIVATIONS = ("relu", "tanh")
+SIZES = ("char_dim", "word_dim", "projection_dim", "lstm_dim", "max_vocab_size", "min_count")
 
 
 @dataclass
@@ -39,8 +40,7 @@ class BiLMConfig:
     cell_clip, proj_clip: clip the LSTM cell, and its projected output, to
         [-clip, clip] at every step (bilm-tf: 3 and 3); null for none. As in
         TensorFlow's LSTMCell, proj_clip applies only where the LSTM projects
-        (lstm_dim != projection_dim). cuDNN cannot clip: on a GPU clipped
-        biLMs train on Triton's steps (see `choose_kernel`).
+        (lstm_dim != projection_dim).
     skip_connections: add each LSTM layer's input to its output, from the
         second layer on.
     forget_bias: null trains two LSTM biases (torch's LSTM); a number trains one
@@ -99,19 +99,7 @@ class BiLMConfig:
             value = getattr(self, name)
             if isinstance(value, float) and not value > 0:
                 problems.append(f"{name} = {value}: a positive number, or null for no clipping")
-        sizes = [
-            "char_dim",
-            "word_dim",
-            "projection_dim",
-            "lstm_dim",
-            "max_vocab_size",
-            "min_count",
-        ]
-        problems += [
-            f"{name} = {getattr(self, name)}: at least 1"
-            for name in sizes
-            if getattr(self, name) < 1
-        ]
+        problems += [f"{n} = {getattr(self, n)}: at least 1" for n in SIZES if getattr(self, n) < 1]
         if self.n_highway < 0:
             problems.append(f"n_highway = {self.n_highway}: at least 0")
         if any(width < 1 or count < 1 for width, count in self.filters):
@@ -130,8 +118,8 @@ class BiLMConfig:
             raise ElmoSpacyError("Invalid biLM config: " + "; ".join(problems))
 
     def _check_types(self) -> list[str]:
-        """Give each setting its type (whole numbers as int, numbers as
-        float), or say which are not of it: the range checks compare them."""
+        """Give each setting its type (whole numbers as int, numbers as float),
+        or say which are not of it."""
         problems = []
         for spec in fields(self):
             name, value = spec.name, getattr(self, spec.name)
@@ -181,7 +169,7 @@ class BiLMConfig:
 
     @property
     def n_output_layers(self) -> int:
-        """Number of output layers, L + 1 (token encoding and each LSTM layer)."""
+        """L + 1: the token encoding and each LSTM layer."""
         return self.n_layers + 1
 
     def to_dict(self) -> dict[str, Any]:

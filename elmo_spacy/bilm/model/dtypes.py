@@ -1,6 +1,5 @@
-"""Which dtype the model's products run in under torch's autocast, and what
-stays float32 (reductions, gate nonlinearities, the cell state). Choosing a
-precision is the runtime's (`elmo_spacy.bilm.runtime.precision`)."""
+"""The dtypes the model computes in under torch's autocast, and what stays
+float32 (reductions, gate nonlinearities, the cell state)."""
 
 import contextlib
 
@@ -10,21 +9,18 @@ REDUCED = (torch.bfloat16, torch.float16)  # the dtypes autocast may compute pro
 
 
 def widened(x: torch.Tensor) -> torch.Tensor:
-    """`x` in float32 if it is bfloat16 or float16 (a copy), else `x` itself:
-    for what runs faster or needs more resolution or range in float32
-    (reductions, the gate nonlinearities)."""
+    """`x` in float32 if it is bfloat16 or float16 (a copy), else `x`."""
     return x.float() if x.dtype in REDUCED else x
 
 
 def state_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype of an LSTM cell state next to activations of `dtype`: a
-    running sum over the steps, it keeps float32 where they are reduced."""
+    """An LSTM cell state's dtype beside activations of `dtype` (a running
+    sum: float32 where they are reduced)."""
     return torch.float32 if dtype in REDUCED else dtype
 
 
 def autocast_dtype(device_type: str) -> torch.dtype | None:
-    """The dtype autocast casts products to on `device_type` ("cpu",
-    "cuda"), or None where autocast is off."""
+    """Autocast's dtype on `device_type`, or None where it is off."""
     try:
         if torch.is_autocast_enabled(device_type):
             return torch.get_autocast_dtype(device_type)
@@ -36,16 +32,14 @@ def autocast_dtype(device_type: str) -> torch.dtype | None:
 
 
 def without_autocast(device_type: str) -> contextlib.AbstractContextManager:
-    """A scope with autocast off on `device_type`: torch's autocast(enabled=
-    False) where autocast is on, else nothing (float32 never enters autocast)."""
+    """A scope with autocast off on `device_type` (nothing where it is off)."""
     if autocast_dtype(device_type) is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type, enabled=False)
 
 
 def matmul_dtype(weight: torch.Tensor) -> torch.dtype:
-    """The dtype a product with `weight` runs in here: autocast's where it is
-    on for the weight's device, else the weight's own."""
+    """The dtype a product with `weight` runs in here."""
     return autocast_dtype(weight.device.type) or weight.dtype
 
 
@@ -53,7 +47,6 @@ ROW_BLOCK = 128
 
 
 def padded_rows(n: int) -> int:
-    """`n` rounded up to a multiple of ROW_BLOCK, for bfloat16 products whose
-    rows change from batch to batch: oneDNN builds a kernel for each new
-    shape (several times the product's time), so a few sizes serve all."""
+    """`n` rounded up to a multiple of ROW_BLOCK: oneDNN builds a bfloat16
+    kernel for each new shape, so a few sizes serve all batches."""
     return -(-n // ROW_BLOCK) * ROW_BLOCK

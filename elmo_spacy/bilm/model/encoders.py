@@ -1,7 +1,5 @@
-"""Context-independent token encoders: a character CNN, a word table, or both.
-
-Each maps the types of a batch (see `elmo_spacy.bilm.inputs.batch.TokenBatch`) to
-(U, P) encodings: `forward(type_inputs, type_chars, type_word_ids)`.
+"""Token encoders (a character CNN, a word table, or both): each maps a
+`TokenBatch`'s types to (U, P), `forward(type_inputs, type_chars, type_word_ids)`.
 """
 
 import torch
@@ -9,21 +7,19 @@ from torch import nn
 
 from ...errors import ElmoSpacyError
 from ..inputs.chars import CharIds
+from .config import BiLMConfig
 from .dtypes import widened
 
 
 class Highway(nn.Module):
-    """y = g * x + (1 - g) * relu(W x), g = sigmoid(V x), on (..., dim) inputs.
-
-    bilm-tf writes the same layer with the gate on the other side,
-    y = c * relu(W x) + (1 - c) * x with c = sigmoid(C x): g = 1 - c, so
-    V = -C (see `elmo_spacy.bilm.formats.bilm_tf`)."""
+    """y = g * x + (1 - g) * relu(W x), g = sigmoid(V x), on (..., dim) inputs
+    (bilm-tf's gate is 1 - g: V = -C)."""
 
     def __init__(self, dim: int, n_layers: int) -> None:
         super().__init__()
         self.layers = nn.ModuleList(nn.Linear(dim, 2 * dim) for _ in range(n_layers))
         for layer in self.layers:
-            # Start by carrying the input through (gate bias 1), as ELMo does.
+            # start by carrying the input through, as ELMo does
             nn.init.constant_(layer.bias[dim:], 1.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -35,30 +31,19 @@ class Highway(nn.Module):
 
 
 class CharCNNEncoder(nn.Module):
-    """ELMo's token encoder: character embeddings, convolutions of several widths
-    max-pooled over the characters, an activation, highway layers and a linear
-    projection.
+    """ELMo's token encoder: character embeddings, convolutions max-pooled over
+    the characters, an activation, highway layers and a projection (none for
+    `projection_dim` None). (U, W) character ids and (U,) ids per row -> (U, P).
 
-    Input (U, W) int64 character ids and (U,) ids per row (see
-    `elmo_spacy.bilm.inputs.chars`); output (U, P).
-
-    The batch holds only the W <= max_chars columns it needs. With masked
-    ids, windows past a token's end-of-word mark are left out of the pooling;
-    with bilm-tf's, a window wholly in the padding beyond W scores the same
-    for every token, so it is computed once and joins each token's max.
+    A batch holds only the W <= max_chars columns it needs. With masked ids,
+    windows past a token's end mark are left out of the pooling; with
+    unmasked ones, a window wholly in the padding beyond W scores the same for
+    every token, so it is computed once and joins each token's max.
     """
 
-    def __init__(
-        self,
-        chars: CharIds,
-        char_dim: int,
-        filters: list[tuple[int, int]],
-        n_highway: int,
-        projection_dim: int | None,
-        activation: str = "relu",
-    ) -> None:
+    def __init__(self, config: BiLMConfig, chars: CharIds, projection_dim: int | None) -> None:
         super().__init__()
-        max_chars = chars.max_chars
+        char_dim, filters, max_chars = config.char_dim, config.filters, chars.max_chars
         if any(width > max_chars for width, _ in filters):
             raise ElmoSpacyError(f"A char CNN filter is wider than max_chars={max_chars}")
         self.max_chars = max_chars
@@ -68,9 +53,9 @@ class CharCNNEncoder(nn.Module):
             chars.n_ids, char_dim, padding_idx=chars.padding if self.masked else None
         )
         self.convs = nn.ModuleList(nn.Conv1d(char_dim, n, w) for w, n in filters)
-        self.activation = torch.relu if activation == "relu" else torch.tanh
+        self.activation = torch.relu if config.char_activation == "relu" else torch.tanh
         n_filters = sum(n for _, n in filters)
-        self.highway = Highway(n_filters, n_highway)
+        self.highway = Highway(n_filters, config.n_highway)
         # bilm-tf projects only when the widths differ; other models always do.
         keep_width = chars.scheme == "bilm_tf" and n_filters == projection_dim
         self.projection: nn.Module = (
@@ -109,10 +94,10 @@ class CharCNNEncoder(nn.Module):
 class WordEncoder(nn.Module):
     """A word-embedding table and a projection: (U,) word ids -> (U, P)."""
 
-    def __init__(self, vocab_size: int, word_dim: int, projection_dim: int) -> None:
+    def __init__(self, config: BiLMConfig, vocab_size: int) -> None:
         super().__init__()
-        self.embed = nn.Embedding(vocab_size, word_dim, padding_idx=0)
-        self.projection = nn.Linear(word_dim, projection_dim)
+        self.embed = nn.Embedding(vocab_size, config.word_dim, padding_idx=0)
+        self.projection = nn.Linear(config.word_dim, config.projection_dim)
 
     def forward(
         self, word_ids: torch.Tensor, n_chars: torch.Tensor, _: torch.Tensor | None = None
@@ -121,28 +106,16 @@ class WordEncoder(nn.Module):
 
 
 class WordCharEncoder(nn.Module):
-    """A word embedding beside the char CNN: [embed(word); highway(char CNN)]
-    projected to P with a bias (ELMoForManyLangs' token encoder). The word
-    table knows the vocabulary; the char CNN reads every word, seen or not.
-
-    Input (U, W) character ids, (U,) ids per row and (U,) word ids; output (U, P).
+    """[embed(word); highway(char CNN)] projected to P (ELMoForManyLangs'
+    token encoder): (U, W) character ids, (U,) ids per row, (U,) word ids.
     """
 
-    def __init__(
-        self,
-        chars: CharIds,
-        vocab_size: int,
-        word_dim: int,
-        char_dim: int,
-        filters: list[tuple[int, int]],
-        n_highway: int,
-        projection_dim: int,
-        activation: str = "relu",
-    ) -> None:
+    def __init__(self, config: BiLMConfig, chars: CharIds, vocab_size: int) -> None:
         super().__init__()
-        self.embed = nn.Embedding(vocab_size, word_dim, padding_idx=0)
-        self.chars = CharCNNEncoder(chars, char_dim, filters, n_highway, None, activation)
-        self.projection = nn.Linear(word_dim + self.chars.output_dim, projection_dim)
+        self.embed = nn.Embedding(vocab_size, config.word_dim, padding_idx=0)
+        self.chars = CharCNNEncoder(config, chars, None)
+        width = config.word_dim + self.chars.output_dim
+        self.projection = nn.Linear(width, config.projection_dim)
 
     def forward(
         self, char_ids: torch.Tensor, n_chars: torch.Tensor, word_ids: torch.Tensor

@@ -1,9 +1,6 @@
 """One direction of the biLM: a stack of projected LSTM layers, ELMo's LSTM
-step written once (`lstm_step`, the reference), and the plain torch that
-runs a layer: torch's LSTM (`run_fused_layer`), or the written-out
-recurrence of `lstm_step` (`run_lstm_layer`) where the cell is clipped or
-states come in or go out. The runtime's faster kernels run the same
-parameters (`elmo_spacy.bilm.runtime.kernels`)."""
+step written once (`lstm_step`, the reference), and a layer on torch's LSTM
+(`run_fused_layer`) or on `lstm_step`'s recurrence (`run_lstm_layer`)."""
 
 import warnings
 from collections.abc import Callable
@@ -12,6 +9,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from .config import BiLMConfig
 from .dtypes import matmul_dtype, state_dtype, widened
 
 LstmState = tuple[torch.Tensor, torch.Tensor]  # h (B, P), c (B, H) of one layer
@@ -21,48 +19,28 @@ ProductOf = Callable[[torch.Tensor, str], Product]
 
 
 class LstmStack(nn.Module):
-    """L LSTM layers, each with its cell (H units) projected to `dim` (P) by a
-    bias-free projection, dropout on each layer's input, and optionally a skip
-    connection from each layer's input to its output after the first.
-
-    The parameters are `torch.nn.LSTM`'s (gates i, f, g, o), so one set of
-    weights runs on torch's LSTM, the recurrence here and the runtime's kernels.
-
-    cell_clip, proj_clip: clip the cell and the projected output at every
-        step (TensorFlow's LSTMCell, as bilm-tf trains it); 0 or None: no clip.
-    forget_bias: None trains both biases, as torch's LSTM does. A number
-        makes `bias_hh` a constant buffer (that value on the forget gate, 0
-        elsewhere; state-dict name `layers.i.bias_hh_l0`): TensorFlow's
-        constant forget bias (1.0 in bilm-tf) beside one trained bias.
+    """L `torch.nn.LSTM` layers (gates i, f, g, o), each cell (H units)
+    projected to P, dropout on each layer's input, skip connections and
+    clips as `config` says. A `forget_bias` makes `bias_hh` a constant
+    buffer: that value on the forget gate, 0 elsewhere.
     """
 
-    def __init__(
-        self,
-        n_layers: int,
-        dim: int,
-        cell_dim: int,
-        dropout: float,
-        *,
-        cell_clip: float | None = None,
-        proj_clip: float | None = None,
-        skip_connections: bool = True,
-        forget_bias: float | None = None,
-    ) -> None:
+    def __init__(self, config: BiLMConfig) -> None:
         super().__init__()
-        # proj_size=0 when the cell is as wide as the output: no projection,
-        # and torch can use its faster oneDNN kernel.
+        dim, cell_dim = config.projection_dim, config.lstm_dim
+        # no projection where the cell is as wide as the output: torch's faster kernel
         proj_size = dim if cell_dim != dim else 0
         self.layers = nn.ModuleList(
-            nn.LSTM(dim, cell_dim, proj_size=proj_size, batch_first=True) for _ in range(n_layers)
+            nn.LSTM(dim, cell_dim, proj_size=proj_size, batch_first=True)
+            for _ in range(config.n_layers)
         )
-        self.dropout = nn.Dropout(dropout)
-        self.cell_clip = cell_clip or 0.0
-        self.proj_clip = proj_clip or 0.0
-        self.skip_connections = skip_connections
-        self.forget_bias = forget_bias
-        if forget_bias is not None:
+        self.dropout = nn.Dropout(config.dropout)
+        self.cell_clip = config.cell_clip or 0.0
+        self.proj_clip = config.proj_clip or 0.0
+        self.skip_connections = config.skip_connections
+        if config.forget_bias is not None:
             constant = torch.zeros(4 * cell_dim)
-            constant[cell_dim : 2 * cell_dim] = forget_bias
+            constant[cell_dim : 2 * cell_dim] = config.forget_bias
             for layer in self.layers:
                 del layer.bias_hh_l0
                 layer.register_buffer("bias_hh_l0", constant.clone())
@@ -78,32 +56,41 @@ class LstmStack(nn.Module):
         lengths: torch.Tensor,
         initial: list[LstmState] | None = None,
         final: bool = False,
+        *,
+        fused: bool | None = None,
+        product_of: Callable[[nn.LSTM], ProductOf] | None = None,
     ) -> tuple[list[torch.Tensor], list[LstmState]]:
         """x (B, T, P) right-padded, lengths (B,) -> one (B, T, P) output per
         layer, and with `final` each layer's state after each row's last
-        step. `initial`: each layer's starting state (None: zeros)."""
-        loop = self.clipped or initial is not None or final
+        step. `initial`: each layer's starting state (None: zeros).
+
+        fused: run torch's LSTM (`run_fused_layer`: no clips, no states), else
+            `run_lstm_layer` with `product_of(layer)`'s products; None: fused
+            where nothing is clipped and no state comes in or goes out."""
+        if fused is None:
+            fused = not (self.clipped or initial is not None or final)
         outputs, states = [], []
         for i, layer in enumerate(self.layers):
-            if loop:
-                state = None if initial is None else initial[i]
-                y, state = run_lstm_layer(
-                    layer, self.dropout(x), lengths, state, self.cell_clip, self.proj_clip, final
-                )
-                states.append(state)
-            else:
+            if fused:
                 y = run_fused_layer(layer, self.dropout(x), lengths)
+            else:
+                state = None if initial is None else initial[i]
+                product = None if product_of is None else product_of(layer)
+                y, state = run_lstm_layer(
+                    layer, self.dropout(x), lengths, state, self.cell_clip, self.proj_clip, final,
+                    product,
+                )  # fmt: skip
+                states.append(state)
             x = y + x if i > 0 and self.skip_connections else y
             outputs.append(x)
         return outputs, (states if final else [])
 
 
 def run_fused_layer(layer: nn.LSTM, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """One layer on torch's fused kernel: x (B, T, I) -> (B, T, P). Without
-    gradients over a PackedSequence (zero past each row's length); with them
-    over the padded batch, whose backward is over twice as fast on the CPU."""
+    """One layer on torch's LSTM: x (B, T, I) -> (B, T, P). Without gradients
+    over a PackedSequence; with them over the padded batch, whose backward is
+    over twice as fast on the CPU."""
     with warnings.catch_warnings():
-        # Noise: torch runs its own kernel instead, as it should.
         warnings.filterwarnings("ignore", "LSTM with projections is not supported")
         if torch.is_grad_enabled():
             return layer(x)[0]
@@ -124,9 +111,8 @@ def run_lstm_layer(
 ) -> tuple[torch.Tensor, LstmState | None]:
     """One LSTM layer over x (B, T, I) -> outputs (B, T, P), zero past each
     row's length, and with `final` each row's state (h, c) after its last
-    step (the initial one for a row of length 0). `product`: how the
-    products on "ih", "hh" and "hr" are computed (None: `plain_product`).
-    Rows run longest first and drop out when they end: padding costs nothing.
+    step. `product`: the products on "ih", "hh" and "hr" (None:
+    `plain_product`). Rows drop out when they end: padding costs nothing.
     """
     batch, steps, _ = x.shape
     hidden, out_dim = layer.hidden_size, layer.proj_size or layer.hidden_size
@@ -178,18 +164,16 @@ def lstm_step(
     cell_clip: float,
     proj_clip: float,
 ) -> LstmState:
-    """One step of ELMo's LSTM, the reference that every faster
-    implementation is tested against (tests/test_lstm_implementations.py):
+    """One step of ELMo's LSTM, the reference of tests/test_lstm_implementations.py:
 
         gates = gates_x + h W_hh^T          (i, f, g, o, each (n, H))
         cell  = clip(sigmoid(f) c + sigmoid(i) tanh(g), cell_clip)
         h'    = clip(W_hr (sigmoid(o) tanh(cell)), proj_clip)
 
-    gates_x (n, 4H): the input projection, bias included; h (n, P), c (n, H):
-    the state before; `recur` (h, gates_x) -> gates_x + h W_hh^T; `project`
-    (None where P = H) (x, None) -> x W_hr^T. A clip of 0 does not clip; the
-    output is clipped only where projected, as TensorFlow's LSTMCell does.
-    Returns (h' (n, P), cell (n, H))."""
+    gates_x (n, 4H): the input projection, bias included; h (n, P), c (n, H);
+    `recur` (h, gates_x) -> gates_x + h W_hh^T; `project` (None where P = H)
+    (x, None) -> x W_hr^T. A clip of 0 does not clip; the output is clipped
+    only where projected (TensorFlow's LSTMCell). Returns (h', cell)."""
     h, c = lstm_cell(recur(h, gates_x), c, cell_clip)
     if project is not None:
         h = project(h, None)
@@ -201,10 +185,8 @@ def lstm_step(
 def lstm_cell(
     gates: torch.Tensor, c: torch.Tensor, cell_clip: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """gates (n, 4H) (i, f, g, o; overwritten where autograd records nothing)
-    and c (n, H) -> (o tanh(cell), cell), float32 for bfloat16 gates, the cell
-    clipped (0: not). Without autograd the activations run in place (two new
-    arrays, not ten); an exported graph gets the plain operators."""
+    """gates (n, 4H) and c (n, H) -> (o tanh(cell), cell), float32 for
+    reduced gates. Without autograd in place, overwriting `gates`."""
     gates = widened(gates)
     if gates.requires_grad or c.requires_grad or torch.compiler.is_exporting():
         i, f, g, o = gates.chunk(4, 1)
@@ -224,7 +206,6 @@ def lstm_cell(
 
 
 def plain_product(weight: torch.Tensor, name: str = "") -> Product:
-    """(x (N, in), add) -> x @ weight.T + add (`add`: (out,), (N, out) or
-    None), the weight cast once to `matmul_dtype`. A `ProductOf`."""
+    """A `ProductOf`: x @ weight.T + add, the weight cast once to `matmul_dtype`."""
     transposed = weight.to(matmul_dtype(weight)).t()
     return lambda x, add: x.mm(transposed) if add is None else torch.addmm(add, x, transposed)

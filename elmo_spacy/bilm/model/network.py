@@ -1,6 +1,5 @@
-"""The biLM's network: a shared token encoder, forward and backward LSTM
-stacks, a shared softmax; its layers and its language-model loss over a
-`TokenBatch`, in plain torch."""
+"""The biLM's network in plain torch: its layers and its language-model loss
+over a `TokenBatch`."""
 
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -33,13 +32,10 @@ class LMLoss:
 
 
 class BiLMNetwork(nn.Module):
-    """ELMo's bidirectional language model (Peters et al. 2018), as modules.
-
-    Each doc is framed by <S> and </S>; the forward stack predicts the next
-    word, the backward stack the previous one; both share the token encoder
-    and the softmax. chars: the char CNN's ids (None for the word encoder);
-    with_softmax: build the softmax head (the LM loss needs it). This is the
-    plain-torch reference; `elmo_spacy.bilm.BiLM` runs it on the runtime's kernels.
+    """ELMo's bidirectional language model (Peters et al. 2018): a token
+    encoder, forward and backward LSTM stacks over docs framed by <S> and
+    </S>, a softmax (`with_softmax`) shared by both directions. The
+    plain-torch reference of `elmo_spacy.bilm.BiLM`.
     """
 
     def __init__(
@@ -49,25 +45,12 @@ class BiLMNetwork(nn.Module):
         self.config = config
         dim = config.projection_dim
         if config.encoder == "word":
-            self.encoder: nn.Module = WordEncoder(vocab_size, config.word_dim, dim)
+            self.encoder: nn.Module = WordEncoder(config, vocab_size)
+        elif config.encoder == "char_cnn":
+            self.encoder = CharCNNEncoder(config, chars, dim)
         else:
-            char_cnn = (config.char_dim, config.filters, config.n_highway)
-            if config.encoder == "char_cnn":
-                self.encoder = CharCNNEncoder(chars, *char_cnn, dim, config.char_activation)
-            else:
-                self.encoder = WordCharEncoder(
-                    chars, vocab_size, config.word_dim, *char_cnn, dim, config.char_activation
-                )
-        lstm = {
-            "cell_clip": config.cell_clip,
-            "proj_clip": config.proj_clip,
-            "skip_connections": config.skip_connections,
-            "forget_bias": config.forget_bias,
-        }
-        self.forward_lstm = LstmStack(config.n_layers, dim, config.lstm_dim, config.dropout, **lstm)
-        self.backward_lstm = LstmStack(
-            config.n_layers, dim, config.lstm_dim, config.dropout, **lstm
-        )
+            self.encoder = WordCharEncoder(config, chars, vocab_size)
+        self.forward_lstm, self.backward_lstm = LstmStack(config), LstmStack(config)
         self.dropout = nn.Dropout(config.dropout)
         self.softmax = (
             SoftmaxHead(dim, vocab_size, config.softmax, config.cutoffs, config.div_value)
@@ -76,9 +59,8 @@ class BiLMNetwork(nn.Module):
         )
 
     def layer_parameters(self) -> list[list[tuple[str, nn.Parameter]]]:
-        """The parameters behind each output layer, bottom up, by their names
-        in the network (L + 1 lists): [0] the token encoder's, [i] LSTM layer
-        i's in both directions. In none: the softmax's."""
+        """The (name, parameter) pairs behind each output layer 0..L: the token
+        encoder's, then LSTM layer i's in both directions (not the softmax's)."""
         groups = [list(self.encoder.named_parameters(prefix="encoder"))]
         for i in range(self.config.n_layers):
             groups.append(
@@ -91,29 +73,23 @@ class BiLMNetwork(nn.Module):
         return groups
 
     def set_trainable(self, layers: Collection[int]) -> None:
-        """Gradients for the parameters of `layers` only (indices into
-        `layer_parameters`, 0..L): the others' `requires_grad` goes off, so
-        that backpropagation stops below the lowest trainable layer."""
+        """`requires_grad` on for the parameters of `layers` (0..L) only."""
         for i, group in enumerate(self.layer_parameters()):
             for _, parameter in group:
                 parameter.requires_grad_(i in layers)
 
     def forward(self, batch: TokenBatch, initial_states: States | None = None) -> torch.Tensor:
-        """(L + 1, B, T, 2P) layers of the batch: layer 0 is the token
-        encoding repeated as [x; x], layers 1..L are [forward; backward] LSTM
-        outputs, the boundary positions stripped, zero past each row's
-        length (`TokenBatch.mask`).
-
-        initial_states: each direction's per-layer (h (B, P), c (B, H)) to
-            start from; None starts from zeros."""
+        """(L + 1, B, T, 2P) layers of the batch: the token encoding as [x; x],
+        then each LSTM layer's [forward; backward], zero past each row's
+        length. `initial_states`: each direction's per-layer (h (B, P), c (B,
+        H)) to start from; None: zeros."""
         types = self.encoder(batch.type_inputs, batch.type_chars, batch.type_word_ids)
         return self.layers(*self.run(batch, types, initial_states)[:3], batch.lengths)
 
     def lm_loss(self, batch: TokenBatch, every_parameter: bool = False) -> LMLoss:
-        """Language-model loss: every word and the closing </S> is predicted
-        forwards, every word and the opening <S> backwards (see `LMTargets`).
-        every_parameter: every parameter gets a gradient, zero where the
-        batch does not reach it (see `SoftmaxHead.forward`)."""
+        """Language-model loss (`LMTargets`); `every_parameter`: see
+        `SoftmaxHead.forward`."""
+        batch = self.with_targets(batch)
         types = self.encoder(batch.type_inputs, batch.type_chars, batch.type_word_ids)
         _, forward_layers, backward_layers, _ = self.run(batch, types)
         return self.loss(batch, forward_layers, backward_layers, every_parameter)
@@ -125,11 +101,10 @@ class BiLMNetwork(nn.Module):
         initial: States | None = None,
         final: bool = False,
     ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], States]:
-        """Both stacks over the batch's encoded types (U, P) (`encoder`'s
-        output), from `initial` (B rows; zeros without it). Returns the token
-        encoding (B, T + 2, P), L forward and L backward outputs (B, T + 2,
-        P), all in left-to-right order, and with `final` each direction's
-        final states (see `BiLM.forward_with_states`; empty lists without)."""
+        """Both stacks over the batch's encoded types (U, P), from `initial`.
+        Returns the token encoding (B, T + 2, P), L forward and L backward
+        outputs (B, T + 2, P), left to right, and with `final` each
+        direction's final states (empty lists without)."""
         encoded, backward_inputs, lengths = self.lstm_inputs(batch, types)
         initial = initial or {}
         forward_layers, forward_final = self.forward_lstm(
@@ -145,10 +120,8 @@ class BiLMNetwork(nn.Module):
     def lstm_inputs(
         batch: TokenBatch, types: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """What the stacks read: the forward stack's inputs, the batch's
-        encoded types (U, P) in place (B, T + 2, P); the backward stack's, the
-        same with each row reversed within its length; and each row's length
-        with <S> and </S> (B,)."""
+        """The stacks' inputs (B, T + 2, P) from the encoded types (U, P), the
+        backward's reversed within each row, and the rows' lengths (B,)."""
         lengths = batch.lengths + 2
         reverse = reverse_index(lengths, batch.index.shape[1])
         return types[batch.index], types[batch.index.gather(1, reverse)], lengths
@@ -161,10 +134,8 @@ class BiLMNetwork(nn.Module):
         lengths: torch.Tensor,
         boundaries: bool = False,
     ) -> torch.Tensor:
-        """The (L + 1, B, T, 2P) output layers of `run`'s results for docs
-        of `lengths` (B,) tokens, zero past each doc's length; with
-        `boundaries`, (L + 1, B, T + 2, 2P) with <S> at position 0 and </S>
-        at lengths[b] + 1 (AllenNLP's `_ElmoBiLm` activations)."""
+        """`forward`'s layers of `run`'s results for docs of `lengths` (B,)
+        tokens; with `boundaries`, (L + 1, B, T + 2, 2P), <S> and </S> kept."""
         layers = [torch.cat([encoded, encoded], dim=-1)]
         layers += [torch.cat(fb, dim=-1) for fb in zip(forward_layers, backward_layers)]
         layers = torch.stack(layers)
@@ -182,30 +153,27 @@ class BiLMNetwork(nn.Module):
         backward_layers: list[torch.Tensor],
         every_parameter: bool = False,
     ) -> LMLoss:
-        """The LM loss of the top layers (B, T + 2, P) of `run`'s results
-        (`every_parameter`: see `lm_loss`)."""
+        """The LM loss of the top layers of `run`'s results, for a batch
+        `with_targets`."""
+
+        def nll(layers: list[torch.Tensor], rows, words, splits) -> torch.Tensor:
+            hidden = _rows(layers[-1], rows)
+            return self.softmax(self.dropout(hidden), words, splits, every_parameter)
+
+        t = batch.targets.to(forward_layers[-1].device)
+        return LMLoss(
+            nll(forward_layers, t.forward_rows, t.forward_words, t.forward_splits),
+            nll(backward_layers, t.backward_rows, t.backward_words, t.backward_splits),
+            t.n_tokens,
+        )
+
+    def with_targets(self, batch: TokenBatch) -> TokenBatch:
+        """`batch` with its LM targets for this biLM's softmax."""
         if self.softmax is None:
             raise RuntimeError("This biLM was built without its softmax head")
-        if batch.targets is None:
-            batch = batch.with_targets(self.softmax.cluster_starts)
-        targets = batch.targets.to(forward_layers[-1].device)
-        forward_hidden = _rows(forward_layers[-1], targets.forward_rows)
-        backward_hidden = _rows(backward_layers[-1], targets.backward_rows)
-        return LMLoss(
-            forward_nll=self.softmax(
-                self.dropout(forward_hidden),
-                targets.forward_words,
-                targets.forward_splits,
-                every_parameter,
-            ),
-            backward_nll=self.softmax(
-                self.dropout(backward_hidden),
-                targets.backward_words,
-                targets.backward_splits,
-                every_parameter,
-            ),
-            n_tokens=targets.n_tokens,
-        )
+        if batch.targets is not None:
+            return batch
+        return batch.with_targets(self.softmax.cluster_starts)
 
 
 def left_to_right(backward_layers: list[torch.Tensor], lengths: torch.Tensor) -> list[torch.Tensor]:

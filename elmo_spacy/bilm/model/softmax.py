@@ -10,15 +10,9 @@ from .dtypes import padded_rows, without_autocast
 
 
 class SoftmaxHead(nn.Module):
-    """Summed negative log-likelihood of target word ids.
-
-    kind="adaptive" uses torch's adaptive softmax (Grave et al. 2017): frequent
-    words in a small head, rare ones in cheaper tail clusters. Its probabilities
-    are exactly normalised over the whole vocabulary, so perplexities are exact.
-    kind="full" is one linear layer over the vocabulary (the costly baseline).
-    Falls back to "full" when the vocabulary is too small for any cutoff.
-    cutoffs "auto": `fitted_cutoffs` for this vocabulary.
-    """
+    """Summed negative log-likelihood of target word ids, over torch's
+    adaptive softmax (kind "adaptive", exactly normalised) or one linear
+    layer ("full", also where the vocabulary is too small for a cutoff)."""
 
     def __init__(
         self,
@@ -47,12 +41,11 @@ class SoftmaxHead(nn.Module):
 
     @property
     def div_value(self) -> float | None:
-        """Tail cluster i's projection divides the width by div_value^(i + 1)."""
         return self.head.div_value if self.adaptive else None
 
     @property
     def cluster_starts(self) -> list[int]:
-        """The first vocabulary id of each tail cluster (none for a full softmax)."""
+        """The first vocabulary id of each tail cluster."""
         return list(self.head.cutoffs[:-1]) if self.adaptive else []
 
     def forward(
@@ -62,13 +55,10 @@ class SoftmaxHead(nn.Module):
         splits: list[int],
         every_parameter: bool = False,
     ) -> torch.Tensor:
-        """hidden (N, dim) float, targets (N,) int64, grouped by cluster as
-        `LMTargets` groups them (`splits`: 0, then the end of the head's rows
-        and of each tail cluster's) -> scalar summed NLL.
-
-        every_parameter: parameters that no row reaches join the sum times
-        zero, so that each gets a (zero) gradient and data-parallel training
-        needs no `find_unused_parameters`."""
+        """hidden (N, dim), targets (N,) int64, grouped by cluster as
+        `LMTargets` groups them -> scalar summed NLL. `every_parameter`:
+        parameters no row reaches join the sum times zero, so that
+        data-parallel training needs no `find_unused_parameters`."""
         if hidden.shape[0] == 0:
             return hidden.sum() * 0.0 + (touched(self.parameters()) if every_parameter else 0.0)
         if self.adaptive:
@@ -81,13 +71,9 @@ AUTO_CUTOFFS = (2_000, 10_000, 50_000, 100_000)  # then every MAX_CLUSTER_WORDS
 
 
 def fitted_cutoffs(vocab_size: int, dim: int, div_value: float) -> tuple[list[int], float]:
-    """The cutoffs of `cutoffs = "auto"` for a vocabulary of `vocab_size`
-    words and a softmax input of `dim`, and the div_value to use with them.
-
-    AUTO_CUTOFFS, then one every MAX_CLUSTER_WORDS (a cluster's cost grows
-    with its size), those below the vocabulary's last id: 40,000 words get
-    [2000, 10000]; a million, 13 cutoffs. `div_value` is lowered (to 0.01)
-    where the last of n clusters would keep less than one dimension."""
+    """The cutoffs of `cutoffs = "auto"` (AUTO_CUTOFFS, then one every
+    MAX_CLUSTER_WORDS, below the vocabulary's last id) and a div_value
+    lowered where the last cluster would keep less than one dimension."""
     cutoffs = [c for c in AUTO_CUTOFFS if c < vocab_size - 1]
     while cutoffs and vocab_size - cutoffs[-1] > MAX_CLUSTER_WORDS:
         cutoffs.append(cutoffs[-1] + MAX_CLUSTER_WORDS)
@@ -97,15 +83,13 @@ def fitted_cutoffs(vocab_size: int, dim: int, div_value: float) -> tuple[list[in
 
 
 def oversized_clusters(cutoffs: list[int], vocab_size: int) -> list[tuple[int, int]]:
-    """The (first, end) word ids of each tail cluster of more than
-    MAX_CLUSTER_WORDS words that `cutoffs` leave in a vocabulary."""
+    """The (first, end) word ids of each tail cluster over MAX_CLUSTER_WORDS."""
     bounds = [c for c in cutoffs if 0 < c < vocab_size - 1] + [vocab_size]
     return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b - a > MAX_CLUSTER_WORDS]
 
 
 def touched(parameters) -> torch.Tensor:
-    """Zero, computed from one element of each of `parameters`: a term that
-    gives each of them a zero gradient."""
+    """Zero, from one element of each parameter: gives each a zero gradient."""
     return sum(p.view(-1)[0] for p in parameters) * 0.0
 
 
@@ -116,13 +100,10 @@ def adaptive_nll(
     splits: list[int],
     every_parameter: bool = False,
 ) -> torch.Tensor:
-    """`softmax(hidden, targets).loss * N`: hidden (N, dim), targets (N,)
-    int64 -> scalar float32, rows splits[i + 1]:splits[i + 2] those of tail
-    cluster i (host-side bounds: no synchronisation). The head's logits run
-    in the ambient precision over rows padded to a few sizes (`padded_rows`:
-    each new bfloat16 shape costs a kernel build); the narrow tail clusters,
-    the log-softmax and the sums in float32. `every_parameter`: as
-    `SoftmaxHead.forward`'s."""
+    """`softmax(hidden, targets).loss * N` as a float32 scalar, rows
+    splits[i + 1]:splits[i + 2] those of tail cluster i (host-side: no
+    synchronisation). The head's logits in the ambient precision over
+    `padded_rows`; the tail clusters, log-softmax and sums in float32."""
     head_targets = targets.clone()
     nll = hidden.new_zeros((), dtype=torch.float32)
     bounds = [softmax.shortlist_size, *softmax.cutoffs[1:]]
@@ -150,13 +131,8 @@ def cluster_nll(
     projected: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor
 ) -> torch.Tensor:
     """-sum_n log softmax(projected[n] @ weight.T)[targets[n]]: projected
-    (N, d), weight (V, d) (a tail cluster of V words), targets (N,) int64
-    -> a scalar.
-
-    A cluster of at most CLUSTER_CHUNK words or WHOLE_CLUSTER_LOGITS logits
-    keeps its log-softmax for the backward pass; a larger one runs its words
-    CLUSTER_CHUNK at a time (a running log-sum-exp forward, the logits
-    recomputed backward), holding N x CLUSTER_CHUNK logits, not N x V."""
+    (N, d), weight (V, d), targets (N,). A large cluster runs CLUSTER_CHUNK
+    words at a time (the logits recomputed backward), not N x V at once."""
     rows, words = projected.shape[0], weight.shape[0]
     whole = words <= CLUSTER_CHUNK or rows * words <= WHOLE_CLUSTER_LOGITS
     chunk = words if whole else CLUSTER_CHUNK
@@ -164,9 +140,7 @@ def cluster_nll(
 
 
 class _ClusterNll(torch.autograd.Function):
-    """A tail cluster's NLL with the product to the logits inside, so that
-    the (N, V) matrix is made once and reused in place; the incoming
-    gradient scales only the narrow (N, d) and (V, d) factors."""
+    """A tail cluster's NLL, its (N, V) logits made once and reused in place."""
 
     @staticmethod
     def forward(ctx, projected, weight, targets, chunk):
@@ -205,10 +179,9 @@ class _ClusterNll(torch.autograd.Function):
 
 
 def summed_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """-sum_n log softmax(logits[n])[targets[n]]: logits (N, V), targets
-    (N,) int64 -> a scalar, the log-softmax in float32 at least. Its
-    gradient (softmax - one-hot, in the logits' dtype) comes from the kept
-    log-softmax, without the float32 copies torch's own would make."""
+    """-sum_n log softmax(logits[n])[targets[n]], the log-softmax in float32
+    at least; its gradient from the kept log-softmax, without the float32
+    copies torch's would make."""
     return _SummedNll.apply(logits, targets)
 
 

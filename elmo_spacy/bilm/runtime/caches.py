@@ -1,6 +1,7 @@
 """What a biLM derives from one version of its weights to run faster at
-inference (`InferenceCache`), and how it knows the version (see `BiLM`)."""
+inference (`InferenceCache`), and how it knows the version."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -9,7 +10,9 @@ from torch import nn
 from ..inputs.batch import TokenBatch
 from ..inputs.chars import CharIds
 from ..inputs.vocab import PAD_ID
+from ..model.lstm import ProductOf
 from ..model.network import States
+from . import kernels
 from .kernels import PackedWeights
 from .lru import LruCache
 from .products import onednn_packing
@@ -19,14 +22,9 @@ ENCODE_BLOCK = 32  # rows of the char CNN's fixed-shape blocks at inference
 
 @dataclass
 class InferenceCache:
-    """What a biLM derives from one version of its weights.
-
-    stamp: the weights it belongs to.
-    types: (P,) encodings of token strings (char CNN), least recently used first.
-    boundaries: (2, P) encodings of <S> and </S>.
-    packed: LSTM weights packed for oneDNN, per layer (see `packed_products`).
-    primed: `primed_states` of each warm-up text.
-    """
+    """What a biLM derives from one version (`stamp`) of its weights: (P,)
+    encodings of token strings (`types`) and of <S> and </S> (`boundaries`),
+    LSTM weights packed for oneDNN per layer, and `primed_states`."""
 
     stamp: tuple
     types: LruCache[str, torch.Tensor]
@@ -36,32 +34,18 @@ class InferenceCache:
 
 
 class InferenceCacheSlot:
-    """Holds a module's `InferenceCache`: at most one, that of the current
-    version of its weights.
-
-    type_cache_size: the bound of the caches' `types`; a new one holds at once.
-    cache: the cache of the last version asked for, or None.
-    """
+    """Holds a module's `InferenceCache`, that of the last version of its
+    weights asked for (`cache`, or None)."""
 
     def __init__(self, type_cache_size: int) -> None:
-        self._type_cache_size = type_cache_size
+        self.type_cache_size = type_cache_size  # the bound of the caches' `types`
         self.cache: InferenceCache | None = None
         self._generation = 0  # counts weights_changed()
 
-    @property
-    def type_cache_size(self) -> int:
-        return self._type_cache_size
-
-    @type_cache_size.setter
-    def type_cache_size(self, size: int) -> None:
-        self._type_cache_size = size
-        if self.cache is not None:
-            self.cache.types.max_size = size
-
     def for_weights(self, module: nn.Module) -> InferenceCache | None:
-        """The cache of `module`'s current weights (a new one when they
-        changed: `weights_changed` calls, or a parameter's storage or
-        in-place version); None in training mode or with gradients."""
+        """The cache of `module`'s current weights (new when a parameter's
+        storage or version changed, or `weights_changed` was called); None in
+        training mode or with gradients."""
         if module.training or torch.is_grad_enabled():
             return None
         stamp = (
@@ -69,42 +53,43 @@ class InferenceCacheSlot:
             tuple((p.data_ptr(), p._version) for p in module.parameters()),
         )
         if self.cache is None or self.cache.stamp != stamp:
-            self.cache = InferenceCache(stamp, LruCache(self._type_cache_size))
+            self.cache = InferenceCache(stamp, LruCache(self.type_cache_size))
         return self.cache
 
     def weights_changed(self) -> None:
-        """Forget the cache: the weights changed where torch cannot see it."""
         self._generation += 1
         self.cache = None
 
     def info(self) -> dict[str, int]:
-        """How many token encodings (`types`), primed states (`primed`) and
-        packed LSTM layers (`packed`) the cache holds now."""
+        """How many token encodings, primed states and packed layers it holds."""
         cache = self.cache
         if cache is None:
             return {"types": 0, "primed": 0, "packed": 0}
         return {"types": len(cache.types), "primed": len(cache.primed), "packed": len(cache.packed)}
 
     def __getstate__(self) -> dict:
-        # Copies and pickles leave the cache out: it is rebuilt on demand, and
-        # oneDNN's packed tensors cannot be copied.
+        # oneDNN's packed tensors cannot be copied; the cache is rebuilt on demand
         return {**self.__dict__, "cache": None}
 
 
-def packed_weights(cache: InferenceCache | None, weight: torch.Tensor) -> PackedWeights | None:
-    """The cache's packed LSTM weights where oneDNN packs weights like
-    `weight` (float32, on the CPU); else None."""
+def packed_products_of(
+    cache: InferenceCache | None, weight: torch.Tensor
+) -> Callable[[nn.LSTM], ProductOf] | None:
+    """Each LSTM layer's products on weights oneDNN packed once, kept in the
+    cache, where oneDNN packs weights like `weight` (float32, on the CPU);
+    else None."""
     can_pack = weight.device.type == "cpu" and weight.dtype == torch.float32 and onednn_packing()
-    return cache.packed if cache is not None and can_pack else None
+    if cache is None or not can_pack:
+        return None
+    return lambda layer: kernels.packed_products(cache.packed.setdefault(id(layer), {}))
 
 
 def encode_types(
     encoder: nn.Module, chars: CharIds | None, batch: TokenBatch, cache: InferenceCache | None
 ) -> torch.Tensor:
-    """(U, P) encodings of the batch's U types (<S>, </S>, then `batch.types`),
-    reusing and keeping encodings in the cache with an encoder that reads
-    characters on the CPU (on a GPU the encoder costs less than the
-    bookkeeping: docs/results.md, Speed)."""
+    """(U, P) encodings of the batch's types, kept in the cache with an
+    encoder that reads characters on the CPU (on a GPU the encoder costs
+    less than the bookkeeping)."""
     keeps = cache is not None and chars is not None and cache.types.max_size > 0
     if not (keeps and batch.types and batch.type_inputs.device.type == "cpu"):
         return encoder(batch.type_inputs, batch.type_chars, batch.type_word_ids)
@@ -137,10 +122,8 @@ def encode_alike(
     n_chars: torch.Tensor,
     word_ids: torch.Tensor,
 ) -> torch.Tensor:
-    """(U, W), (U,), (U,) -> (U, P), in blocks of one fixed shape
-    (ENCODE_BLOCK x `chars.max_chars`), so that a type's encoding is the same
-    to the bit whatever its batch: kept encodings never make an output
-    depend on what ran before."""
+    """(U, W), (U,), (U,) -> (U, P), in blocks of one fixed shape, so that a
+    type's encoding is the same to the bit whatever its batch."""
     n_rows, width = char_ids.shape
     blocks = -(-n_rows // ENCODE_BLOCK)
     padded = char_ids.new_full((blocks * ENCODE_BLOCK, chars.max_chars), chars.padding)

@@ -1,36 +1,25 @@
-"""The per-step elementwise work of the training kernel (runtime/recurrence.py):
-in the forward pass the gate activations, the cell update and its clip, the
-output, and what the backward pass will multiply by; in the backward pass the
-cell's gradient carried a step back and the gates' gradients.
+"""The training kernel's per-step elementwise work (runtime/recurrence.py):
+forward, the gates, the cell update and clip, the output and what the
+backward pass multiplies by; backward, the gates' gradients and the cell's
+carried a step back. `TorchCellSteps` runs it in torch operators,
+`TritonCellSteps` as one Triton kernel a step each way (CUDA GPUs; the tests
+interpret it on the CPU, TRITON_INTERPRET=1).
 
-Two implementations of one contract: `TorchCellSteps` (torch operators, any
-device) and `TritonCellSteps` (one Triton kernel a step each way, for CUDA
-GPUs, where kernel launches set a step's pace; TRITON_INTERPRET=1 runs them
-on the CPU for tests).
+Shapes for D layers, B rows, H units; "dtype" the products' dtype, "state"
+float32 where it is bfloat16 (`state_dtype`); contiguous unless said:
 
-Shapes, for D layers run together (the biLM's two directions), B rows and
-H cell units; "dtype" is the products' dtype (bfloat16 or float32), "state"
-float32 where dtype is bfloat16 (`state_dtype`):
+- gates (D, B, 4H) dtype: the preactivations (i, f, g, o), bias included;
+  or, where `inputs` (D, B, 4H) dtype (rows contiguous) are given, the
+  recurrent product's part, which the step adds to them (`adds_inputs`);
+- previous, cell (D, B, H) state: the cell before and after;
+- hidden (D, B, H) dtype, rows contiguous: o tanh(cell);
+- factors (D, B, 4, H) dtype: g i (1 - i), c' f (1 - f), i (1 - g^2), each
+  times `keep` (the gates' gradients per unit of the pre-clip cell's), and
+  tanh(c) o (1 - o) (the output gate's per unit of the hidden state's);
+- cell_from_hidden (D, B, H) state: o (1 - tanh(c)^2);
+- forget (D, B, H) state: f times `keep`;
 
-- gates (D, B, 4H) dtype, contiguous: the step's preactivations of the
-  input, forget, cell and output gates (torch's order), bias included; or,
-  where `inputs` (D, B, 4H) dtype, rows contiguous, are given, the
-  recurrent product's part of them, the input gates (bias included) in
-  `inputs`: the step adds them (`adds_inputs`: Triton's does, saving the
-  recurrent product a copy of them into its output);
-- previous, cell (D, B, H) state, contiguous: the cell before and after;
-- hidden (D, B, H) dtype, rows contiguous: o tanh(cell), the unprojected output;
-- factors (D, B, 4, H) dtype, contiguous: per unit of the (pre-clip) cell's
-  gradient the gradients of the input, forget and cell gates' preactivations,
-  (g i (1 - i), c' f (1 - f), i (1 - g^2)) times `keep`; per unit of the
-  hidden state's gradient the output gate's, tanh(c) o (1 - o);
-- cell_from_hidden (D, B, H) state: the cell's gradient per unit of the
-  hidden state's, o (1 - tanh(c)^2);
-- forget (D, B, H) state: f times `keep`, which carries the cell's gradient
-  a step back;
-
-where `keep` is 1 where the cell was inside [-cell_clip, cell_clip] and 0
-where the clip cut it (1 everywhere without a clip): torch.clamp's gradient.
+`keep` being 1 where the clip left the cell alone, 0 where it cut it.
 """
 
 import functools
@@ -41,8 +30,7 @@ from ..model.dtypes import widened
 
 
 class TorchCellSteps:
-    """The steps in torch operators, into scratch arrays allocated once per
-    layer call (D, B, H as above)."""
+    """The steps in torch operators, into scratch arrays allocated once."""
 
     adds_inputs = False  # the recurrent product adds the input gates
 
@@ -83,10 +71,9 @@ class TorchCellSteps:
 
     @staticmethod
     def backward(grad_hidden, grad_cell, factors, cell_from_hidden, forget, grad_gates):
-        """grad_hidden (D, B, H) dtype: dL/d(hidden) of this step; grad_cell
-        (D, B, H) state, in and out: the cell's gradient from the steps after
-        (in), carried a step back (out); grad_gates (D, B, 4H) dtype, rows
-        contiguous: the gates' gradients, written."""
+        """grad_hidden (D, B, H) dtype: dL/d(hidden); grad_cell (D, B, H)
+        state: the cell's gradient from the steps after, carried a step back
+        in place; grad_gates (D, B, 4H) dtype, rows contiguous: written."""
         gates = grad_gates.view(*grad_gates.shape[:2], 4, -1)
         grad_cell.addcmul_(grad_hidden, cell_from_hidden)
         torch.mul(factors[:, :, :3], grad_cell[:, :, None], out=gates[:, :, :3])
@@ -136,8 +123,7 @@ CellSteps = TorchCellSteps | TritonCellSteps
 
 
 def cell_steps_for(device: torch.device) -> type[CellSteps]:
-    """The implementation for arrays on `device`: Triton's on a CUDA GPU
-    where Triton is installed, torch's elsewhere."""
+    """Triton's on a CUDA GPU where Triton is installed, else torch's."""
     return TritonCellSteps if device.type == "cuda" and triton_available() else TorchCellSteps
 
 
@@ -158,8 +144,7 @@ def _check_rows(*arrays: torch.Tensor) -> None:
 
 @functools.cache
 def triton_kernels():
-    """The two Triton kernels (forward, backward), imported on first use:
-    compiled for the GPU, or under TRITON_INTERPRET=1 interpreted."""
+    """The two Triton kernels (forward, backward), imported on first use."""
     from . import triton_cell
 
     return triton_cell.forward_kernel, triton_cell.backward_kernel

@@ -1,12 +1,7 @@
-"""The LSTM kernels that run a biLM's stacks, and the one place that says
-which runs when (`choose_kernel`; `BiLM._run` runs its choice).
-
-Three kernels run the same `LstmStack` parameters, each a row of
-tests/test_lstm_implementations.py: "training" (`lstm_layer_for_training`,
-both passes written out, both directions in one call), "fused" (torch's
-LSTM: cuDNN, or the CPU's without oneDNN packing) and "loop"
-(`run_lstm_layer`, clipping, with states; at inference on the CPU on
-oneDNN-packed weights, `packed_products`).
+"""The kernels that run a biLM's LSTM stacks, and which runs when
+(`choose_kernel`, which `BiLM._run` follows): "training"
+(`lstm_layer_for_training`), "fused" (torch's LSTM) and "loop"
+(`run_lstm_layer`, on oneDNN-packed weights at inference on the CPU).
 """
 
 from collections.abc import Sequence
@@ -25,7 +20,7 @@ PackedWeights = dict[int, dict[str, torch.Tensor]]  # id(layer) -> name -> packe
 
 def choose_kernel(device: torch.device, *, clipped: bool, states: bool, packed: bool) -> str:
     """The kernel that runs a biLM's stacks, with or without gradients as
-    torch is now:
+    torch is now (`packed`: the inference cache keeps packed weights):
 
     | the run | on the CPU | on a CUDA GPU |
     | --- | --- | --- |
@@ -33,11 +28,6 @@ def choose_kernel(device: torch.device, *, clipped: bool, states: bool, packed: 
     | with gradients, unclipped | training | fused (cuDNN; loop with states) |
     | at inference, clipped or with states | loop | loop |
     | at inference, unclipped | loop on packed weights (fused without oneDNN) | fused |
-
-    clipped: whether the LSTM clips its cell or projection.
-    states: whether states come in (initial) or go out (final).
-    packed: whether the inference cache keeps oneDNN-packed weights (CPU, no
-        gradients, eval mode; see `packed_weights`).
     """
     if packed:
         return "loop"
@@ -55,9 +45,8 @@ def run_training_stacks(
     initial: Sequence[list[LstmState] | None],
     final: bool,
 ) -> tuple[list[list[torch.Tensor]], list[list[LstmState]]]:
-    """What each `stack(x, lengths, initial, final)` gives, for stacks of one
-    shape (the biLM's two directions) on the training kernel, layer i of
-    every stack in one call (`run_training_layers`)."""
+    """What each `stack(x, lengths, initial, final)` gives, on the training
+    kernel, layer i of every stack (of one shape) in one call."""
     xs = list(inputs)
     outputs: list[list[torch.Tensor]] = [[] for _ in stacks]
     finals: list[list[LstmState]] = [[] for _ in stacks]
@@ -85,8 +74,7 @@ def run_training_layers(
     initial: LstmState | None = None,
     lengths: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, LstmState | None]:
-    """`lstm_layer_for_training` on D `nn.LSTM` layers of one shape, the
-    products in the ambient precision."""
+    """`lstm_layer_for_training` on D `nn.LSTM` layers of one shape."""
     bias = torch.stack([layer.bias_ih_l0 + layer.bias_hh_l0 for layer in layers])
     weight_ih = torch.stack([layer.weight_ih_l0 for layer in layers])
     weight_hh = torch.stack([layer.weight_hh_l0 for layer in layers])
@@ -100,8 +88,8 @@ def run_training_layers(
 
 
 def packed_products(packed: dict[str, torch.Tensor]) -> ProductOf:
-    """The recurrence's products on weights oneDNN packed once (kept in
-    `packed` by name and dtype); plain GEMMs where it cannot pack."""
+    """The recurrence's products on weights oneDNN packed once, kept in
+    `packed`; plain GEMMs where it cannot pack."""
     if not onednn_packing():
         return plain_product
 

@@ -14,10 +14,9 @@ class LruCache(Generic[Key, Value]):
     max_size: a number of entries, or with `size_of` a total of sizes (e.g.
         `operator.attrgetter("nbytes")`); storing drops the least recently
         used entries past it, the new one too if it alone is larger.
-    size: the total now, in the bound's unit.
-    hits, misses: `get`'s lookups over the cache's life (`clear` keeps them).
+    size: the total now; hits, misses: `get`'s lookups (`clear` keeps them).
 
-    Values are never None: None is what `get` gives for a missing key.
+    Values are never None: `get` gives None for a missing key.
     """
 
     def __init__(self, max_size: int, size_of: Callable[[Value], int] | None = None) -> None:
@@ -39,8 +38,7 @@ class LruCache(Generic[Key, Value]):
         self._evict()
 
     def get(self, key: Key) -> Value | None:
-        """The entry of `key`, now the most recently used; None (a miss) if
-        there is none."""
+        """The entry of `key`, now the most recently used; None (a miss)."""
         value = self._entries.get(key)
         if value is None:
             self.misses += 1
@@ -50,8 +48,7 @@ class LruCache(Generic[Key, Value]):
         return value
 
     def put(self, key: Key, value: Value) -> None:
-        """Store `value` under `key` as the most recently used entry, then
-        drop the least recently used entries past the bound."""
+        """Store `value` under `key` as the most recently used entry."""
         old = self._entries.pop(key, None)
         if old is not None:
             self.size -= self._size(old)
@@ -60,7 +57,6 @@ class LruCache(Generic[Key, Value]):
         self._evict()
 
     def clear(self) -> None:
-        """Drop every entry (the hit and miss counts stay)."""
         self._entries.clear()
         self.size = 0
 
@@ -68,7 +64,6 @@ class LruCache(Generic[Key, Value]):
         return len(self._entries)
 
     def __contains__(self, key: object) -> bool:
-        """Whether `key` has an entry; neither a lookup nor a use."""
         return key in self._entries
 
     def __iter__(self) -> Iterator[Key]:

@@ -1,28 +1,7 @@
-"""The numeric precision a biLM computes in: float32, bfloat16, float16 or auto.
-
-- "float32" (the default): the conformant path (a converted bilm-tf model
-  reproduces the reference to 1e-5); on a GPU cuDNN's convolutions too,
-  which torch would run in TF32.
-- "bfloat16": the matrix products run in bfloat16 under torch's autocast,
-  accumulating in float32. The weights, the log-softmax and loss, and in
-  this package's LSTM kernels the gate nonlinearities and the cell state stay
-  float32 (torch's fused LSTM, used for unclipped training off the CPU, keeps
-  its cell in bfloat16); the adaptive softmax's tail clusters run in float32.
-  Outputs handed to users are float32. benchmarks/precision_perplexity.py
-  measures what it costs in dev perplexity.
-- "float16": the same, for GPUs without bfloat16 (T4, V100); training scales
-  the loss (GradScaler, or thinc's `PyTorchGradScaler`). On the CPU it runs
-  as float32, with a warning.
-- "auto": bfloat16 on a GPU that has it natively, and on a CPU that has the
-  instructions and multiplies a biLM-sized product faster in bfloat16 than
-  in float32 (`cpu_product_rates`, timed once a process, about 0.1 s);
-  float32 elsewhere. Name the precision where a run must be repeatable.
-
-A reduced precision asked for is honoured where the hardware multiplies in
-it; where it would be emulated (no AVX512-BF16/AMX, no native GPU support)
-the biLM runs float32 with a warning that says why. On a CPU with
-AVX512-BF16 but no AMX, "bfloat16" runs bfloat16 with a warning naming "auto".
-"""
+"""The precision a biLM computes in: float32, bfloat16, float16 or auto
+(docs/precision-and-gpus.md). Reduced precisions run the products under
+torch's autocast; where the hardware would emulate them, float32 runs, with
+a warning that says why."""
 
 import contextlib
 import functools
@@ -48,8 +27,7 @@ Method = TypeVar("Method", bound=Callable[..., Any])
 
 
 def check_precision(precision: str, where: str = "precision") -> str:
-    """`precision` if it is one of PRECISIONS; a ValueError naming `where`
-    and the choices if not."""
+    """`precision`, refused (naming `where`) if not one of PRECISIONS."""
     if precision not in PRECISIONS:
         raise ElmoSpacyError(
             f"{where} = {precision!r} is not a precision this biLM runs in: use one of "
@@ -99,16 +77,14 @@ def _cpu_bfloat16_unsupported() -> str | None:
 
 
 def cpu_bfloat16_may_be_slower() -> bool:
-    """Whether this CPU's bfloat16 instructions may multiply slower than its
-    float32 ones: x86 with AVX512-BF16 but no AMX (an Intel Xeon of that
-    kind at about half its float32 rate; AMD's at twice)."""
+    """Whether this CPU may multiply bfloat16 slower than float32: an Intel
+    x86 without AMX (AVX512-BF16 at about half its float32 rate)."""
     has_amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
     return _cpuinfo_value(("vendor_id",)) == "GenuineIntel" and not has_amx
 
 
 def _cpuinfo_value(keys: tuple[str, ...]) -> str | None:
-    """The value of the first /proc/cpuinfo line starting with one of `keys`;
-    None where there is none (or no Linux)."""
+    """The first /proc/cpuinfo value under one of `keys`; None where none."""
     if platform.system() != "Linux":
         return None
     try:
@@ -134,8 +110,7 @@ def _cpu_bfloat16_slower() -> str | None:
 
 def cpu_product_rates(rows: int = 256, width: int = 512, rounds: int = 3) -> tuple[float, float]:
     """GFLOP/s (float32, bfloat16) of this CPU's (rows, width) x (width,
-    4 width) product, an LSTM's gates: the best of `rounds`, the two dtypes
-    timed in turn so that other work slows both alike."""
+    4 width) product, an LSTM's gates: the best of `rounds`, in turn."""
     generator = torch.Generator().manual_seed(0)  # not torch's global one (dropout masks)
     x = torch.randn(rows, width, generator=generator)
     weight = torch.randn(4 * width, width, generator=generator)
@@ -155,10 +130,9 @@ def cpu_product_rates(rows: int = 256, width: int = 512, rounds: int = 3) -> tup
 
 
 def cpu_multiplies_bfloat16() -> bool:
-    """Whether this CPU has instructions that multiply bfloat16: on x86
-    AVX512-BF16 or AMX (torch's own CPU checks, on every OS; oneDNN's
-    bfloat16 check asks only for AVX-512, on which it emulates bfloat16), on
-    ARM the BF16 extension where Linux lists it (elsewhere assumed)."""
+    """Whether this CPU has bfloat16 multiply instructions: on x86 AVX512-BF16
+    or AMX (oneDNN's own check asks only for AVX-512, on which it emulates),
+    on ARM the BF16 extension where Linux lists it (elsewhere assumed)."""
     if platform.machine().lower() in ("aarch64", "arm64"):
         flags = _linux_cpu_flags()
         return flags is None or "bf16" in flags
@@ -167,7 +141,6 @@ def cpu_multiplies_bfloat16() -> bool:
 
 
 def _linux_cpu_flags() -> set[str] | None:
-    """The CPU's feature flags as Linux lists them; None where unknown."""
     flags = _cpuinfo_value(("flags", "Features"))
     return None if flags is None else set(flags.split())
 
@@ -177,8 +150,8 @@ def resolve_precision(
     device: torch.device | str = "cpu",
     where: str = "precision",
 ) -> str:
-    """The precision a biLM will run in on `device`, as the module docstring
-    says; warnings name `where` and point at the user's line."""
+    """The precision a biLM will run in on `device`; warnings name `where`
+    and point at the user's line."""
     check_precision(precision, where)
     if precision == "auto":
         return _auto_precision(torch.device(device))
@@ -216,8 +189,7 @@ def _auto_precision(device: torch.device) -> str:
 
 
 def _callers_stacklevel() -> int:
-    """The stacklevel, for a warning raised by the caller, of the first frame
-    outside this package and torch."""
+    """The stacklevel of the first frame outside this package and torch."""
     inside = (str(Path(__file__).parents[2]), str(Path(torch.__file__).parent))
     frame, level = sys._getframe(2), 2
     while frame is not None and frame.f_code.co_filename.startswith(inside):
@@ -225,30 +197,23 @@ def _callers_stacklevel() -> int:
     return level
 
 
-def autocast(precision: str, device: torch.device | str) -> torch.autocast:
-    """torch's autocast for `precision` on `device` (disabled for float32)."""
-    device_type = torch.device(device).type
-    dtype = DTYPES.get(precision, torch.bfloat16)
-    return torch.autocast(device_type, dtype=dtype, enabled=precision in DTYPES)
-
-
 def in_precision(method: Method) -> Method:
-    """Decorate a BiLM method to run under the biLM's `precision`: reduced
-    precisions under autocast, the result's tensors handed back as float32.
-    Under `torch.inference_mode` autocast would cast each weight again at
-    every product, so such a call runs under `torch.no_grad` instead (the same
-    numbers)."""
+    """Decorate a BiLM method to run in the biLM's `precision`, its result's
+    tensors handed back as float32. Under `torch.inference_mode` autocast
+    would cast each weight again at every product: such a call runs under
+    `torch.no_grad` instead (the same numbers)."""
 
     @functools.wraps(method)
     def run(bilm, *args, **kwargs):
+        device = next(bilm.parameters()).device
         if bilm.precision == "float32":
-            with float32_convolutions(next(bilm.parameters()).device):
+            with float32_convolutions(device):
                 return method(bilm, *args, **kwargs)
         with contextlib.ExitStack() as scope:
             if torch.is_inference_mode_enabled():
                 scope.enter_context(torch.inference_mode(False))
                 scope.enter_context(torch.no_grad())
-            scope.enter_context(autocast(bilm.precision, next(bilm.parameters()).device))
+            scope.enter_context(torch.autocast(device.type, dtype=DTYPES[bilm.precision]))
             result = method(bilm, *args, **kwargs)
         return to_float32(result)
 
@@ -258,8 +223,7 @@ def in_precision(method: Method) -> Method:
 @contextlib.contextmanager
 def float32_convolutions(device: torch.device):
     """A scope in which cuDNN's convolutions on `device` multiply in float32,
-    not TF32 (torch's default, which moves GPU outputs by up to about 1e-3);
-    the process-wide setting is restored on leaving."""
+    not TF32 (torch's default, which moves outputs by up to about 1e-3)."""
     if device.type != "cuda" or not torch.backends.cudnn.allow_tf32:
         yield
         return

@@ -1,9 +1,6 @@
-"""Products with a weight matrix on oneDNN's kernels for a packed weight.
-
-oneDNN packs a weight once into the layout its kernels read fastest, which
-skips a plain GEMM's per-call work, most of the time at the LSTM's per-step
-sizes (benchmarks/step_gemm_rates.py). Without oneDNN, plain GEMMs run.
-"""
+"""Products with a weight that oneDNN packed once into the layout its kernels
+read fastest, skipping most of a plain GEMM's per-call time at the LSTM's
+per-step sizes (benchmarks/step_gemm_rates.py)."""
 
 import functools
 from collections.abc import Callable
@@ -18,8 +15,7 @@ Product = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
 @functools.cache
 def onednn_packing(dtype: torch.dtype = torch.float32) -> bool:
     """Whether this torch packs a weight in `dtype` for oneDNN's linear and
-    the product gives the plain GEMM's result, asked of oneDNN once per dtype
-    (bfloat16 packs only where oneDNN has a bfloat16 path on this CPU)."""
+    the product gives the plain GEMM's result (asked once per dtype)."""
     if dtype not in (torch.float32, torch.bfloat16):
         return False
     try:
@@ -39,16 +35,14 @@ def onednn_packing(dtype: torch.dtype = torch.float32) -> bool:
 
 
 def pack(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """`weight` (out, in) in `dtype`, packed for oneDNN's linear (needs
-    `onednn_packing(dtype)`)."""
+    """`weight` (out, in) in `dtype`, packed for oneDNN's linear."""
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype).contiguous(), 32)
 
 
 def packed_product(packed: torch.Tensor, dtype: torch.dtype, fuse_add: bool) -> Product:
-    """A function (x (N, in), add) -> x @ weight.T + add in `dtype` on a
-    weight packed by `pack`; `add` is a bias (out,), an (N, out) array or
-    None, of any dtype. fuse_add: add an (N, out) array inside the product,
-    before its result is rounded to `dtype` (for bfloat16); else after it."""
+    """(x (N, in), add) -> x @ weight.T + add in `dtype` on a `pack`ed weight;
+    `add`: (out,), (N, out) or None, any dtype. fuse_add: add an (N, out)
+    array before the product's result is rounded to `dtype`, not after."""
     linear = torch.ops.mkldnn._linear_pointwise
 
     def product(x: torch.Tensor, add: torch.Tensor | None) -> torch.Tensor:
@@ -64,9 +58,8 @@ def packed_product(packed: torch.Tensor, dtype: torch.dtype, fuse_add: bool) -> 
 
 
 def linear_product(weight: torch.Tensor, dtype: torch.dtype) -> Product:
-    """(x (N, in), add) -> x @ weight.T + add in `dtype`, for many products
-    with one weight (out, in): packed once for oneDNN where it can be, else
-    cast once for a plain GEMM. `add` as in `packed_product`."""
+    """`packed_product` for many products with one weight (out, in): packed
+    once where oneDNN can, else cast once for a plain GEMM."""
     if weight.device.type == "cpu" and onednn_packing(dtype):
         return packed_product(pack(weight, dtype), dtype, fuse_add=dtype != torch.float32)
     transposed = weight.detach().to(dtype).t()

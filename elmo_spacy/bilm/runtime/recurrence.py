@@ -1,30 +1,11 @@
-"""The training kernel of LSTM layers: forward and backward passes written
-out, so that the products over all time steps run as single large GEMMs and
-each step does only what the recurrence needs.
-
-torch's kernel for a projected LSTM has no oneDNN path on the CPU (a step
-at a time in both passes, weight gradients in GEMMs as small as the batch,
-weights recast at every step under autocast), and cannot clip. Here:
-
-- forward: the input gates of all steps in one GEMM (T * B rows); per step
-  one GEMM for the recurrent gates (which adds the step's input gates, or,
-  with Triton's steps, leaves them to the step's kernel), the cell update
-  (`cell_steps`), and one GEMM for the projection;
-- backward: per step one GEMM back through the projection, the cell's
-  gradient, and one GEMM back through the recurrent weights; then the
-  gradients of the inputs, of all four weights and of the bias in one GEMM
-  (or sum) each over all T * B rows.
-
-D layers of one shape (the biLM's two directions) run as one, batched over
-D: at the biLM's sizes operator calls, not arithmetic, set a step's pace (on
-a CUDA GPU each step's elementwise work is one Triton kernel each way).
-Clips and their gradients are TensorFlow's LSTMCell's (torch.clamp's).
-
-The products run in the matmul dtype with float32 accumulation, over rows
-padded to a few sizes (`padded_rows`); under bfloat16 the activations, cell
-and cell gradient stay float32, the backward's per-gate factors and gate
-gradients are bfloat16. Padding positions are computed (batches are
-bucketed by length) and get no gradient where the loss ignores them.
+"""The training kernel of LSTM layers: both passes written out, so that the
+products over all steps run as single GEMMs (T * B rows, padded to a few
+sizes: `padded_rows`) and each step runs one GEMM each way through the
+recurrent weights and the projection and the cell's elementwise work
+(`cell_steps`). torch's projected LSTM has no oneDNN path on the CPU and
+cannot clip. D layers of one shape (the biLM's two directions) run as one,
+batched over D: at the biLM's sizes operator calls set a step's pace. Under
+bfloat16 the activations, cell and cell gradient stay float32.
 """
 
 import torch
@@ -48,15 +29,12 @@ def lstm_layer_for_training(
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
     """D LSTM layers, each over its own x[d]: x (D, B, T, I), weight_ih (D,
     4H, I), weight_hh (D, 4H, P), bias (D, 4H) (both summed), weight_hr (D,
-    P, H) or None (P = H); clips as `lstm_step`'s.
+    P, H) or None (P = H); clips as `lstm_step`'s. Returns (D, B, T, P) in
+    `dtype`, the products' dtype.
 
-    initial: the states to start from, (h (D, B, P), c (D, B, H)), taken as
-        constants (no gradient reaches them); None: zeros.
-    lengths: (B,) steps of each row, to return each row's state after its
-        last step (its final state); None returns none.
-
-    Returns (D, B, T, P) in `dtype`, the dtype of the products, and with
-    `lengths` the final states (h (D, B, P), c (D, B, H)), without gradients."""
+    initial: (h (D, B, P), c (D, B, H)) to start from, as constants; None: zeros.
+    lengths: (B,) steps of each row, to return the final states (as `initial`,
+        without gradients); None returns none."""
     if weight_hr is None:
         proj_clip = 0.0
     h0, c0 = (None, None) if initial is None else (s.detach() for s in initial)
@@ -69,13 +47,11 @@ def lstm_layer_for_training(
 
 
 class _LstmLayers(torch.autograd.Function):
-    """x (D, T, B, I) -> y (T, D, B, P), time-major; see `lstm_layer_for_training`.
-
-    The forward pass keeps, per step, what the backward pass multiplies by
-    (`factors`, `cell_from_hidden`, `forget`: see runtime/cell_steps.py), so
-    that each backward step is two GEMMs and three elementwise products.
-    Arrays written a step at a time are time-major; those that only go into
-    the products over all steps are direction-major, row t * B + b.
+    """x (D, T, B, I) -> y (T, D, B, P); see `lstm_layer_for_training`. The
+    forward pass keeps per step what the backward multiplies by (see
+    runtime/cell_steps.py). Arrays written a step at a time are time-major;
+    those that only go into the products over all steps direction-major,
+    row t * B + b.
     """
 
     @staticmethod
@@ -191,27 +167,14 @@ class _LstmLayers(torch.autograd.Function):
             by_row = grad_y.new_zeros(layers, rows, grad_y.shape[3])
             by_row[:, :n] = grad_out.transpose(0, 1).reshape(layers, n, -1)
             grad_w_hr = by_row.transpose(1, 2).bmm(hidden_out).to(ctx.weight_dtype)
-        return (
-            grad_x,
-            grad_w_ih,
-            grad_w_hh,
-            grad_bias,
-            grad_w_hr,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-        )
+        return grad_x, grad_w_ih, grad_w_hh, grad_bias, grad_w_hr, *[None] * 6
 
 
 def batched_product(weights: torch.Tensor, dtype: torch.dtype):
     """A function (x (D, B, in), add (D, B, out) or None, out=None) ->
-    x[d] @ weights[d].T + add[d] for each d, into `out` (D, B, out) if
-    given, for many products with the weights (D, out, in): on the CPU each
-    layer's weight packed once for oneDNN where it can be (`linear_product`),
-    elsewhere one batched GEMM."""
+    x[d] @ weights[d].T + add[d] for each d, for many products with the
+    weights (D, out, in): on the CPU `linear_product`s, elsewhere one
+    batched GEMM."""
     if weights.device.type == "cpu":
         products = [linear_product(w, dtype) for w in weights]
 

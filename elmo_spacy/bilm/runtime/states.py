@@ -1,6 +1,5 @@
-"""LSTM states a biLM starts from: given ones (`repeat_states`), and the
-reference's state carried across batches (`CarriedStates`). The state a
-warm-up text leaves is `BiLM.primed_states`."""
+"""LSTM states a biLM starts from: given ones (`repeat_states`), or those
+carried across batches (`CarriedStates`)."""
 
 import torch
 
@@ -9,14 +8,10 @@ from ..model.network import States
 
 
 class CarriedStates:
-    """bilm-tf's state carried across batches, replayed when `enabled`.
-
-    Batch row b starts each layer from the state the previous batch left in
-    row b (forward: after its </S>; backward: after its <S>); new rows start
-    from zero, and rows beyond the current batch keep theirs.
-
-    states: per direction and layer, (h (R, P), c (R, H)) of the R rows seen
-        so far; None before the first batch and after `reset`.
+    """bilm-tf's state carried across batches, when `enabled`: batch row b
+    starts from the state the previous batch left in row b; new rows from
+    zero. `states`: per direction and layer, (h (R, P), c (R, H)) of the R
+    rows seen so far; None before the first batch and after `reset`.
     """
 
     def __init__(self) -> None:
@@ -24,12 +19,11 @@ class CarriedStates:
         self.states: States | None = None
 
     def reset(self) -> None:
-        """Forget the carried states."""
         self.states = None
 
     def starting_states(self, n_rows: int, given: States | None) -> States | None:
         """What a batch of n_rows rows starts from: when enabled the carried
-        states, else `given` (see `repeat_states`); None for zeros."""
+        states, else `given` (`repeat_states`); None for zeros."""
         if self.enabled:
             if given is not None:
                 raise ElmoSpacyError(
@@ -46,7 +40,7 @@ class CarriedStates:
 
     def keep(self, finals: States) -> None:
         """When enabled, carry each row's final states (B rows) to the next
-        batch, without gradients; rows past B keep what they had."""
+        batch; rows past B keep theirs."""
         if not self.enabled:
             return
         previous = self.states
@@ -67,8 +61,7 @@ class CarriedStates:
 
 
 def repeat_states(states: States, n_rows: int) -> States:
-    """States of R = n_rows rows as they are; of one row, that row for each of
-    n_rows rows (a view, no copy)."""
+    """States of n_rows rows as they are; of one row, that row for each row."""
     repeated: States = {}
     for direction, layers in states.items():
         repeated[direction] = []
@@ -84,8 +77,8 @@ def repeat_states(states: States, n_rows: int) -> States:
 
 
 def _rows(state: torch.Tensor, n_rows: int) -> torch.Tensor:
-    """The first n_rows rows of a (R, D) state, zero rows appended past R.
-    A state kept under torch.inference_mode is copied for use outside it."""
+    """The first n_rows rows of a (R, D) state, zero rows appended past R
+    (copied out of inference mode where kept under it)."""
     if state.is_inference() and not torch.is_inference_mode_enabled():
         state = state.clone()
     if n_rows <= len(state):
