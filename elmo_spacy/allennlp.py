@@ -1,15 +1,7 @@
-"""AllenNLP's ELMo API on today's PyTorch, with AllenNLP's names, arguments
-and numbers, over this package's biLM:
-
-    from elmo_spacy.allennlp import Elmo, batch_to_ids   # was allennlp.modules.elmo
-    from elmo_spacy.allennlp import ElmoEmbedder         # was allennlp.commands.elmo (0.9)
-
-As in AllenNLP, the biLM is stateful (`state="carried"`: each batch row
-starts from the state the previous batch left in it); `state="zero"` and
-`state="primed"` make a sentence's vectors independent of what ran before.
-Beyond AllenNLP, opt-in: any biLM `load_bilm` reads (as `options_file`, with
-`weight_file` None) or a `BiLM`; token lists wherever character ids go; a
-`precision`. docs/allennlp.md is the migration guide, name by name.
+"""AllenNLP's ELMo API (`allennlp.modules.elmo`, 0.9's `allennlp.commands.elmo`)
+with AllenNLP's names, arguments and numbers, over this package's biLM.
+docs/allennlp.md is the migration guide, name by name, and says what goes
+beyond AllenNLP (other biLMs, `state`, `precision`, token lists as inputs).
 """
 
 import contextlib
@@ -28,13 +20,13 @@ from .bilm.inputs.batch import BOS_TYPE, EOS_TYPE, TokenBatch
 from .bilm.inputs.chars import BilmTfCharIds
 from .bilm.model import States
 from .bilm.runner import DEFAULT_WARMUP, warmup_tokens
+from .embedder import OUTPUTS, read_lines, shape_vectors
 from .errors import ElmoSpacyError
 from .files import write_file
-from .hdf5 import check_sentence_keys, sentence_to_index, write_hdf5
+from .hdf5 import hdf5_keys, write_hdf5
 
 STATES = ("carried", "zero", "primed")
 DEFAULT_BATCH_SIZE = 64  # sentences a batch in ElmoEmbedder, as in AllenNLP
-OUTPUT_FORMATS = ("all", "top", "average")  # ElmoEmbedder.embed_file's, as in AllenNLP
 
 ModelFile = str | Path | BiLM | None
 Tokens = Sequence[Sequence[str]]
@@ -48,9 +40,8 @@ class ConfigurationError(ElmoSpacyError):
 
 
 class ELMoCharacterMapper:
-    """AllenNLP's character ids of a token: at most 48 UTF-8 bytes between
-    word marks, padded to 50, shifted by one so that 0 pads whole tokens;
-    `tokens_to_add` maps more tokens to one id each (below 256)."""
+    """AllenNLP's character ids of a token: bilm-tf's ids + 1, so that 0 pads
+    whole tokens; `tokens_to_add` maps more tokens to one id each (below 256)."""
 
     max_word_length = 50
     beginning_of_sentence_character = 256
@@ -65,7 +56,6 @@ class ELMoCharacterMapper:
         self.tokens_to_add = tokens_to_add or {}
 
     def convert_word_to_char_ids(self, word: str) -> list[int]:
-        """The 50 ids of `word`, each bilm-tf's id + 1."""
         if word in self.tokens_to_add:
             units = [self.tokens_to_add[word]]
         elif word == self.bos_token:
@@ -81,7 +71,7 @@ class ELMoCharacterMapper:
 
 def batch_to_ids(batch: Tokens) -> torch.Tensor:
     """(B, T, 50) int64 character ids of B tokenised sentences, T the longest,
-    shorter ones padded with rows of 0: AllenNLP's ids exactly."""
+    shorter ones padded with rows of 0."""
     mapper = ELMoCharacterMapper()
     known: dict[str, list[int]] = {}
     steps = max((len(sentence) for sentence in batch), default=0)
@@ -102,16 +92,14 @@ def batch_to_ids(batch: Tokens) -> torch.Tensor:
 def remove_sentence_boundaries(
     tensor: torch.Tensor, mask: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """AllenNLP's: tensor (B, T + 2, D) and mask (B, T + 2) of sentences
-    framed by <S> and </S> -> (B, T, D) without them, zero past each
-    sentence, and its (B, T) bool mask."""
+    """(B, T + 2, D) and its (B, T + 2) mask -> (B, T, D) without <S> and </S>,
+    zero past each sentence, and its (B, T) bool mask."""
     inner = mask[:, 2:].bool()
     return tensor[:, 1:-1] * inner[:, :, None], inner
 
 
 def _char_id_batch(inputs: torch.Tensor, chars: BilmTfCharIds) -> TokenBatch:
-    """The TokenBatch of AllenNLP's character ids (B, T, C), each distinct
-    row one type of bilm-tf's ids (AllenNLP's - 1)."""
+    """The TokenBatch of character ids (B, T, C), each distinct row a type."""
     inputs = inputs.detach().to("cpu", torch.int64)
     if inputs.shape[-1] != chars.max_chars:
         raise ConfigurationError(
@@ -143,8 +131,7 @@ def _char_id_batch(inputs: torch.Tensor, chars: BilmTfCharIds) -> TokenBatch:
 
 
 def _tokens_present(inputs: torch.Tensor) -> torch.Tensor:
-    """(B, T) bool: the positions of AllenNLP's character ids (B, T, C) that
-    hold a token (any id but 0), refusing a padding token before a real one."""
+    """(B, T) bool: where character ids (B, T, C) hold a token (any id but 0)."""
     present = (inputs > 0).any(-1)
     steps = torch.arange(inputs.shape[1])
     leading = steps[None, :] < present.sum(-1)[:, None]
@@ -158,8 +145,8 @@ def _tokens_present(inputs: torch.Tensor) -> torch.Tensor:
 
 
 def _tokens_of_char_ids(inputs: torch.Tensor) -> list[list[str]]:
-    """The tokens that AllenNLP's character ids (B, T, 50) stand for (rows of
-    0 pad), for a biLM that reads tokens in a scheme of its own."""
+    """The tokens that character ids (B, T, 50) stand for, for a biLM that
+    reads tokens in a scheme of its own."""
     mapper = ELMoCharacterMapper()
     inputs = inputs.detach().cpu()
     present = _tokens_present(inputs)
@@ -200,6 +187,20 @@ def _token_of(ids: list[int], mapper: ELMoCharacterMapper) -> str | None:
         return None
 
 
+def token_batch(bilm: BiLM, inputs: torch.Tensor | Tokens) -> TokenBatch:
+    """The biLM's TokenBatch of character ids (B, T, 50) or of B token lists."""
+    if not isinstance(inputs, torch.Tensor):
+        return bilm.batch([list(sentence) for sentence in inputs])
+    if inputs.dim() != 3:
+        raise ConfigurationError(
+            f"Character ids of shape {tuple(inputs.shape)}: give (batch, tokens, 50), as "
+            "batch_to_ids makes them (Elmo takes more leading dimensions)"
+        )
+    if isinstance(bilm.chars, BilmTfCharIds):
+        return _char_id_batch(inputs, bilm.chars)
+    return bilm.batch(_tokens_of_char_ids(inputs))
+
+
 # -- the biLM ----------------------------------------------------------------------
 
 
@@ -224,13 +225,44 @@ def _load(options_file: ModelFile, weight_file: str | Path | None) -> BiLM:
     return load_bilm((options_file, weight_file), with_softmax=False)
 
 
-class ElmoCharacterEncoder(nn.Module):
-    """AllenNLP's `_ElmoCharacterEncoder`: the biLM's token encodings.
+def _frozen_scope(bilm: BiLM, *more: torch.Tensor | None) -> contextlib.AbstractContextManager:
+    """torch.no_grad() where neither the biLM's parameters nor `more` train,
+    so that the biLM runs as at inference (its caches kept)."""
+    trains = any(p.requires_grad for p in bilm.parameters()) or any(
+        t is not None and t.requires_grad for t in more
+    )
+    return contextlib.nullcontext() if trains else torch.no_grad()
 
-    `forward(inputs)`: character ids (B, T, 50) or B token lists ->
-    {"token_embedding": (B, T + 2, P), "mask": (B, T + 2) bool}, framed by
-    <S> and </S>, zero where the mask is False.
-    """
+
+class _OnBiLM(nn.Module):
+    """A module over a biLM, which runs alike in training (ELMo's biLM has no
+    dropout). requires_grad: whether its weights train; precision: None keeps
+    a given BiLM's."""
+
+    def __init__(
+        self,
+        options_file: ModelFile,
+        weight_file: str | Path | None,
+        requires_grad: bool,
+        precision: str | None,
+    ) -> None:
+        super().__init__()
+        self.bilm = _load(options_file, weight_file)
+        self.bilm.eval()
+        self.bilm.requires_grad_(requires_grad)
+        if precision is not None:
+            self.bilm.precision = precision
+
+    def train(self, mode: bool = True) -> "_OnBiLM":
+        super().train(mode)
+        self.bilm.eval()
+        return self
+
+
+class ElmoCharacterEncoder(_OnBiLM):
+    """AllenNLP's `_ElmoCharacterEncoder`: `forward(inputs)`, character ids
+    (B, T, 50) or B token lists -> {"token_embedding": (B, T + 2, P), "mask":
+    (B, T + 2) bool}, framed by <S> and </S>, zero where the mask is False."""
 
     def __init__(
         self,
@@ -240,12 +272,7 @@ class ElmoCharacterEncoder(nn.Module):
         *,
         precision: str | None = None,
     ) -> None:
-        super().__init__()
-        self.bilm = _load(options_file, weight_file)
-        self.bilm.eval()
-        self.bilm.requires_grad_(requires_grad)
-        if precision is not None:
-            self.bilm.precision = precision
+        super().__init__(options_file, weight_file, requires_grad, precision)
 
     def get_output_dim(self) -> int:
         return self.bilm.config.projection_dim
@@ -264,62 +291,22 @@ class ElmoCharacterEncoder(nn.Module):
         encoder.bilm = bilm
         return encoder
 
-    def train(self, mode: bool = True) -> "ElmoCharacterEncoder":
-        super().train(mode)
-        self.bilm.eval()  # ELMo's encoder has no dropout: it runs alike in training
-        return self
 
+class ElmoBiLm(_OnBiLM):
+    """AllenNLP's `_ElmoBiLm`: `forward(inputs, word_inputs=None)`, character
+    ids (B, T, 50) or B token lists -> {"activations": L + 1 tensors
+    (B, T + 2, 2P) (layer 0 [x; x], then [forward; backward]), "mask":
+    (B, T + 2) bool}, framed by <S> and </S>, zero where the mask is False.
 
-def token_batch(bilm: BiLM, inputs: torch.Tensor | Tokens) -> TokenBatch:
-    """The biLM's TokenBatch of AllenNLP's character ids (B, T, 50) or of B
-    token lists."""
-    if not isinstance(inputs, torch.Tensor):
-        return bilm.batch([list(sentence) for sentence in inputs])
-    if inputs.dim() != 3:
-        raise ConfigurationError(
-            f"Character ids of shape {tuple(inputs.shape)}: give (batch, tokens, 50), as "
-            "batch_to_ids makes them (Elmo takes more leading dimensions)"
-        )
-    if isinstance(bilm.chars, BilmTfCharIds):
-        return _char_id_batch(inputs, bilm.chars)
-    return bilm.batch(_tokens_of_char_ids(inputs))
+    options_file, weight_file: a bilm-tf model's two files; or any path
+        `load_bilm` reads as options_file with weight_file None; or a `BiLM`.
+    vocab_to_cache: words whose encodings are computed once; `word_inputs`
+        (B, T) index them (0 pads). A batch with an id outside runs the char CNN.
+    state: "carried" (AllenNLP's: row b starts from the state the previous
+        batch left in row b), "zero", or "primed" (by reading `warmup`).
+    precision: "float32" (the default for a path), "bfloat16" or "float16".
 
-
-def _frozen_scope(bilm: BiLM, *more: torch.Tensor | None) -> contextlib.AbstractContextManager:
-    """torch.no_grad() where neither the biLM's parameters nor `more` train,
-    so that the biLM runs as at inference (its caches kept)."""
-    trains = any(p.requires_grad for p in bilm.parameters()) or any(
-        t is not None and t.requires_grad for t in more
-    )
-    return contextlib.nullcontext() if trains else torch.no_grad()
-
-
-class ElmoBiLm(nn.Module):
-    """AllenNLP's `_ElmoBiLm`: the biLM's L + 1 layers over sentences framed
-    by <S> and </S>.
-
-    options_file, weight_file: a bilm-tf model's two files, as AllenNLP takes
-        them; or any biLM `elmo_spacy.bilm.load_bilm` reads (a folder, an
-        NLPL .zip) as options_file with weight_file None; or a `BiLM`.
-    requires_grad: whether the biLM's weights train (AllenNLP's default,
-        False, leaves them frozen). TensorFlow's constant forget bias is a
-        buffer: no setting trains it.
-    vocab_to_cache: a word list whose token encodings are computed once
-        (`create_cached_cnn_embeddings`); `forward`'s `word_inputs` (B, T)
-        then index into it (0 pads) in place of running the char CNN. A
-        batch with an id outside the list runs the char CNN on `inputs`, as
-        AllenNLP's does.
-    state: "carried" (AllenNLP's): batch row b starts from the state the
-        previous batch left in row b (`reset_states` forgets it); "zero":
-        every sentence starts from zeros; "primed": from the state that
-        reading `warmup` leaves (default `elmo_spacy.bilm.runner.DEFAULT_WARMUP`).
-    precision: "float32" (conformant; the default for a path), "bfloat16" or
-        "float16"; None keeps a given BiLM's.
-
-    `forward(inputs, word_inputs=None)`: character ids (B, T, 50) or B token
-    lists -> {"activations": L + 1 tensors (B, T + 2, 2P) (layer 0 [x; x],
-    then [forward; backward]), "mask": (B, T + 2) bool}, zero where the mask
-    is False. Calls run one at a time (a lock): the carried state is the module's.
+    Calls run one at a time (a lock): the carried state is the module's.
     """
 
     def __init__(
@@ -333,14 +320,9 @@ class ElmoBiLm(nn.Module):
         warmup: Sequence[str | Sequence[str]] | None = None,
         precision: str | None = None,
     ) -> None:
-        super().__init__()
         if state not in STATES:
             raise ConfigurationError(f"state = {state!r}: use one of {', '.join(STATES)}")
-        self.bilm = _load(options_file, weight_file)
-        self.bilm.eval()
-        self.bilm.requires_grad_(requires_grad)
-        if precision is not None:
-            self.bilm.precision = precision
+        super().__init__(options_file, weight_file, requires_grad, precision)
         self.bilm.stateful = state == "carried"
         self.bilm.reset_state()
         self.state = state
@@ -357,12 +339,10 @@ class ElmoBiLm(nn.Module):
         return self.bilm.config.n_output_layers
 
     def get_output_dim(self) -> int:
-        """2P, the width of each activation."""
         return self.bilm.config.width
 
     @property
     def _token_embedder(self) -> ElmoCharacterEncoder:
-        """The token encoder, on this module's biLM (AllenNLP's attribute)."""
         return ElmoCharacterEncoder.of(self.bilm)
 
     @property
@@ -424,11 +404,6 @@ class ElmoBiLm(nn.Module):
             return self.bilm.primed_states(self.warmup)
         return None
 
-    def train(self, mode: bool = True) -> "ElmoBiLm":
-        super().train(mode)
-        self.bilm.eval()  # ELMo's biLM has no dropout: it runs alike in training
-        return self
-
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.pop("_lock", None)
@@ -441,16 +416,9 @@ class ElmoBiLm(nn.Module):
 
 class ScalarMix(nn.Module):
     """AllenNLP's ScalarMix: gamma * sum_k softmax(s)_k * tensor_k, of N
-    tensors of one shape (B, T, D).
-
-    do_layer_norm: normalise each tensor first by the mean and variance of
-        its elements where `mask` (B, T) is True, over the whole batch (as
-        AllenNLP does), 1e-13 added to the variance (1e-4 in float16).
-    initial_scalar_parameters: the N scalars s (default zeros: equal weights).
-    trainable: whether s and gamma train.
-
-    Parameters as AllenNLP names them: `scalar_parameters` (N of shape (1,))
-    and `gamma` (1,), so that code that sets them by hand runs unchanged.
+    tensors (B, T, D); with `do_layer_norm`, each normalised first over the
+    elements where `mask` (B, T) is True, across the batch. Parameters are
+    named as AllenNLP's: `scalar_parameters` (N of shape (1,)), `gamma` (1,).
     """
 
     def __init__(
@@ -503,24 +471,12 @@ class ScalarMix(nn.Module):
 
 class Elmo(nn.Module):
     """AllenNLP's `Elmo`: `num_output_representations` mixes of the biLM's
-    layers (one `ScalarMix` each), with dropout, for a model to consume.
+    layers (a `ScalarMix` each), with dropout. Arguments as AllenNLP's, and
+    `state`, `warmup`, `precision` as `ElmoBiLm`'s.
 
-    options_file, weight_file, requires_grad, vocab_to_cache: as `ElmoBiLm`'s.
-    do_layer_norm: normalise each layer in the mixes (see `ScalarMix`).
-    dropout: applied to each representation.
-    keep_sentence_boundaries: keep <S> and </S> in the representations.
-    scalar_mix_parameters: fixed (untrained) scalars for every mix, one per
-        layer, e.g. [-9e10, 1, -9e10] for the middle layer alone; None:
-        trainable, starting equal.
-    module: an `ElmoBiLm` to use (then options_file and weight_file are None).
-    state, warmup, precision: as `ElmoBiLm`'s (beyond AllenNLP).
-
-    `forward(inputs, word_inputs=None)`: inputs (B, T, 50) character ids
-    (`batch_to_ids`), or (..., T, 50) with more leading dimensions, or B
-    token lists; word_inputs (B, T) (or (..., T)) ids into `vocab_to_cache`.
-    Returns {"elmo_representations": `num_output_representations` tensors
-    (B, T, 2P) (T + 2 with the boundaries), "mask": (B, T) bool}, in the
-    leading dimensions of the input.
+    `forward(inputs, word_inputs=None)`: character ids (..., T, 50) or B
+    token lists, and ids (..., T) into `vocab_to_cache` -> {"elmo_representations":
+    tensors (..., T, 2P) (T + 2 with `keep_sentence_boundaries`), "mask": (..., T) bool}.
     """
 
     def __init__(
@@ -607,19 +563,9 @@ class Elmo(nn.Module):
 
 
 class ElmoEmbedder:
-    """AllenNLP 0.9's `ElmoEmbedder`: the biLM's L + 1 layers of tokenised
-    sentences as numpy arrays, and `embed_file`, `allennlp elmo`'s HDF5 files.
-
-    options_file, weight_file: as `ElmoBiLm`'s (there is no default model to
-        download: give one).
-    cuda_device: a GPU index, or -1 for the CPU.
-    state, warmup, precision: as `ElmoBiLm`'s; the default is AllenNLP's
-        carried state, so a sentence's vectors depend on the batches before
-        it (state="zero" or "primed" for vectors that do not).
-
-    Thread-safe: calls from several threads run one batch at a time (see
-    `ElmoBiLm`).
-    """
+    """AllenNLP 0.9's `ElmoEmbedder`: the biLM's L + 1 layers as numpy arrays,
+    and `embed_file`. cuda_device: a GPU index, or -1 for the CPU; the rest
+    as `ElmoBiLm`'s. Thread-safe: calls run one batch at a time."""
 
     def __init__(
         self,
@@ -676,21 +622,14 @@ class ElmoEmbedder:
         forget_sentences: bool = False,
         use_sentence_keys: bool = False,
     ) -> None:
-        """Embed a file of sentences (one a line, tokens split on white space)
-        into an HDF5 file of `allennlp elmo`'s layout: a dataset per line
-        keyed by its index or, with `use_sentence_keys`, the sentence; and
-        unless `forget_sentences`, `sentence_to_index`. output_format: "all"
-        (L + 1, n, 2P), "top" or "average" (n, 2P). `input_file`: a path or an
-        open text file (closed when read). Blank lines are refused; the file
-        appears once complete."""
-        if output_format not in OUTPUT_FORMATS:
+        """Embed a file (a path, or an open text file, closed when read) of
+        sentences, one a line, into an HDF5 file of `allennlp elmo`'s layout.
+        Blank lines are refused; the file appears once complete."""
+        if output_format not in OUTPUTS:
             raise ConfigurationError(
-                f"output_format = {output_format!r}: use one of {', '.join(OUTPUT_FORMATS)}"
+                f"output_format = {output_format!r}: use one of {', '.join(OUTPUTS)}"
             )
-        if isinstance(input_file, (str, Path)):
-            input_file = open(input_file, encoding="utf-8")  # closed below
-        with input_file:
-            lines = [line.strip() for line in input_file]
+        lines = read_lines(input_file)
         blank = [i + 1 for i, line in enumerate(lines) if not line]
         if blank:
             shown = ", ".join(map(str, blank[:20])) + (" ..." if len(blank) > 20 else "")
@@ -698,23 +637,16 @@ class ElmoEmbedder:
                 f"{getattr(input_file, 'name', input_file)} has empty lines (lines {shown}, "
                 "from 1): remove them, since each line is one sentence"
             )
-        indices = range(len(lines))
-        if use_sentence_keys:
-            check_sentence_keys(lines, indices, "use_sentence_keys")
-        keys = lines if use_sentence_keys else [str(i) for i in indices]
-        index = None if forget_sentences or use_sentence_keys else sentence_to_index(lines, indices)
+        keys, index = hdf5_keys(
+            lines, range(len(lines)), use_sentence_keys, forget_sentences, "use_sentence_keys"
+        )
 
         def vectors() -> Iterator[tuple[int, numpy.ndarray]]:
             from tqdm import tqdm
 
-            sentences = (line.split() for line in lines)
-            embedded = self.embed_sentences(sentences, batch_size)
+            embedded = self.embed_sentences((line.split() for line in lines), batch_size)
             for i, layers in enumerate(tqdm(embedded, total=len(lines), unit=" sentences")):
-                if output_format == "top":
-                    layers = layers[-1]
-                elif output_format == "average":
-                    layers = layers.mean(axis=0)
-                yield i, layers
+                yield i, shape_vectors(layers, output_format)
 
         write_file(output_file_path, lambda path: write_hdf5(path, keys, vectors, index))
 

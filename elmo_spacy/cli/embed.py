@@ -13,8 +13,9 @@ import typer
 
 from ..bilm.formats.locate import layouts_help
 from ..bilm.runner import RunSettings
+from ..embedder import read_lines
 from ..errors import ElmoSpacyError
-from ..hdf5 import check_sentence_keys, sentence_to_index, write_hdf5
+from ..hdf5 import hdf5_keys, write_hdf5
 from . import app, errors_to_exit, parse_part
 
 if TYPE_CHECKING:
@@ -128,24 +129,14 @@ def embed_command(
         "float32", help="--engine ray: float32, or float16 vectors in the Parquet file"
     ),
 ) -> None:
-    """Embed a corpus with a biLM: one sentence per line, tokens separated by
-    spaces (or --tokenize), written as AllenNLP's `allennlp elmo` writes it:
-    a float32 dataset per line, keyed by the line's index ("0", "1", ...),
-    and a `sentence_to_index` dataset (JSON: sentence -> key). An empty line
-    gives an empty dataset. The file appears only once it is complete.
-    OUTPUT_FILE's suffix chooses the format: .hdf5 or .h5, .spacy (a DocBin),
-    .parquet (--engine ray).
+    """Embed a corpus, one sentence per line, into AllenNLP's `allennlp elmo`
+    HDF5 layout, a DocBin, or (--engine ray) a Parquet file: see
+    docs/embedding.md. The file appears only once it is complete."""
+    from tqdm import tqdm
 
-    BILM_PATH is a biLM path, or with --weight-file the options .json of a
-    bilm-tf model's two files (as `allennlp elmo` took --options-file and
-    --weight-file).
-
-    With --engine ray the lines run on a pool of Ray actors (--actors) and
-    land in one Parquet file, a row per line in line order: line (the
-    index), text, tokens, vectors (a tensor per row)."""
     from ..bilm import load_bilm
     from ..bilm.runtime.devices import resolve_device
-    from ..embedder import Embedder, tokenizer_for
+    from ..embedder import Embedder, shape_vectors, tokenizer_for
     from ..files import write_file
 
     with errors_to_exit():
@@ -178,14 +169,28 @@ def embed_command(
         if warmup_file is not None:
             run = replace(run, warmup=tokenizer(read_lines(warmup_file)))
         if engine == "ray":
+            from .. import ray_data
             from ..bilm.runner import resolve_layers
 
             resolve_layers(run.layers, bilm.config.n_layers + 1, "--layers")  # before Ray starts
             started = time.perf_counter()
-            n_lines, n_tokens = _embed_on_ray(
-                bilm_source, lines, indices, output_file, ray_options, mode, dtype, run,
-                tokenization,
-            )  # fmt: skip
+            n_lines, n_tokens = ray_data.embed_to_parquet(
+                bilm_source,
+                lines,
+                indices,
+                output_file,
+                embed_options={
+                    "output": mode,
+                    "dtype": dtype,
+                    "run": run,
+                    "tokenization": tokenization,
+                },
+                actors=actors or 1,
+                cpus_per_actor=cpus_per_actor or 1,
+                gpus_per_actor=gpus_per_actor or 0,
+                lines_per_batch=lines_per_batch or 256,
+                address=ray_address,
+            )
             _report(n_lines, n_tokens, time.perf_counter() - started, output_file)
             return
         if output_format == "spacy":
@@ -193,18 +198,20 @@ def embed_command(
             sentences = [[t.text for t in doc] for doc in docs]
         else:
             sentences = tokenizer([lines[i] for i in indices])
-        if use_sentence_keys:
-            check_sentence_keys(lines, indices, "--use-sentence-keys")
+            flag = "--use-sentence-keys"
+            keys, index = hdf5_keys(lines, indices, use_sentence_keys, forget_sentences, flag)
         embedder = Embedder(bilm, run, device=resolve_device(gpu_id, "--gpu-id"))
         started = time.perf_counter()
-        vectors = _embedded(embedder, sentences, mode)
+
+        def vectors():
+            total = sum(len(s) for s in sentences)
+            with tqdm(total=total, unit="tok", unit_scale=True, desc="embed", leave=False) as bar:
+                for position, layers in embedder.embed_iter(sentences, progress=bar.update):
+                    yield position, shape_vectors(layers, mode)
+
         if output_format == "spacy":
             write_file(output_file, lambda path: write_docbin(path, docs, vectors))
         else:
-            keys = [lines[i] if use_sentence_keys else str(i) for i in indices]
-            index = (
-                None if use_sentence_keys or forget_sentences else sentence_to_index(lines, indices)
-            )
             write_file(output_file, lambda path: write_hdf5(path, keys, vectors, index))
     seconds = time.perf_counter() - started
     _report(len(sentences), sum(len(s) for s in sentences), seconds, output_file)
@@ -215,52 +222,6 @@ def _report(n_lines: int, n_tokens: int, seconds: float, output_file: Path) -> N
         f"{n_lines} lines, {n_tokens} tokens in {seconds:.1f} s "
         f"({n_tokens / max(seconds, 1e-9):,.0f} tokens/s) -> {output_file}"
     )
-
-
-def _embed_on_ray(
-    bilm_path, lines, indices, output_file, ray_options, mode, dtype, run, tokenization
-) -> tuple[int, int]:
-    """`elmo_spacy.ray_data.embed_to_parquet` with the command's options."""
-    from ..ray_data import embed_to_parquet
-
-    return embed_to_parquet(
-        bilm_path,
-        lines,
-        indices,
-        output_file,
-        embed_options={"output": mode, "dtype": dtype, "run": run, "tokenization": tokenization},
-        actors=ray_options["--actors"] or 1,
-        cpus_per_actor=ray_options["--cpus-per-actor"] or 1,
-        gpus_per_actor=ray_options["--gpus-per-actor"] or 0,
-        lines_per_batch=ray_options["--lines-per-batch"] or 256,
-        address=ray_options["--ray-address"],
-    )
-
-
-def read_lines(path: Path) -> list[str]:
-    """The file's lines, stripped of surrounding white space (as AllenNLP
-    reads them); an empty line stays, as an empty sentence."""
-    try:
-        with open(path, encoding="utf-8") as file:
-            return [line.strip() for line in file]
-    except UnicodeDecodeError as err:
-        raise ElmoSpacyError(f"{path} is not UTF-8 text ({err}): convert it to UTF-8") from err
-
-
-def _embedded(embedder, sentences: list[list[str]], mode: str):
-    """A function that yields (position, float32 array) for every sentence,
-    shaped by `mode`, with a progress bar in tokens/s."""
-    from tqdm import tqdm
-
-    from ..embedder import shape_vectors
-
-    def vectors():
-        total = sum(len(s) for s in sentences)
-        with tqdm(total=total, unit="tok", unit_scale=True, desc="embed", leave=False) as bar:
-            for position, layers in embedder.embed_iter(sentences, progress=bar.update):
-                yield position, shape_vectors(layers, mode)
-
-    return vectors
 
 
 def write_docbin(path: Path, docs: list, vectors: Callable) -> None:
