@@ -129,9 +129,21 @@ def embed_command(
         "float32", help="--engine ray: float32, or float16 vectors in the Parquet file"
     ),
 ) -> None:
-    """Embed a corpus, one sentence per line, into AllenNLP's `allennlp elmo`
-    HDF5 layout, a DocBin, or (--engine ray) a Parquet file: see
-    docs/embedding.md. The file appears only once it is complete."""
+    """Embed a corpus with a biLM: one sentence per line, tokens separated by
+    spaces (or --tokenize), written as AllenNLP's `allennlp elmo` writes it:
+    a float32 dataset per line, keyed by the line's index ("0", "1", ...),
+    and a `sentence_to_index` dataset (JSON: sentence -> key). An empty line
+    gives an empty dataset. The file appears only once it is complete.
+    OUTPUT_FILE's suffix chooses the format: .hdf5 or .h5, .spacy (a DocBin),
+    .parquet (--engine ray).
+
+    BILM_PATH is a biLM path, or with --weight-file the options .json of a
+    bilm-tf model's two files (as `allennlp elmo` took --options-file and
+    --weight-file).
+
+    With --engine ray the lines run on a pool of Ray actors (--actors) and
+    land in one Parquet file, a row per line in line order: line (the
+    index), text, tokens, vectors (a tensor per row)."""
     from tqdm import tqdm
 
     from ..bilm import load_bilm
