@@ -161,12 +161,8 @@ def _tokens_of_char_ids(inputs: torch.Tensor) -> list[list[str]]:
                 "elmo(batch_to_ids(sentences)))"
             )
         tokens.append(token)
-    positions = inverse.tolist()
-    sentences, start = [], 0
-    for n in present.sum(-1).tolist():
-        sentences.append([tokens[k] for k in positions[start : start + n]])
-        start += n
-    return sentences
+    rows_of = inverse.split(present.sum(-1).tolist())
+    return [[tokens[k] for k in sentence.tolist()] for sentence in rows_of]
 
 
 def _token_of(ids: list[int], mapper: ELMoCharacterMapper) -> str | None:
@@ -241,10 +237,11 @@ class _OnBiLM(nn.Module):
 
     def __init__(
         self,
-        options_file: ModelFile,
-        weight_file: str | Path | None,
-        requires_grad: bool,
-        precision: str | None,
+        options_file: ModelFile = None,
+        weight_file: str | Path | None = None,
+        requires_grad: bool = False,
+        *,
+        precision: str | None = None,
     ) -> None:
         super().__init__()
         self.bilm = _load(options_file, weight_file)
@@ -263,16 +260,6 @@ class ElmoCharacterEncoder(_OnBiLM):
     """AllenNLP's `_ElmoCharacterEncoder`: `forward(inputs)`, character ids
     (B, T, 50) or B token lists -> {"token_embedding": (B, T + 2, P), "mask":
     (B, T + 2) bool}, framed by <S> and </S>, zero where the mask is False."""
-
-    def __init__(
-        self,
-        options_file: ModelFile = None,
-        weight_file: str | Path | None = None,
-        requires_grad: bool = False,
-        *,
-        precision: str | None = None,
-    ) -> None:
-        super().__init__(options_file, weight_file, requires_grad, precision)
 
     def get_output_dim(self) -> int:
         return self.bilm.config.projection_dim
@@ -322,7 +309,7 @@ class ElmoBiLm(_OnBiLM):
     ) -> None:
         if state not in STATES:
             raise ConfigurationError(f"state = {state!r}: use one of {', '.join(STATES)}")
-        super().__init__(options_file, weight_file, requires_grad, precision)
+        super().__init__(options_file, weight_file, requires_grad, precision=precision)
         self.bilm.stateful = state == "carried"
         self.bilm.reset_state()
         self.state = state

@@ -1,7 +1,5 @@
-"""`elmo-spacy embed`: a corpus, one sentence per line, to ELMo vectors in
-HDF5 (the layout of AllenNLP's `allennlp elmo`) or in a DocBin; or, with
-`--engine ray`, on a pool of Ray actors to Parquet (`elmo_spacy.ray_data`).
-The output file's suffix says which, unless --output-format does."""
+"""`elmo-spacy embed`: a corpus to ELMo vectors in HDF5, a DocBin, or Parquet
+(`--engine ray`, on Ray actors: `elmo_spacy.ray_data`)."""
 
 import time
 from collections.abc import Callable
@@ -23,7 +21,7 @@ if TYPE_CHECKING:
 
 FORMATS = ("hdf5", "spacy", "parquet")
 ENGINES = ("local", "ray")
-# The output format each suffix names; what each format is, and its files.
+# The format each suffix names; each format's name, and its file's.
 SUFFIXES = {".hdf5": "hdf5", ".h5": "hdf5", ".spacy": "spacy", ".parquet": "parquet"}
 FORMAT_NAMES = {"hdf5": "HDF5", "spacy": "a DocBin", "parquet": "Parquet"}
 FORMAT_FILES = {"hdf5": "an HDF5 file", "spacy": "a DocBin", "parquet": "a Parquet file"}
@@ -364,19 +362,17 @@ def _tokenization(tokenize: bool, lang: str | None, recorded) -> "Tokenization":
     spacy_biLM = recorded is not None and recorded.tokenizer == "spacy"
     if not tokenize:
         if spacy_biLM:
-            _say(
+            message = (
                 f"The biLM learned {recorded}; the lines are split on white space. Pass "
                 "--tokenize to cut them as its text was cut."
             )
+            typer.secho(message, fg="yellow", err=True)
         return WHITESPACE
     chosen = Tokenization("spacy", lang or (recorded.lang if spacy_biLM else "en"))
     if recorded is not None and recorded != chosen:
-        _say(f"The biLM learned {recorded}; the lines are cut by {chosen}.")
+        message = f"The biLM learned {recorded}; the lines are cut by {chosen}."
+        typer.secho(message, fg="yellow", err=True)
     return chosen
-
-
-def _say(message: str) -> None:
-    typer.secho(message, fg="yellow", err=True)
 
 
 def _docs(tokenize: bool, lang: str, lines: list[str]) -> list:
