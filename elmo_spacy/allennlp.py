@@ -72,21 +72,26 @@ class ELMoCharacterMapper:
 def batch_to_ids(batch: Tokens) -> torch.Tensor:
     """(B, T, 50) int64 character ids of B tokenised sentences, T the longest,
     shorter ones padded with rows of 0."""
+    _refuse_strings(batch)
     mapper = ELMoCharacterMapper()
     known: dict[str, list[int]] = {}
     steps = max((len(sentence) for sentence in batch), default=0)
     ids = numpy.zeros((len(batch), steps, mapper.max_word_length), dtype="int64")
     for row, sentence in enumerate(batch):
-        if isinstance(sentence, str):
-            raise ConfigurationError(
-                f"Sentence {row} is a string ({sentence!r:.40}): give each sentence as a list "
-                "of tokens, e.g. text.split()"
-            )
         for position, token in enumerate(sentence):
             if token not in known:
                 known[token] = mapper.convert_word_to_char_ids(token)
             ids[row, position] = known[token]
     return torch.from_numpy(ids)
+
+
+def _refuse_strings(batch: Tokens) -> None:
+    for row, sentence in enumerate([batch] if isinstance(batch, str) else batch):
+        if isinstance(sentence, str):
+            raise ConfigurationError(
+                f"Sentence {row} is a string ({sentence!r:.40}): give each sentence as a list "
+                "of tokens, e.g. text.split()"
+            )
 
 
 def remove_sentence_boundaries(
@@ -575,8 +580,9 @@ class ElmoEmbedder:
     def batch_to_embeddings(self, batch: Tokens) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, L + 1, T, 2P) activations of B sentences, zero past each one,
         and the (B, T) bool mask."""
+        _refuse_strings(batch)
         with torch.inference_mode():
-            output = self.elmo_bilm(_checked(batch))
+            output = self.elmo_bilm(batch)
         layers = torch.stack(output["activations"], dim=1)[:, :, 1:-1]
         return layers, output["mask"][:, 2:]
 
@@ -636,14 +642,6 @@ class ElmoEmbedder:
                 yield i, shape_vectors(layers, output_format)
 
         write_file(output_file_path, lambda path: write_hdf5(path, keys, vectors, index))
-
-
-def _checked(batch: Tokens) -> Tokens:
-    if isinstance(batch, str) or any(isinstance(sentence, str) for sentence in batch):
-        raise ConfigurationError(
-            "Give sentences as lists of tokens (e.g. [text.split()]), not strings"
-        )
-    return batch
 
 
 # Where AllenNLP kept each name that code imports: `as_allennlp_modules`.
