@@ -103,17 +103,39 @@ def remove_sentence_boundaries(
     return tensor[:, 1:-1] * inner[:, :, None], inner
 
 
-def _char_id_batch(inputs: torch.Tensor, chars: BilmTfCharIds) -> TokenBatch:
-    """The TokenBatch of character ids (B, T, C), each distinct row a type."""
-    inputs = inputs.detach().to("cpu", torch.int64)
-    if inputs.shape[-1] != chars.max_chars:
+def token_batch(bilm: BiLM, inputs: torch.Tensor | Tokens) -> TokenBatch:
+    """The biLM's TokenBatch of character ids (B, T, 50) or of B token lists.
+    Ids go to a bilm-tf biLM as they are, each distinct row a type; another
+    biLM reads the tokens they stand for."""
+    if not isinstance(inputs, torch.Tensor):
+        return bilm.batch([list(sentence) for sentence in inputs])
+    if inputs.dim() != 3:
+        raise ConfigurationError(
+            f"Character ids of shape {tuple(inputs.shape)}: give (batch, tokens, 50), as "
+            "batch_to_ids makes them (Elmo takes more leading dimensions)"
+        )
+    chars = bilm.chars
+    if isinstance(chars, BilmTfCharIds) and inputs.shape[-1] != chars.max_chars:
         raise ConfigurationError(
             f"Character ids of {inputs.shape[-1]} a token, but this biLM reads "
             f"{chars.max_chars} (its max_characters_per_token)"
         )
-    present = _tokens_present(inputs)
-    rows, inverse = torch.unique(inputs[present] - 1, dim=0, return_inverse=True)
+    inputs = inputs.detach().to("cpu", torch.int64)
+    present = (inputs > 0).any(-1)  # a token: any id but 0
     lengths = present.sum(-1)
+    leading = torch.arange(inputs.shape[1])[None, :] < lengths[:, None]
+    if not torch.equal(present, leading):
+        row = int((present != leading).any(-1).nonzero()[0])
+        raise ConfigurationError(
+            f"Row {row} of the character ids has a padding token (all 0) before a real one: "
+            "the tokens of a sentence come first, then the padding (as batch_to_ids makes them)"
+        )
+    rows, inverse = torch.unique(inputs[present] - 1, dim=0, return_inverse=True)  # bilm-tf's
+    if not isinstance(chars, BilmTfCharIds):
+        tokens = [_token_of(row) for row in rows.tolist()]
+        return bilm.batch(
+            [[tokens[k] for k in row.tolist()] for row in inverse.split(lengths.tolist())]
+        )
     boundaries, boundary_chars = chars.char_ids([])  # <S>, </S>: 3 ids each
     columns = torch.arange(rows.shape[1])
     n_chars = torch.where(rows != chars.padding, columns + 1, 0).amax(-1)  # marks included
@@ -135,71 +157,24 @@ def _char_id_batch(inputs: torch.Tensor, chars: BilmTfCharIds) -> TokenBatch:
     )
 
 
-def _tokens_present(inputs: torch.Tensor) -> torch.Tensor:
-    """(B, T) bool: where character ids (B, T, C) hold a token (any id but 0)."""
-    present = (inputs > 0).any(-1)
-    steps = torch.arange(inputs.shape[1])
-    leading = steps[None, :] < present.sum(-1)[:, None]
-    if not torch.equal(present, leading):
-        row = int((present != leading).any(-1).nonzero()[0])
-        raise ConfigurationError(
-            f"Row {row} of the character ids has a padding token (all 0) before a real one: "
-            "the tokens of a sentence come first, then the padding (as batch_to_ids makes them)"
-        )
-    return present
-
-
-def _tokens_of_char_ids(inputs: torch.Tensor) -> list[list[str]]:
-    """The tokens that character ids (B, T, 50) stand for, for a biLM that
-    reads tokens in a scheme of its own."""
-    mapper = ELMoCharacterMapper()
-    inputs = inputs.detach().cpu()
-    present = _tokens_present(inputs)
-    rows, inverse = torch.unique(inputs[present], dim=0, return_inverse=True)
-    tokens = []
-    for row in (rows - 1).tolist():
-        token = _token_of(row, mapper)
-        if token is None:
-            raise ConfigurationError(
-                f"Character ids {row[:12]}... are no token's: this biLM reads tokens in its own "
-                "scheme, so it takes the token lists themselves (elmo(sentences) in place of "
-                "elmo(batch_to_ids(sentences)))"
-            )
-        tokens.append(token)
-    rows_of = inverse.split(present.sum(-1).tolist())
-    return [[tokens[k] for k in sentence.tolist()] for sentence in rows_of]
-
-
-def _token_of(ids: list[int], mapper: ELMoCharacterMapper) -> str | None:
-    """The token whose bilm-tf character ids these are, or None."""
-    if ids[0] != mapper.beginning_of_word_character or mapper.end_of_word_character not in ids:
-        return None
-    end = ids.index(mapper.end_of_word_character)
-    units = ids[1:end]
-    if any(i != mapper.padding_character for i in ids[end + 1 :]):
-        return None
-    if units == [mapper.beginning_of_sentence_character]:
-        return mapper.bos_token
-    if units == [mapper.end_of_sentence_character]:
-        return mapper.eos_token
-    try:
-        return bytes(units).decode("utf-8")
-    except (ValueError, UnicodeDecodeError):
-        return None
-
-
-def token_batch(bilm: BiLM, inputs: torch.Tensor | Tokens) -> TokenBatch:
-    """The biLM's TokenBatch of character ids (B, T, 50) or of B token lists."""
-    if not isinstance(inputs, torch.Tensor):
-        return bilm.batch([list(sentence) for sentence in inputs])
-    if inputs.dim() != 3:
-        raise ConfigurationError(
-            f"Character ids of shape {tuple(inputs.shape)}: give (batch, tokens, 50), as "
-            "batch_to_ids makes them (Elmo takes more leading dimensions)"
-        )
-    if isinstance(bilm.chars, BilmTfCharIds):
-        return _char_id_batch(inputs, bilm.chars)
-    return bilm.batch(_tokens_of_char_ids(inputs))
+def _token_of(ids: list[int]) -> str:
+    """The token whose bilm-tf character ids (ELMoCharacterMapper's - 1) these are."""
+    mapper = ELMoCharacterMapper
+    if ids[0] == mapper.beginning_of_word_character and mapper.end_of_word_character in ids:
+        end = ids.index(mapper.end_of_word_character)
+        units = ids[1:end]
+        if all(i == mapper.padding_character for i in ids[end + 1 :]):
+            if units == [mapper.beginning_of_sentence_character]:
+                return mapper.bos_token
+            if units == [mapper.end_of_sentence_character]:
+                return mapper.eos_token
+            with contextlib.suppress(ValueError):  # UnicodeDecodeError is one
+                return bytes(units).decode("utf-8")
+    raise ConfigurationError(
+        f"Character ids {ids[:12]}... are no token's: this biLM reads tokens in its own "
+        "scheme, so it takes the token lists themselves (elmo(sentences) in place of "
+        "elmo(batch_to_ids(sentences)))"
+    )
 
 
 # -- the biLM ----------------------------------------------------------------------
@@ -289,16 +264,10 @@ class ElmoBiLm(_OnBiLM):
     ids (B, T, 50) or B token lists -> {"activations": L + 1 tensors
     (B, T + 2, 2P) (layer 0 [x; x], then [forward; backward]), "mask":
     (B, T + 2) bool}, framed by <S> and </S>, zero where the mask is False.
-
-    options_file, weight_file: a bilm-tf model's two files; or any path
-        `load_bilm` reads as options_file with weight_file None; or a `BiLM`.
-    vocab_to_cache: words whose encodings are computed once; `word_inputs`
-        (B, T) index them (0 pads). A batch with an id outside runs the char CNN.
-    state: "carried" (AllenNLP's: row b starts from the state the previous
-        batch left in row b), "zero", or "primed" (by reading `warmup`).
-    precision: "float32" (the default for a path), "bfloat16" or "float16".
-
-    Calls run one at a time (a lock): the carried state is the module's.
+    `word_inputs` (B, T) index `vocab_to_cache` (0 pads); a batch with an id
+    outside it runs the char CNN. `state`, `warmup`, `precision`: see
+    docs/allennlp.md. Calls run one at a time (a lock), as the carried state
+    is the module's.
     """
 
     def __init__(
@@ -523,31 +492,26 @@ class Elmo(nn.Module):
     def forward(
         self, inputs: torch.Tensor | Tokens, word_inputs: torch.Tensor | None = None
     ) -> dict[str, torch.Tensor | list[torch.Tensor]]:
-        shape = inputs.shape if isinstance(inputs, torch.Tensor) else None
-        if shape is not None and len(shape) > 3:
-            inputs = inputs.reshape(-1, *shape[-2:])
-        word_shape = None if word_inputs is None else word_inputs.shape
-        if word_inputs is not None:
-            if not self._has_cached_vocab:
-                word_inputs = None  # AllenNLP warns and runs the char CNN
-            elif len(word_shape) > 2:
-                word_inputs = word_inputs.reshape(-1, word_shape[-1])
+        shape = None  # the leading dimensions to restore, where more than (B, T)
+        if isinstance(inputs, torch.Tensor) and inputs.dim() > 3:
+            shape = inputs.shape[:-1]
+            inputs = inputs.reshape(-1, *inputs.shape[-2:])
+        if word_inputs is not None and not self._has_cached_vocab:
+            word_inputs = None  # AllenNLP warns and runs the char CNN
+        elif word_inputs is not None and word_inputs.dim() > 2:
+            shape = word_inputs.shape
+            word_inputs = word_inputs.reshape(-1, shape[-1])
         output = self._elmo_lstm(inputs, word_inputs)
-        activations, mask_with_boundaries = output["activations"], output["mask"]
+        activations, mask = output["activations"], output["mask"]
         representations = []
-        for k in range(len(self._scalar_mixes)):
-            mixed = getattr(self, f"scalar_mix_{k}")(activations, mask_with_boundaries)
-            if self._keep_sentence_boundaries:
-                mask = mask_with_boundaries
-            else:
-                mixed, mask = remove_sentence_boundaries(mixed, mask_with_boundaries)
+        for mix in self._scalar_mixes:
+            mixed = mix(activations, output["mask"])
+            if not self._keep_sentence_boundaries:
+                mixed, mask = remove_sentence_boundaries(mixed, output["mask"])
             representations.append(self._dropout(mixed))
-        if word_inputs is not None and len(word_shape) > 2:
-            mask = mask.view(word_shape)
-            representations = [r.view(*word_shape, -1) for r in representations]
-        elif shape is not None and len(shape) > 3:
-            mask = mask.view(shape[:-1])
-            representations = [r.view(*shape[:-1], -1) for r in representations]
+        if shape is not None:
+            mask = mask.view(shape)
+            representations = [r.view(*shape, -1) for r in representations]
         return {"elmo_representations": representations, "mask": mask}
 
 
