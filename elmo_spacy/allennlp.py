@@ -582,6 +582,8 @@ class ElmoEmbedder:
         """Embed a file (a path, or an open text file, closed when read) of
         sentences, one a line, into an HDF5 file of `allennlp elmo`'s layout.
         Blank lines are refused; the file appears once complete."""
+        from tqdm import tqdm
+
         if output_format not in OUTPUTS:
             raise ConfigurationError(
                 f"output_format = {output_format!r}: use one of {', '.join(OUTPUTS)}"
@@ -597,15 +599,10 @@ class ElmoEmbedder:
         keys, index = hdf5_keys(
             lines, range(len(lines)), use_sentence_keys, forget_sentences, "use_sentence_keys"
         )
-
-        def vectors() -> Iterator[tuple[int, numpy.ndarray]]:
-            from tqdm import tqdm
-
-            embedded = self.embed_sentences((line.split() for line in lines), batch_size)
-            for i, layers in enumerate(tqdm(embedded, total=len(lines), unit=" sentences")):
-                yield i, shape_vectors(layers, output_format)
-
-        write_file(output_file_path, lambda path: write_hdf5(path, keys, vectors, index))
+        embedded = self.embed_sentences((line.split() for line in lines), batch_size)
+        with tqdm(embedded, total=len(lines), unit=" sentences") as bar:
+            vectors = ((i, shape_vectors(layers, output_format)) for i, layers in enumerate(bar))
+            write_file(output_file_path, lambda path: write_hdf5(path, keys, vectors, index))
 
 
 # Where AllenNLP kept each name that code imports: `as_allennlp_modules`.

@@ -4,7 +4,7 @@ itself), and `sentence_to_index`, the JSON of the sentence -> key map.
 `elmo-spacy embed` and `elmo_spacy.allennlp.ElmoEmbedder.embed_file` write it."""
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy
@@ -15,16 +15,16 @@ from .errors import ElmoSpacyError
 def write_hdf5(
     path: Path,
     keys: Sequence[str],
-    vectors: Callable[[], Iterable[tuple[int, numpy.ndarray]]],
+    vectors: Iterable[tuple[int, numpy.ndarray]],
     sentence_to_index: dict[str, str] | None,
 ) -> None:
-    """Write the (position, array) pairs that `vectors()` yields, each under
+    """Write the (position, array) pairs of `vectors`, each under
     keys[position], and `sentence_to_index` as a (1,) string dataset of its
     JSON (unless None)."""
     import h5py
 
     with h5py.File(path, "w") as file:
-        for position, output in vectors():
+        for position, output in vectors:
             file.create_dataset(keys[position], output.shape, dtype="float32", data=output)
         if sentence_to_index is not None:
             dataset = file.create_dataset(

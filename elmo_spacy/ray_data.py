@@ -1,8 +1,5 @@
-"""ELMo on Ray Data (the extra `elmo_spacy[ray]`, imported only where needed):
-`EmbedBatches` and `AnnotateBatches` for `Dataset.map_batches(...,
-batch_format="pyarrow")`, which load their model once per actor, and
-`embed_to_parquet`, `elmo-spacy embed --engine ray`. See docs/embedding.md.
-"""
+"""ELMo on Ray Data (the extra `elmo_spacy[ray]`): `EmbedBatches`,
+`AnnotateBatches` and `elmo-spacy embed --engine ray`. See docs/embedding.md."""
 
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,17 +39,9 @@ def check_choice(name: str, value: str, choices: Sequence[str], origin: str = ""
 
 
 class EmbedBatches:
-    """Adds `vectors_column` to pyarrow batches: per row of n tokens a
-    variable-shaped tensor of `dtype`, (n_layers, n, D) with output = "all",
-    or (n, D) with "top" or "average"; with `tokens_column`, the tokens too.
-
-    The input `column` holds texts, cut by `tokenization` (None: as the
-    biLM's own text was), or with `tokenized=True` token lists.
-    path: what `Embedder` loads, readable by every actor; `run` and keywords
-    as `Embedder` takes them. device: None for "cuda" in an actor that Ray
-    gave a GPU, else "cpu"; num_threads: None for the CPUs Ray gave it.
-    The vectors are `Embedder.embed`'s, bit for bit, on the CPU.
-    """
+    """Adds `vectors_column` (and with `tokens_column`, the tokens) to pyarrow
+    batches: `Embedder.embed`'s vectors of the texts (or `tokenized` token
+    lists) of `column`, as docs/embedding.md says."""
 
     def __init__(
         self,
@@ -104,13 +93,9 @@ class EmbedBatches:
 
 
 class AnnotateBatches:
-    """Runs a spaCy pipeline (`spacy.load(path)`, once per actor) with
-    `nlp.pipe` over the text `column` of pyarrow batches, and adds a column
-    per name of `annotations` (`ANNOTATIONS`; docs/embedding.md says what
-    each holds). batch_size: `nlp.pipe`'s (None: the pipeline's own);
-    disable: pipes not to run; device, num_threads: as `EmbedBatches`'.
-    The annotations are `nlp.pipe`'s, bit for bit, on the CPU.
-    """
+    """Runs `spacy.load(path)`'s `nlp.pipe` (with `batch_size`, without the
+    pipes `disable` names) over the text `column` of pyarrow batches, and
+    adds a column per name of `annotations` (docs/embedding.md)."""
 
     def __init__(
         self,
@@ -165,13 +150,7 @@ class AnnotateBatches:
         if name == "ents":
             offset = pyarrow.int64()
             entity = [("start_char", offset), ("end_char", offset), ("label", pyarrow.string())]
-            ents = [
-                [
-                    {"start_char": e.start_char, "end_char": e.end_char, "label": e.label_}
-                    for e in d.ents
-                ]
-                for d in docs
-            ]
+            ents = [[(e.start_char, e.end_char, e.label_) for e in doc.ents] for doc in docs]
             return pyarrow.array(ents, pyarrow.list_(pyarrow.struct(entity)))
         if name == "tensor":
             tensors = [numpy.asarray(to_numpy(doc.tensor), dtype="float32") for doc in docs]
@@ -188,8 +167,7 @@ class AnnotateBatches:
 
 
 def set_actor_threads(num_threads: int | None) -> int:
-    """Set torch's threads: `num_threads`, or in a Ray actor the CPUs Ray
-    assigned it (at least 1). Returns the threads."""
+    """Set torch's threads: `num_threads`, or in a Ray actor its CPUs (at least 1)."""
     import torch
 
     if num_threads is None:
@@ -288,12 +266,9 @@ def embed_to_parquet(
     lines_per_batch: int = 256,
     address: str | None = None,
 ) -> tuple[int, int]:
-    """Embed `lines[i]` for each i of `indices` on `actors` Ray actors
-    (`EmbedBatches` with `embed_options`), `lines_per_batch` lines a task,
-    into the Parquet file `output_file`: a row per line, in line order, with
-    the columns line (index), text, tokens and vectors. Each line is checked
-    to arrive once (Ray reruns the task of a dead actor); the file appears
-    once complete. Joins the Ray at `address`, or the one running, or starts
+    """`elmo-spacy embed --engine ray`: `lines[i]` for each i of `indices`
+    through `EmbedBatches(**embed_options)` into the Parquet file
+    `output_file`. Joins the Ray at `address`, or the one running, or starts
     a local one (stopped after). Returns (lines, tokens) written."""
     import pyarrow
 
@@ -328,12 +303,9 @@ def embed_to_parquet(
             **({"num_gpus": gpus_per_actor} if gpus_per_actor else {}),
         )
         ndim = 3 if embed_options.get("output", "all") == "all" else 2
-        vectors = tensor_array([], embed_options.get("dtype", "float32"), ndim)
-        empty = (
-            table.slice(0, 0)
-            .append_column("tokens", pyarrow.array([], pyarrow.list_(pyarrow.string())))
-            .append_column("vectors", vectors)
-        )
+        no_tokens = pyarrow.array([], pyarrow.list_(pyarrow.string()))
+        no_vectors = tensor_array([], embed_options.get("dtype", "float32"), ndim)
+        empty = with_columns(table.slice(0, 0), {"tokens": no_tokens, "vectors": no_vectors}, "")
         counts: list[tuple[int, int]] = []
         write_file(
             output_file, lambda path: counts.append(write_in_order(dataset, path, indices, empty))
@@ -346,9 +318,8 @@ def embed_to_parquet(
 
 
 def write_in_order(dataset, path: Path, indices: Sequence[int], empty) -> tuple[int, int]:
-    """Write `dataset`'s rows to the Parquet file `path` (with none, the
-    table `empty`), checking that their lines are `indices`, once, in order.
-    Returns (lines, tokens) written."""
+    """Write `dataset`'s rows (or else `empty`) to `path`, checking that their
+    lines are `indices`, once, in order (Ray reruns a dead actor's task)."""
     import pyarrow.compute
     import pyarrow.parquet
 

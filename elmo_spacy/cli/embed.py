@@ -2,11 +2,12 @@
 (`--engine ray`, on Ray actors: `elmo_spacy.ray_data`)."""
 
 import time
-from collections.abc import Callable
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy
 import typer
 
 from ..bilm.formats.locate import layouts_help
@@ -42,14 +43,12 @@ def embed_command(
     output_file: Path = typer.Argument(
         ...,
         dir_okay=False,
-        help="The file to write: .hdf5 or .h5 (HDF5), .spacy (a DocBin), .parquet (--engine "
-        "ray); another suffix takes --output-format, or the engine's format",
+        help="The file to write: .hdf5 or .h5, .spacy (a DocBin), .parquet (--engine ray)",
     ),
     weight_file: Path = typer.Option(
         None,
         "--weight-file",
-        help="The weights .hdf5 of the bilm-tf model whose options .json is BILM_PATH, as "
-        "`allennlp elmo --weight-file` took them (any names, any folders)",
+        help="The weights .hdf5 of the bilm-tf model whose options .json is BILM_PATH",
     ),
     all_layers: bool = typer.Option(
         False, "--all", help="Every layer: (L + 1, n, D) per line (the default)"
@@ -65,8 +64,7 @@ def embed_command(
     ),
     precision: str = typer.Option(
         RunSettings.precision,
-        help="float32 (conformant), bfloat16 (CPUs with bfloat16 units, GPUs), float16 (GPUs "
-        "without bfloat16) or auto (the faster of bfloat16 and float32, timed)",
+        help="float32 (conformant), bfloat16, float16 or auto (the faster, timed)",
     ),
     warmup_file: Path = typer.Option(
         None,
@@ -76,17 +74,15 @@ def embed_command(
     ),
     tokenize: bool = typer.Option(
         False,
-        help="Tokenise with spaCy's tokenizer instead of splitting on spaces (for a biLM "
-        "pretrained on spaCy's tokens: the language it records)",
+        help="Tokenise with spaCy's tokenizer instead of splitting on spaces",
     ),
     lang: str = typer.Option(
         None, help="Language of the spaCy tokenizer (with --tokenize; default: the biLM's, or en)"
     ),
     output_format: str = typer.Option(
         None,
-        help="hdf5 (AllenNLP's layout), spacy (a DocBin with doc._.elmo set), or parquet "
-        "(--engine ray's only); default: what OUTPUT_FILE's suffix names, else hdf5 "
-        "(--engine local) or parquet (--engine ray)",
+        help="hdf5, spacy or parquet (--engine ray); default: what OUTPUT_FILE's suffix names, "
+        "else the engine's",
     ),
     use_sentence_keys: bool = typer.Option(
         False, help="Key each dataset by its sentence, not its line index (AllenNLP's flag)"
@@ -106,8 +102,7 @@ def embed_command(
     overwrite: bool = typer.Option(False, help="Replace OUTPUT_FILE if it exists"),
     engine: str = typer.Option(
         "local",
-        help="local (this process) or ray (a pool of Ray actors, writing Parquet: "
-        "pip install elmo_spacy\\[ray])",
+        help="local (this process) or ray (Ray actors: pip install elmo_spacy\\[ray])",
     ),
     actors: int = typer.Option(None, help="--engine ray: actors, each with its biLM [1]"),
     cpus_per_actor: float = typer.Option(
@@ -121,27 +116,15 @@ def embed_command(
     ),
     ray_address: str = typer.Option(
         None,
-        help="--engine ray: the cluster to join (auto: this machine's); default: a local Ray",
+        help="--engine ray: the cluster to join (auto: this machine's) [a local Ray]",
     ),
     dtype: str = typer.Option(
         "float32", help="--engine ray: float32, or float16 vectors in the Parquet file"
     ),
 ) -> None:
-    """Embed a corpus with a biLM: one sentence per line, tokens separated by
-    spaces (or --tokenize), written as AllenNLP's `allennlp elmo` writes it:
-    a float32 dataset per line, keyed by the line's index ("0", "1", ...),
-    and a `sentence_to_index` dataset (JSON: sentence -> key). An empty line
-    gives an empty dataset. The file appears only once it is complete.
-    OUTPUT_FILE's suffix chooses the format: .hdf5 or .h5, .spacy (a DocBin),
-    .parquet (--engine ray).
-
-    BILM_PATH is a biLM path, or with --weight-file the options .json of a
-    bilm-tf model's two files (as `allennlp elmo` took --options-file and
-    --weight-file).
-
-    With --engine ray the lines run on a pool of Ray actors (--actors) and
-    land in one Parquet file, a row per line in line order: line (the
-    index), text, tokens, vectors (a tensor per row)."""
+    """Embed a corpus, one sentence per line, into AllenNLP's HDF5 layout (a
+    float32 dataset per line, keyed by its index, and `sentence_to_index`),
+    a DocBin, or with --engine ray a Parquet file (docs/embedding.md)."""
     from tqdm import tqdm
 
     from ..bilm import load_bilm
@@ -201,47 +184,41 @@ def embed_command(
                 lines_per_batch=lines_per_batch or 256,
                 address=ray_address,
             )
-            _report(n_lines, n_tokens, time.perf_counter() - started, output_file)
-            return
-        if output_format == "spacy":
-            docs = _docs(tokenize, lang, [lines[i] for i in indices])
-            sentences = [[t.text for t in doc] for doc in docs]
         else:
-            sentences = tokenizer([lines[i] for i in indices])
-            flag = "--use-sentence-keys"
-            keys, index = hdf5_keys(lines, indices, use_sentence_keys, forget_sentences, flag)
-        embedder = Embedder(bilm, run, device=resolve_device(gpu_id, "--gpu-id"))
-        started = time.perf_counter()
-
-        def vectors():
-            total = sum(len(s) for s in sentences)
-            with tqdm(total=total, unit="tok", unit_scale=True, desc="embed", leave=False) as bar:
-                for position, layers in embedder.embed_iter(sentences, progress=bar.update):
-                    yield position, shape_vectors(layers, mode)
-
-        if output_format == "spacy":
-            write_file(output_file, lambda path: write_docbin(path, docs, vectors))
-        else:
-            write_file(output_file, lambda path: write_hdf5(path, keys, vectors, index))
+            if output_format == "spacy":
+                docs = _docs(tokenize, lang, [lines[i] for i in indices])
+                sentences = [[t.text for t in doc] for doc in docs]
+            else:
+                sentences = tokenizer([lines[i] for i in indices])
+                flag = "--use-sentence-keys"
+                keys, index = hdf5_keys(lines, indices, use_sentence_keys, forget_sentences, flag)
+            embedder = Embedder(bilm, run, device=resolve_device(gpu_id, "--gpu-id"))
+            n_lines, n_tokens = len(sentences), sum(len(s) for s in sentences)
+            started = time.perf_counter()
+            with tqdm(
+                total=n_tokens, unit="tok", unit_scale=True, desc="embed", leave=False
+            ) as bar:
+                embedded = embedder.embed_iter(sentences, progress=bar.update)
+                vectors = ((i, shape_vectors(layers, mode)) for i, layers in embedded)
+                if output_format == "spacy":
+                    write_file(output_file, lambda path: write_docbin(path, docs, vectors))
+                else:
+                    write_file(output_file, lambda path: write_hdf5(path, keys, vectors, index))
     seconds = time.perf_counter() - started
-    _report(len(sentences), sum(len(s) for s in sentences), seconds, output_file)
-
-
-def _report(n_lines: int, n_tokens: int, seconds: float, output_file: Path) -> None:
     typer.echo(
         f"{n_lines} lines, {n_tokens} tokens in {seconds:.1f} s "
         f"({n_tokens / max(seconds, 1e-9):,.0f} tokens/s) -> {output_file}"
     )
 
 
-def write_docbin(path: Path, docs: list, vectors: Callable) -> None:
+def write_docbin(path: Path, docs: list, vectors: Iterable[tuple[int, numpy.ndarray]]) -> None:
     """A DocBin of the docs, in line order, each with doc._.elmo set
     ((1, n, D) with --top or --average)."""
     from spacy.tokens import DocBin
 
     from ..extensions import set_layers
 
-    for position, output in vectors():
+    for position, output in vectors:
         set_layers(docs[position], output if output.ndim == 3 else output[None])
     DocBin(store_user_data=True, docs=docs).to_disk(path)
 
