@@ -212,8 +212,7 @@ def _frozen_scope(bilm: BiLM, *more: torch.Tensor | None) -> contextlib.Abstract
 
 class _OnBiLM(nn.Module):
     """A module over a biLM, which runs alike in training (ELMo's biLM has no
-    dropout). requires_grad: whether its weights train; precision: None keeps
-    a given BiLM's."""
+    dropout). precision: None keeps a given BiLM's."""
 
     def __init__(
         self,
@@ -378,9 +377,7 @@ class ElmoBiLm(_OnBiLM):
 class ScalarMix(nn.Module):
     """AllenNLP's ScalarMix: gamma * sum_k softmax(s)_k * tensor_k, of N
     tensors (B, T, D); with `do_layer_norm`, each normalised first over the
-    elements where `mask` (B, T) is True, across the batch. Parameters are
-    named as AllenNLP's: `scalar_parameters` (N of shape (1,)), `gamma` (1,).
-    """
+    elements where `mask` (B, T) is True, across the batch."""
 
     def __init__(
         self,
@@ -432,13 +429,10 @@ class ScalarMix(nn.Module):
 
 class Elmo(nn.Module):
     """AllenNLP's `Elmo`: `num_output_representations` mixes of the biLM's
-    layers (a `ScalarMix` each), with dropout. Arguments as AllenNLP's, and
-    `state`, `warmup`, `precision` as `ElmoBiLm`'s.
-
-    `forward(inputs, word_inputs=None)`: character ids (..., T, 50) or B
-    token lists, and ids (..., T) into `vocab_to_cache` -> {"elmo_representations":
-    tensors (..., T, 2P) (T + 2 with `keep_sentence_boundaries`), "mask": (..., T) bool}.
-    """
+    layers (a `ScalarMix` each), with dropout. `forward(inputs, word_inputs=None)`:
+    character ids (..., T, 50) or B token lists, and ids (..., T) into
+    `vocab_to_cache` -> {"elmo_representations": tensors (..., T, 2P) (T + 2
+    with `keep_sentence_boundaries`), "mask": (..., T) bool}."""
 
     def __init__(
         self,
@@ -520,8 +514,7 @@ class Elmo(nn.Module):
 
 class ElmoEmbedder:
     """AllenNLP 0.9's `ElmoEmbedder`: the biLM's L + 1 layers as numpy arrays,
-    and `embed_file`. cuda_device: a GPU index, or -1 for the CPU; the rest
-    as `ElmoBiLm`'s. Thread-safe: calls run one batch at a time."""
+    and `embed_file`. Thread-safe: calls run one batch at a time."""
 
     def __init__(
         self,

@@ -20,17 +20,12 @@ from .errors import ElmoSpacyError
 
 
 class Embedder:
-    """Per-layer ELMo vectors of tokenised sentences, deterministic: every
-    sentence starts from the same LSTM state (`run.state`), so its vectors do
-    not depend on what else is embedded. `embed([tokens])` equals the `elmo`
-    pipe's `doc._.elmo` for those tokens under the same run settings.
+    """Per-layer ELMo vectors of tokenised sentences, the `elmo` pipe's
+    `doc._.elmo` under the same run settings (docs/embedding.md).
 
-    path: anything `load_bilm` reads (a bilm-tf pair `(options_json,
-        weights_hdf5)` included), or a `BiLM`.
-    run: a `RunSettings`; keywords set its fields, over `run`'s:
-        `Embedder(path, state="primed", layers=[-1])`. Without a precision,
-        a `BiLM` keeps its own (a path loads in float32).
-    device: where the biLM runs ("cpu", "cuda:1", a torch.device).
+    path: anything `load_bilm` reads, or a `BiLM`.
+    run: a `RunSettings`; keywords set its fields, over `run`'s. Without a
+        precision, a `BiLM` keeps its own (a path loads in float32).
     """
 
     def __init__(
