@@ -196,9 +196,8 @@ def _load(options_file: ModelFile, weight_file: str | Path | None) -> BiLM:
                 f"{name} is a URL: download the file once and give its local path (nothing is "
                 "downloaded at run time)"
             )
-    if weight_file is None:
-        return load_bilm(options_file, with_softmax=False)
-    return load_bilm((options_file, weight_file), with_softmax=False)
+    path = options_file if weight_file is None else (options_file, weight_file)
+    return load_bilm(path, with_softmax=False)
 
 
 def _frozen_scope(bilm: BiLM, *more: torch.Tensor | None) -> contextlib.AbstractContextManager:
