@@ -7,7 +7,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy
 import typer
 
 from ..bilm.formats.locate import layouts_help
@@ -211,9 +210,9 @@ def embed_command(
     )
 
 
-def write_docbin(path: Path, docs: list, vectors: Iterable[tuple[int, numpy.ndarray]]) -> None:
-    """A DocBin of the docs, in line order, each with doc._.elmo set
-    ((1, n, D) with --top or --average)."""
+def write_docbin(path: Path, docs: list, vectors: Iterable[tuple]) -> None:
+    """A DocBin of the docs, in line order, each with doc._.elmo set to its
+    (position, vectors) pair's ((1, n, D) with --top or --average)."""
     from spacy.tokens import DocBin
 
     from ..extensions import set_layers
