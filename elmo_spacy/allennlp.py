@@ -1,15 +1,7 @@
-"""AllenNLP's ELMo API on today's PyTorch, with AllenNLP's names, arguments
-and numbers, over this package's biLM:
-
-    from elmo_spacy.allennlp import Elmo, batch_to_ids   # was allennlp.modules.elmo
-    from elmo_spacy.allennlp import ElmoEmbedder         # was allennlp.commands.elmo (0.9)
-
-As in AllenNLP, the biLM is stateful (`state="carried"`: each batch row
-starts from the state the previous batch left in it); `state="zero"` and
-`state="primed"` make a sentence's vectors independent of what ran before.
-Beyond AllenNLP, opt-in: any biLM `load_bilm` reads (as `options_file`, with
-`weight_file` None) or a `BiLM`; token lists wherever character ids go; a
-`precision`. docs/allennlp.md is the migration guide, name by name.
+"""AllenNLP's ELMo API (`allennlp.modules.elmo`, 0.9's `allennlp.commands.elmo`)
+with AllenNLP's names, arguments and numbers, over this package's biLM.
+docs/allennlp.md is the migration guide, name by name, and says what goes
+beyond AllenNLP (other biLMs, `state`, `precision`, token lists as inputs).
 """
 
 import contextlib
@@ -28,13 +20,13 @@ from .bilm.inputs.batch import BOS_TYPE, EOS_TYPE, TokenBatch
 from .bilm.inputs.chars import BilmTfCharIds
 from .bilm.model import States
 from .bilm.runner import DEFAULT_WARMUP, warmup_tokens
+from .embedder import OUTPUTS, read_lines, shape_vectors
 from .errors import ElmoSpacyError
 from .files import write_file
-from .hdf5 import check_sentence_keys, sentence_to_index, write_hdf5
+from .hdf5 import hdf5_keys, write_hdf5
 
 STATES = ("carried", "zero", "primed")
 DEFAULT_BATCH_SIZE = 64  # sentences a batch in ElmoEmbedder, as in AllenNLP
-OUTPUT_FORMATS = ("all", "top", "average")  # ElmoEmbedder.embed_file's, as in AllenNLP
 
 ModelFile = str | Path | BiLM | None
 Tokens = Sequence[Sequence[str]]
@@ -48,9 +40,8 @@ class ConfigurationError(ElmoSpacyError):
 
 
 class ELMoCharacterMapper:
-    """AllenNLP's character ids of a token: at most 48 UTF-8 bytes between
-    word marks, padded to 50, shifted by one so that 0 pads whole tokens;
-    `tokens_to_add` maps more tokens to one id each (below 256)."""
+    """AllenNLP's character ids of a token: bilm-tf's ids + 1, so that 0 pads
+    whole tokens; `tokens_to_add` maps more tokens to one id each (below 256)."""
 
     max_word_length = 50
     beginning_of_sentence_character = 256
@@ -65,7 +56,6 @@ class ELMoCharacterMapper:
         self.tokens_to_add = tokens_to_add or {}
 
     def convert_word_to_char_ids(self, word: str) -> list[int]:
-        """The 50 ids of `word`, each bilm-tf's id + 1."""
         if word in self.tokens_to_add:
             units = [self.tokens_to_add[word]]
         elif word == self.bos_token:
@@ -81,17 +71,13 @@ class ELMoCharacterMapper:
 
 def batch_to_ids(batch: Tokens) -> torch.Tensor:
     """(B, T, 50) int64 character ids of B tokenised sentences, T the longest,
-    shorter ones padded with rows of 0: AllenNLP's ids exactly."""
+    shorter ones padded with rows of 0."""
+    _refuse_strings(batch)
     mapper = ELMoCharacterMapper()
     known: dict[str, list[int]] = {}
     steps = max((len(sentence) for sentence in batch), default=0)
     ids = numpy.zeros((len(batch), steps, mapper.max_word_length), dtype="int64")
     for row, sentence in enumerate(batch):
-        if isinstance(sentence, str):
-            raise ConfigurationError(
-                f"Sentence {row} is a string ({sentence!r:.40}): give each sentence as a list "
-                "of tokens, e.g. text.split()"
-            )
         for position, token in enumerate(sentence):
             if token not in known:
                 known[token] = mapper.convert_word_to_char_ids(token)
@@ -99,28 +85,57 @@ def batch_to_ids(batch: Tokens) -> torch.Tensor:
     return torch.from_numpy(ids)
 
 
+def _refuse_strings(batch: Tokens) -> None:
+    for row, sentence in enumerate([batch] if isinstance(batch, str) else batch):
+        if isinstance(sentence, str):
+            raise ConfigurationError(
+                f"Sentence {row} is a string ({sentence!r:.40}): give each sentence as a list "
+                "of tokens, e.g. text.split()"
+            )
+
+
 def remove_sentence_boundaries(
     tensor: torch.Tensor, mask: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """AllenNLP's: tensor (B, T + 2, D) and mask (B, T + 2) of sentences
-    framed by <S> and </S> -> (B, T, D) without them, zero past each
-    sentence, and its (B, T) bool mask."""
+    """(B, T + 2, D) and its (B, T + 2) mask -> (B, T, D) without <S> and </S>,
+    zero past each sentence, and its (B, T) bool mask."""
     inner = mask[:, 2:].bool()
     return tensor[:, 1:-1] * inner[:, :, None], inner
 
 
-def _char_id_batch(inputs: torch.Tensor, chars: BilmTfCharIds) -> TokenBatch:
-    """The TokenBatch of AllenNLP's character ids (B, T, C), each distinct
-    row one type of bilm-tf's ids (AllenNLP's - 1)."""
-    inputs = inputs.detach().to("cpu", torch.int64)
-    if inputs.shape[-1] != chars.max_chars:
+def token_batch(bilm: BiLM, inputs: torch.Tensor | Tokens) -> TokenBatch:
+    """The biLM's TokenBatch of character ids (B, T, 50) or of B token lists.
+    Ids go to a bilm-tf biLM as they are, each distinct row a type; another
+    biLM reads the tokens they stand for."""
+    if not isinstance(inputs, torch.Tensor):
+        return bilm.batch([list(sentence) for sentence in inputs])
+    if inputs.dim() != 3:
+        raise ConfigurationError(
+            f"Character ids of shape {tuple(inputs.shape)}: give (batch, tokens, 50), as "
+            "batch_to_ids makes them (Elmo takes more leading dimensions)"
+        )
+    chars = bilm.chars
+    if isinstance(chars, BilmTfCharIds) and inputs.shape[-1] != chars.max_chars:
         raise ConfigurationError(
             f"Character ids of {inputs.shape[-1]} a token, but this biLM reads "
             f"{chars.max_chars} (its max_characters_per_token)"
         )
-    present = _tokens_present(inputs)
-    rows, inverse = torch.unique(inputs[present] - 1, dim=0, return_inverse=True)
+    inputs = inputs.detach().to("cpu", torch.int64)
+    present = (inputs > 0).any(-1)  # a token: any id but 0
     lengths = present.sum(-1)
+    leading = torch.arange(inputs.shape[1])[None, :] < lengths[:, None]
+    if not torch.equal(present, leading):
+        row = int((present != leading).any(-1).nonzero()[0])
+        raise ConfigurationError(
+            f"Row {row} of the character ids has a padding token (all 0) before a real one: "
+            "the tokens of a sentence come first, then the padding (as batch_to_ids makes them)"
+        )
+    rows, inverse = torch.unique(inputs[present] - 1, dim=0, return_inverse=True)  # bilm-tf's
+    if not isinstance(chars, BilmTfCharIds):
+        tokens = [_token_of(row) for row in rows.tolist()]
+        return bilm.batch(
+            [[tokens[k] for k in row.tolist()] for row in inverse.split(lengths.tolist())]
+        )
     boundaries, boundary_chars = chars.char_ids([])  # <S>, </S>: 3 ids each
     columns = torch.arange(rows.shape[1])
     n_chars = torch.where(rows != chars.padding, columns + 1, 0).amax(-1)  # marks included
@@ -142,62 +157,24 @@ def _char_id_batch(inputs: torch.Tensor, chars: BilmTfCharIds) -> TokenBatch:
     )
 
 
-def _tokens_present(inputs: torch.Tensor) -> torch.Tensor:
-    """(B, T) bool: the positions of AllenNLP's character ids (B, T, C) that
-    hold a token (any id but 0), refusing a padding token before a real one."""
-    present = (inputs > 0).any(-1)
-    steps = torch.arange(inputs.shape[1])
-    leading = steps[None, :] < present.sum(-1)[:, None]
-    if not torch.equal(present, leading):
-        row = int((present != leading).any(-1).nonzero()[0])
-        raise ConfigurationError(
-            f"Row {row} of the character ids has a padding token (all 0) before a real one: "
-            "the tokens of a sentence come first, then the padding (as batch_to_ids makes them)"
-        )
-    return present
-
-
-def _tokens_of_char_ids(inputs: torch.Tensor) -> list[list[str]]:
-    """The tokens that AllenNLP's character ids (B, T, 50) stand for (rows of
-    0 pad), for a biLM that reads tokens in a scheme of its own."""
-    mapper = ELMoCharacterMapper()
-    inputs = inputs.detach().cpu()
-    present = _tokens_present(inputs)
-    rows, inverse = torch.unique(inputs[present], dim=0, return_inverse=True)
-    tokens = []
-    for row in (rows - 1).tolist():
-        token = _token_of(row, mapper)
-        if token is None:
-            raise ConfigurationError(
-                f"Character ids {row[:12]}... are no token's: this biLM reads tokens in its own "
-                "scheme, so it takes the token lists themselves (elmo(sentences) in place of "
-                "elmo(batch_to_ids(sentences)))"
-            )
-        tokens.append(token)
-    positions = inverse.tolist()
-    sentences, start = [], 0
-    for n in present.sum(-1).tolist():
-        sentences.append([tokens[k] for k in positions[start : start + n]])
-        start += n
-    return sentences
-
-
-def _token_of(ids: list[int], mapper: ELMoCharacterMapper) -> str | None:
-    """The token whose bilm-tf character ids these are, or None."""
-    if ids[0] != mapper.beginning_of_word_character or mapper.end_of_word_character not in ids:
-        return None
-    end = ids.index(mapper.end_of_word_character)
-    units = ids[1:end]
-    if any(i != mapper.padding_character for i in ids[end + 1 :]):
-        return None
-    if units == [mapper.beginning_of_sentence_character]:
-        return mapper.bos_token
-    if units == [mapper.end_of_sentence_character]:
-        return mapper.eos_token
-    try:
-        return bytes(units).decode("utf-8")
-    except (ValueError, UnicodeDecodeError):
-        return None
+def _token_of(ids: list[int]) -> str:
+    """The token whose bilm-tf character ids (ELMoCharacterMapper's - 1) these are."""
+    mapper = ELMoCharacterMapper
+    if ids[0] == mapper.beginning_of_word_character and mapper.end_of_word_character in ids:
+        end = ids.index(mapper.end_of_word_character)
+        units = ids[1:end]
+        if all(i == mapper.padding_character for i in ids[end + 1 :]):
+            if units == [mapper.beginning_of_sentence_character]:
+                return mapper.bos_token
+            if units == [mapper.end_of_sentence_character]:
+                return mapper.eos_token
+            with contextlib.suppress(ValueError):  # UnicodeDecodeError is one
+                return bytes(units).decode("utf-8")
+    raise ConfigurationError(
+        f"Character ids {ids[:12]}... are no token's: this biLM reads tokens in its own "
+        "scheme, so it takes the token lists themselves (elmo(sentences) in place of "
+        "elmo(batch_to_ids(sentences)))"
+    )
 
 
 # -- the biLM ----------------------------------------------------------------------
@@ -219,18 +196,22 @@ def _load(options_file: ModelFile, weight_file: str | Path | None) -> BiLM:
                 f"{name} is a URL: download the file once and give its local path (nothing is "
                 "downloaded at run time)"
             )
-    if weight_file is None:
-        return load_bilm(options_file, with_softmax=False)
-    return load_bilm((options_file, weight_file), with_softmax=False)
+    path = options_file if weight_file is None else (options_file, weight_file)
+    return load_bilm(path, with_softmax=False)
 
 
-class ElmoCharacterEncoder(nn.Module):
-    """AllenNLP's `_ElmoCharacterEncoder`: the biLM's token encodings.
+def _frozen_scope(bilm: BiLM, *more: torch.Tensor | None) -> contextlib.AbstractContextManager:
+    """torch.no_grad() where neither the biLM's parameters nor `more` train,
+    so that the biLM runs as at inference (its caches kept)."""
+    trains = any(p.requires_grad for p in bilm.parameters()) or any(
+        t is not None and t.requires_grad for t in more
+    )
+    return contextlib.nullcontext() if trains else torch.no_grad()
 
-    `forward(inputs)`: character ids (B, T, 50) or B token lists ->
-    {"token_embedding": (B, T + 2, P), "mask": (B, T + 2) bool}, framed by
-    <S> and </S>, zero where the mask is False.
-    """
+
+class _OnBiLM(nn.Module):
+    """A module over a biLM, which runs alike in training (ELMo's biLM has no
+    dropout). precision: None keeps a given BiLM's."""
 
     def __init__(
         self,
@@ -246,6 +227,17 @@ class ElmoCharacterEncoder(nn.Module):
         self.bilm.requires_grad_(requires_grad)
         if precision is not None:
             self.bilm.precision = precision
+
+    def train(self, mode: bool = True) -> "_OnBiLM":
+        super().train(mode)
+        self.bilm.eval()
+        return self
+
+
+class ElmoCharacterEncoder(_OnBiLM):
+    """AllenNLP's `_ElmoCharacterEncoder`: `forward(inputs)`, character ids
+    (B, T, 50) or B token lists -> {"token_embedding": (B, T + 2, P), "mask":
+    (B, T + 2) bool}, framed by <S> and </S>, zero where the mask is False."""
 
     def get_output_dim(self) -> int:
         return self.bilm.config.projection_dim
@@ -264,62 +256,16 @@ class ElmoCharacterEncoder(nn.Module):
         encoder.bilm = bilm
         return encoder
 
-    def train(self, mode: bool = True) -> "ElmoCharacterEncoder":
-        super().train(mode)
-        self.bilm.eval()  # ELMo's encoder has no dropout: it runs alike in training
-        return self
 
-
-def token_batch(bilm: BiLM, inputs: torch.Tensor | Tokens) -> TokenBatch:
-    """The biLM's TokenBatch of AllenNLP's character ids (B, T, 50) or of B
-    token lists."""
-    if not isinstance(inputs, torch.Tensor):
-        return bilm.batch([list(sentence) for sentence in inputs])
-    if inputs.dim() != 3:
-        raise ConfigurationError(
-            f"Character ids of shape {tuple(inputs.shape)}: give (batch, tokens, 50), as "
-            "batch_to_ids makes them (Elmo takes more leading dimensions)"
-        )
-    if isinstance(bilm.chars, BilmTfCharIds):
-        return _char_id_batch(inputs, bilm.chars)
-    return bilm.batch(_tokens_of_char_ids(inputs))
-
-
-def _frozen_scope(bilm: BiLM, *more: torch.Tensor | None) -> contextlib.AbstractContextManager:
-    """torch.no_grad() where neither the biLM's parameters nor `more` train,
-    so that the biLM runs as at inference (its caches kept)."""
-    trains = any(p.requires_grad for p in bilm.parameters()) or any(
-        t is not None and t.requires_grad for t in more
-    )
-    return contextlib.nullcontext() if trains else torch.no_grad()
-
-
-class ElmoBiLm(nn.Module):
-    """AllenNLP's `_ElmoBiLm`: the biLM's L + 1 layers over sentences framed
-    by <S> and </S>.
-
-    options_file, weight_file: a bilm-tf model's two files, as AllenNLP takes
-        them; or any biLM `elmo_spacy.bilm.load_bilm` reads (a folder, an
-        NLPL .zip) as options_file with weight_file None; or a `BiLM`.
-    requires_grad: whether the biLM's weights train (AllenNLP's default,
-        False, leaves them frozen). TensorFlow's constant forget bias is a
-        buffer: no setting trains it.
-    vocab_to_cache: a word list whose token encodings are computed once
-        (`create_cached_cnn_embeddings`); `forward`'s `word_inputs` (B, T)
-        then index into it (0 pads) in place of running the char CNN. A
-        batch with an id outside the list runs the char CNN on `inputs`, as
-        AllenNLP's does.
-    state: "carried" (AllenNLP's): batch row b starts from the state the
-        previous batch left in row b (`reset_states` forgets it); "zero":
-        every sentence starts from zeros; "primed": from the state that
-        reading `warmup` leaves (default `elmo_spacy.bilm.runner.DEFAULT_WARMUP`).
-    precision: "float32" (conformant; the default for a path), "bfloat16" or
-        "float16"; None keeps a given BiLM's.
-
-    `forward(inputs, word_inputs=None)`: character ids (B, T, 50) or B token
-    lists -> {"activations": L + 1 tensors (B, T + 2, 2P) (layer 0 [x; x],
-    then [forward; backward]), "mask": (B, T + 2) bool}, zero where the mask
-    is False. Calls run one at a time (a lock): the carried state is the module's.
+class ElmoBiLm(_OnBiLM):
+    """AllenNLP's `_ElmoBiLm`: `forward(inputs, word_inputs=None)`, character
+    ids (B, T, 50) or B token lists -> {"activations": L + 1 tensors
+    (B, T + 2, 2P) (layer 0 [x; x], then [forward; backward]), "mask":
+    (B, T + 2) bool}, framed by <S> and </S>, zero where the mask is False.
+    `word_inputs` (B, T) index `vocab_to_cache` (0 pads); a batch with an id
+    outside it runs the char CNN. `state`, `warmup`, `precision`: see
+    docs/allennlp.md. Calls run one at a time (a lock), as the carried state
+    is the module's.
     """
 
     def __init__(
@@ -333,14 +279,9 @@ class ElmoBiLm(nn.Module):
         warmup: Sequence[str | Sequence[str]] | None = None,
         precision: str | None = None,
     ) -> None:
-        super().__init__()
         if state not in STATES:
             raise ConfigurationError(f"state = {state!r}: use one of {', '.join(STATES)}")
-        self.bilm = _load(options_file, weight_file)
-        self.bilm.eval()
-        self.bilm.requires_grad_(requires_grad)
-        if precision is not None:
-            self.bilm.precision = precision
+        super().__init__(options_file, weight_file, requires_grad, precision=precision)
         self.bilm.stateful = state == "carried"
         self.bilm.reset_state()
         self.state = state
@@ -357,12 +298,10 @@ class ElmoBiLm(nn.Module):
         return self.bilm.config.n_output_layers
 
     def get_output_dim(self) -> int:
-        """2P, the width of each activation."""
         return self.bilm.config.width
 
     @property
     def _token_embedder(self) -> ElmoCharacterEncoder:
-        """The token encoder, on this module's biLM (AllenNLP's attribute)."""
         return ElmoCharacterEncoder.of(self.bilm)
 
     @property
@@ -424,11 +363,6 @@ class ElmoBiLm(nn.Module):
             return self.bilm.primed_states(self.warmup)
         return None
 
-    def train(self, mode: bool = True) -> "ElmoBiLm":
-        super().train(mode)
-        self.bilm.eval()  # ELMo's biLM has no dropout: it runs alike in training
-        return self
-
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.pop("_lock", None)
@@ -441,17 +375,8 @@ class ElmoBiLm(nn.Module):
 
 class ScalarMix(nn.Module):
     """AllenNLP's ScalarMix: gamma * sum_k softmax(s)_k * tensor_k, of N
-    tensors of one shape (B, T, D).
-
-    do_layer_norm: normalise each tensor first by the mean and variance of
-        its elements where `mask` (B, T) is True, over the whole batch (as
-        AllenNLP does), 1e-13 added to the variance (1e-4 in float16).
-    initial_scalar_parameters: the N scalars s (default zeros: equal weights).
-    trainable: whether s and gamma train.
-
-    Parameters as AllenNLP names them: `scalar_parameters` (N of shape (1,))
-    and `gamma` (1,), so that code that sets them by hand runs unchanged.
-    """
+    tensors (B, T, D); with `do_layer_norm`, each normalised first over the
+    elements where `mask` (B, T) is True, across the batch."""
 
     def __init__(
         self,
@@ -503,25 +428,10 @@ class ScalarMix(nn.Module):
 
 class Elmo(nn.Module):
     """AllenNLP's `Elmo`: `num_output_representations` mixes of the biLM's
-    layers (one `ScalarMix` each), with dropout, for a model to consume.
-
-    options_file, weight_file, requires_grad, vocab_to_cache: as `ElmoBiLm`'s.
-    do_layer_norm: normalise each layer in the mixes (see `ScalarMix`).
-    dropout: applied to each representation.
-    keep_sentence_boundaries: keep <S> and </S> in the representations.
-    scalar_mix_parameters: fixed (untrained) scalars for every mix, one per
-        layer, e.g. [-9e10, 1, -9e10] for the middle layer alone; None:
-        trainable, starting equal.
-    module: an `ElmoBiLm` to use (then options_file and weight_file are None).
-    state, warmup, precision: as `ElmoBiLm`'s (beyond AllenNLP).
-
-    `forward(inputs, word_inputs=None)`: inputs (B, T, 50) character ids
-    (`batch_to_ids`), or (..., T, 50) with more leading dimensions, or B
-    token lists; word_inputs (B, T) (or (..., T)) ids into `vocab_to_cache`.
-    Returns {"elmo_representations": `num_output_representations` tensors
-    (B, T, 2P) (T + 2 with the boundaries), "mask": (B, T) bool}, in the
-    leading dimensions of the input.
-    """
+    layers (a `ScalarMix` each), with dropout. `forward(inputs, word_inputs=None)`:
+    character ids (..., T, 50) or B token lists, and ids (..., T) into
+    `vocab_to_cache` -> {"elmo_representations": tensors (..., T, 2P) (T + 2
+    with `keep_sentence_boundaries`), "mask": (..., T) bool}."""
 
     def __init__(
         self,
@@ -575,31 +485,26 @@ class Elmo(nn.Module):
     def forward(
         self, inputs: torch.Tensor | Tokens, word_inputs: torch.Tensor | None = None
     ) -> dict[str, torch.Tensor | list[torch.Tensor]]:
-        shape = inputs.shape if isinstance(inputs, torch.Tensor) else None
-        if shape is not None and len(shape) > 3:
-            inputs = inputs.reshape(-1, *shape[-2:])
-        word_shape = None if word_inputs is None else word_inputs.shape
-        if word_inputs is not None:
-            if not self._has_cached_vocab:
-                word_inputs = None  # AllenNLP warns and runs the char CNN
-            elif len(word_shape) > 2:
-                word_inputs = word_inputs.reshape(-1, word_shape[-1])
+        shape = None  # the leading dimensions to restore, where more than (B, T)
+        if isinstance(inputs, torch.Tensor) and inputs.dim() > 3:
+            shape = inputs.shape[:-1]
+            inputs = inputs.reshape(-1, *inputs.shape[-2:])
+        if word_inputs is not None and not self._has_cached_vocab:
+            word_inputs = None  # AllenNLP warns and runs the char CNN
+        elif word_inputs is not None and word_inputs.dim() > 2:
+            shape = word_inputs.shape
+            word_inputs = word_inputs.reshape(-1, shape[-1])
         output = self._elmo_lstm(inputs, word_inputs)
-        activations, mask_with_boundaries = output["activations"], output["mask"]
+        activations, mask = output["activations"], output["mask"]
         representations = []
-        for k in range(len(self._scalar_mixes)):
-            mixed = getattr(self, f"scalar_mix_{k}")(activations, mask_with_boundaries)
-            if self._keep_sentence_boundaries:
-                mask = mask_with_boundaries
-            else:
-                mixed, mask = remove_sentence_boundaries(mixed, mask_with_boundaries)
+        for mix in self._scalar_mixes:
+            mixed = mix(activations, output["mask"])
+            if not self._keep_sentence_boundaries:
+                mixed, mask = remove_sentence_boundaries(mixed, output["mask"])
             representations.append(self._dropout(mixed))
-        if word_inputs is not None and len(word_shape) > 2:
-            mask = mask.view(word_shape)
-            representations = [r.view(*word_shape, -1) for r in representations]
-        elif shape is not None and len(shape) > 3:
-            mask = mask.view(shape[:-1])
-            representations = [r.view(*shape[:-1], -1) for r in representations]
+        if shape is not None:
+            mask = mask.view(shape)
+            representations = [r.view(*shape, -1) for r in representations]
         return {"elmo_representations": representations, "mask": mask}
 
 
@@ -607,19 +512,8 @@ class Elmo(nn.Module):
 
 
 class ElmoEmbedder:
-    """AllenNLP 0.9's `ElmoEmbedder`: the biLM's L + 1 layers of tokenised
-    sentences as numpy arrays, and `embed_file`, `allennlp elmo`'s HDF5 files.
-
-    options_file, weight_file: as `ElmoBiLm`'s (there is no default model to
-        download: give one).
-    cuda_device: a GPU index, or -1 for the CPU.
-    state, warmup, precision: as `ElmoBiLm`'s; the default is AllenNLP's
-        carried state, so a sentence's vectors depend on the batches before
-        it (state="zero" or "primed" for vectors that do not).
-
-    Thread-safe: calls from several threads run one batch at a time (see
-    `ElmoBiLm`).
-    """
+    """AllenNLP 0.9's `ElmoEmbedder`: the biLM's L + 1 layers as numpy arrays,
+    and `embed_file`. Thread-safe: calls run one batch at a time."""
 
     def __init__(
         self,
@@ -642,8 +536,9 @@ class ElmoEmbedder:
     def batch_to_embeddings(self, batch: Tokens) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, L + 1, T, 2P) activations of B sentences, zero past each one,
         and the (B, T) bool mask."""
+        _refuse_strings(batch)
         with torch.inference_mode():
-            output = self.elmo_bilm(_checked(batch))
+            output = self.elmo_bilm(batch)
         layers = torch.stack(output["activations"], dim=1)[:, :, 1:-1]
         return layers, output["mask"][:, 2:]
 
@@ -676,21 +571,16 @@ class ElmoEmbedder:
         forget_sentences: bool = False,
         use_sentence_keys: bool = False,
     ) -> None:
-        """Embed a file of sentences (one a line, tokens split on white space)
-        into an HDF5 file of `allennlp elmo`'s layout: a dataset per line
-        keyed by its index or, with `use_sentence_keys`, the sentence; and
-        unless `forget_sentences`, `sentence_to_index`. output_format: "all"
-        (L + 1, n, 2P), "top" or "average" (n, 2P). `input_file`: a path or an
-        open text file (closed when read). Blank lines are refused; the file
-        appears once complete."""
-        if output_format not in OUTPUT_FORMATS:
+        """Embed a file (a path, or an open text file, closed when read) of
+        sentences, one a line, into an HDF5 file of `allennlp elmo`'s layout.
+        Blank lines are refused; the file appears once complete."""
+        from tqdm import tqdm
+
+        if output_format not in OUTPUTS:
             raise ConfigurationError(
-                f"output_format = {output_format!r}: use one of {', '.join(OUTPUT_FORMATS)}"
+                f"output_format = {output_format!r}: use one of {', '.join(OUTPUTS)}"
             )
-        if isinstance(input_file, (str, Path)):
-            input_file = open(input_file, encoding="utf-8")  # closed below
-        with input_file:
-            lines = [line.strip() for line in input_file]
+        lines = read_lines(input_file)
         blank = [i + 1 for i, line in enumerate(lines) if not line]
         if blank:
             shown = ", ".join(map(str, blank[:20])) + (" ..." if len(blank) > 20 else "")
@@ -698,33 +588,13 @@ class ElmoEmbedder:
                 f"{getattr(input_file, 'name', input_file)} has empty lines (lines {shown}, "
                 "from 1): remove them, since each line is one sentence"
             )
-        indices = range(len(lines))
-        if use_sentence_keys:
-            check_sentence_keys(lines, indices, "use_sentence_keys")
-        keys = lines if use_sentence_keys else [str(i) for i in indices]
-        index = None if forget_sentences or use_sentence_keys else sentence_to_index(lines, indices)
-
-        def vectors() -> Iterator[tuple[int, numpy.ndarray]]:
-            from tqdm import tqdm
-
-            sentences = (line.split() for line in lines)
-            embedded = self.embed_sentences(sentences, batch_size)
-            for i, layers in enumerate(tqdm(embedded, total=len(lines), unit=" sentences")):
-                if output_format == "top":
-                    layers = layers[-1]
-                elif output_format == "average":
-                    layers = layers.mean(axis=0)
-                yield i, layers
-
-        write_file(output_file_path, lambda path: write_hdf5(path, keys, vectors, index))
-
-
-def _checked(batch: Tokens) -> Tokens:
-    if isinstance(batch, str) or any(isinstance(sentence, str) for sentence in batch):
-        raise ConfigurationError(
-            "Give sentences as lists of tokens (e.g. [text.split()]), not strings"
+        keys, index = hdf5_keys(
+            lines, range(len(lines)), use_sentence_keys, forget_sentences, "use_sentence_keys"
         )
-    return batch
+        embedded = self.embed_sentences((line.split() for line in lines), batch_size)
+        with tqdm(embedded, total=len(lines), unit=" sentences") as bar:
+            vectors = ((i, shape_vectors(layers, output_format)) for i, layers in enumerate(bar))
+            write_file(output_file_path, lambda path: write_hdf5(path, keys, vectors, index))
 
 
 # Where AllenNLP kept each name that code imports: `as_allennlp_modules`.

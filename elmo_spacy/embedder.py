@@ -3,7 +3,8 @@
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import numpy
 import torch
@@ -19,27 +20,12 @@ from .errors import ElmoSpacyError
 
 
 class Embedder:
-    """Per-layer ELMo vectors of tokenised sentences.
+    """Per-layer ELMo vectors of tokenised sentences, the `elmo` pipe's
+    `doc._.elmo` under the same run settings (docs/embedding.md).
 
-    Like AllenNLP's `ElmoEmbedder`, but deterministic: every sentence starts
-    from the same LSTM state (`run.state`), so the same sentence always gets the
-    same vectors, whatever else is embedded with it and in whatever order.
-    It runs the same code as the `elmo` pipe, so `Embedder(...).embed([tokens])`
-    equals the pipe's `doc._.elmo` for a doc of those tokens (same run
-    settings).
-
-    path: a biLM in any format `elmo_spacy.bilm.load_bilm` reads: a path,
-        or a bilm-tf model's two files as a pair, `(options_json,
-        weights_hdf5)`, of any names in any folders (what AllenNLP's
-        `ElmoEmbedder(options_file, weight_file)` took); or a `BiLM`.
-    run: how the biLM runs, an `elmo_spacy.bilm.runner.RunSettings` (layers,
-        state, warmup, precision, max_batch_tokens, window, window_overlap);
-        keywords set its fields, over `run`'s where both are given:
-        `Embedder(path, state="primed", layers=[-1])`. Where no precision is
-        given, a `BiLM` keeps its own (a path loads in float32).
-    device: where the biLM runs ("cpu", "cuda", "cuda:1", a torch.device).
-
-    A `Runner` runs the biLM with the settings, as in the `elmo` pipe's model.
+    path: anything `load_bilm` reads, or a `BiLM`.
+    run: a `RunSettings`; keywords set its fields, over `run`'s. Without a
+        precision, a `BiLM` keeps its own (a path loads in float32).
     """
 
     def __init__(
@@ -50,8 +36,6 @@ class Embedder:
         device: str | torch.device = "cpu",
         **settings: Any,
     ) -> None:
-        if settings.get("precision", "") is None:  # as not given
-            del settings["precision"]
         own_precision = run is None and "precision" not in settings
         run = replace(run or RunSettings(), **settings)  # checked before any file is read
         bilm = path if isinstance(path, BiLM) else load_bilm(path, with_softmax=False)
@@ -66,12 +50,10 @@ class Embedder:
 
     @property
     def n_layers(self) -> int:
-        """Layers of each output: len(layers), or L + 1 for all."""
         return self.runner.n_layers
 
     @property
     def width(self) -> int:
-        """Width D of every layer: 2P, [forward; backward]."""
         return self.runner.width
 
     def embed(
@@ -80,9 +62,8 @@ class Embedder:
         *,
         progress: Callable[[int], None] | None = None,
     ) -> list[numpy.ndarray]:
-        """One float32 array (n_layers, n, D) per sentence of n tokens, in the
-        order given; an empty sentence gives (n_layers, 0, D). Batched by
-        length inside. `progress` is called with the tokens of each batch run."""
+        """One float32 array (n_layers, n, D) per sentence of n tokens, in order.
+        `progress` is called with the tokens of each batch run."""
         return self.runner.embed(_check_sentences(sentences), progress)
 
     def embed_sentence(self, tokens: Sequence[str]) -> numpy.ndarray:
@@ -96,13 +77,9 @@ class Embedder:
         block_tokens: int | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> Iterator[tuple[int, numpy.ndarray]]:
-        """(index, (n_layers, n, D) array) for every sentence, a block of
-        sentences at a time, for corpora whose vectors do not fit in memory:
-        the sentences are sorted by length and cut into blocks of at most
-        `block_tokens` padded tokens (sentences x the longest; default 16 x
-        max_batch_tokens; a longer sentence is a block alone), and each
-        block's vectors are yielded once
-        it has run. Indices come shortest sentence first, not in input order."""
+        """(index, (n_layers, n, D) array) for every sentence, shortest first, a
+        block of at most `block_tokens` padded tokens (default 16 x
+        max_batch_tokens) at a time, for corpora that do not fit in memory."""
         sentences = _check_sentences(sentences)
         limit = block_tokens or 16 * self.runner.settings.max_batch_tokens
         order = numpy.argsort([len(s) for s in sentences], kind="stable")
@@ -113,17 +90,14 @@ class Embedder:
 
     @property
     def tokenization(self) -> Tokenization | None:
-        """How the biLM's own text was cut into tokens (None where unknown)."""
         return self.bilm.tokenization
 
     def tokenize(self, texts: Iterable[str]) -> list[list[str]]:
-        """Texts cut into tokens as the biLM's own text was (see
-        `tokenizer_for`): `embedder.embed(embedder.tokenize(texts))`."""
+        """Texts cut into tokens as the biLM's own text was."""
         return tokenizer_for(self.bilm.tokenization)(texts)
 
     def initial_states(self) -> States | None:
-        """The state every sentence starts from: None (zeros), or the primed
-        state, per direction and layer (h (1, P), c (1, H))."""
+        """The state every sentence starts from: None (zeros), or the primed one."""
         return self.runner.initial_states()
 
 
@@ -145,9 +119,8 @@ def _check_sentences(sentences: Iterable[Sequence[str]]) -> list[Sequence[str]]:
 
 
 def tokenizer_for(tokenization: Tokenization | None) -> Callable[[Iterable[str]], list[list[str]]]:
-    """A function texts -> token lists that cuts text as `tokenization` says:
-    spaCy's tokenizer for its language, or white space (also where the
-    tokenisation is unknown)."""
+    """texts -> token lists, cut by spaCy's tokenizer for `tokenization`'s
+    language, or on white space (also where it is None)."""
     if tokenization is None or tokenization.tokenizer == "whitespace":
         return lambda texts: [text.split() for text in texts]
     from .tokenizer import blank
@@ -156,16 +129,25 @@ def tokenizer_for(tokenization: Tokenization | None) -> Callable[[Iterable[str]]
     return lambda texts: [[t.text for t in doc] for doc in tokenizer.pipe(texts)]
 
 
-# How `shape_vectors` gives a sentence's vectors (`elmo-spacy embed --all/--top/--average`).
-OUTPUTS = ("all", "top", "average")
+OUTPUTS = ("all", "top", "average")  # `shape_vectors`' (`elmo-spacy embed --all/--top/--average`)
 
 
 def shape_vectors(layers: numpy.ndarray, output: str) -> numpy.ndarray:
-    """One sentence's vectors as `output` asks: "all" keeps the
-    (n_layers, n, D) layers, "top" is the last kept layer (n, D), "average"
-    the mean of the kept layers (n, D). `elmo-spacy embed --all/--top/--average`."""
+    """(n_layers, n, D) layers as `output` asks: "all" as they are, "top" the
+    last (n, D), "average" their mean (n, D)."""
     if output == "top":
         return layers[-1]
     if output == "average":
         return layers.mean(axis=0)  # numpy.average (AllenNLP's) fails on 0 tokens
     return layers
+
+
+def read_lines(file: IO[str] | str | Path) -> list[str]:
+    """A UTF-8 text file's lines (a path, or an open file, closed when read),
+    stripped as AllenNLP strips them; an empty line stays."""
+    try:
+        with open(file, encoding="utf-8") if isinstance(file, (str, Path)) else file as lines:
+            return [line.strip() for line in lines]
+    except UnicodeDecodeError as err:
+        name = getattr(file, "name", file)
+        raise ElmoSpacyError(f"{name} is not UTF-8 text ({err}): convert it to UTF-8") from err

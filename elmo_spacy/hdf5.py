@@ -4,7 +4,7 @@ itself), and `sentence_to_index`, the JSON of the sentence -> key map.
 `elmo-spacy embed` and `elmo_spacy.allennlp.ElmoEmbedder.embed_file` write it."""
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy
@@ -15,16 +15,16 @@ from .errors import ElmoSpacyError
 def write_hdf5(
     path: Path,
     keys: Sequence[str],
-    vectors: Callable[[], Iterable[tuple[int, numpy.ndarray]]],
+    vectors: Iterable[tuple[int, numpy.ndarray]],
     sentence_to_index: dict[str, str] | None,
 ) -> None:
-    """Write the (position, array) pairs that `vectors()` yields, each under
+    """Write the (position, array) pairs of `vectors`, each under
     keys[position], and `sentence_to_index` as a (1,) string dataset of its
     JSON (unless None)."""
     import h5py
 
     with h5py.File(path, "w") as file:
-        for position, output in vectors():
+        for position, output in vectors:
             file.create_dataset(keys[position], output.shape, dtype="float32", data=output)
         if sentence_to_index is not None:
             dataset = file.create_dataset(
@@ -33,10 +33,21 @@ def write_hdf5(
             dataset[0] = json.dumps(sentence_to_index)
 
 
-def check_sentence_keys(lines: Sequence[str], indices: Iterable[int], flag: str) -> None:
-    """Sentences as HDF5 keys: refuse what AllenNLP would fail on half way (a
-    repeated sentence), and what HDF5 cannot name (an empty line, a "/").
-    `flag` names the setting that asked for sentence keys."""
+def hdf5_keys(
+    lines: Sequence[str],
+    indices: Sequence[int],
+    sentence_keys: bool,
+    forget_sentences: bool,
+    flag: str,
+) -> tuple[list[str], dict[str, str] | None]:
+    """The keys of lines[i] for each i of `indices`: i, or with `sentence_keys`
+    (the setting `flag`) the sentence; and `sentence_to_index` (a repeated
+    sentence maps to its last line, as in AllenNLP), None with either flag.
+    Refuses sentence keys that AllenNLP would fail on half way (a repeated
+    sentence) or that HDF5 cannot name (an empty line, ".", a "/")."""
+    if not sentence_keys:
+        index = None if forget_sentences else {lines[i]: str(i) for i in indices}
+        return [str(i) for i in indices], index
     seen: dict[str, int] = {}
     for i in indices:
         sentence = lines[i]
@@ -51,9 +62,4 @@ def check_sentence_keys(lines: Sequence[str], indices: Iterable[int], flag: str)
                 "would give two datasets one key: drop it to key them by line index"
             )
         seen[sentence] = i
-
-
-def sentence_to_index(lines: Sequence[str], indices: Iterable[int]) -> dict[str, str]:
-    """Sentence -> key (its line index) in line order: a repeated sentence maps
-    to its last line, as in AllenNLP."""
-    return {lines[i]: str(i) for i in indices}
+    return [lines[i] for i in indices], None

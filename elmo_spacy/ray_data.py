@@ -1,28 +1,5 @@
-"""ELMo on Ray Data: callable classes for `Dataset.map_batches` that load a
-model once per actor (on the CPU, or on a GPU with `num_gpus=1`), and
-`embed_to_parquet`, what `elmo-spacy embed --engine ray` runs.
-
-    import ray
-    from elmo_spacy.ray_data import EmbedBatches
-
-    ds = ray.data.read_parquet("s3://bucket/texts/")          # a "text" column
-    ds = ds.map_batches(
-        EmbedBatches,
-        fn_constructor_kwargs={"path": "models/elmo-original", "output": "top"},
-        batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=4),
-        num_cpus=2,                                           # = torch threads per actor
-    )
-    ds.write_parquet("s3://bucket/vectors/")
-
-Ray is an optional extra (`pip install elmo_spacy[ray]`): this module imports
-it only where it needs it, so that `import elmo_spacy.ray_data` works
-without it and a missing Ray is one error that names the extra.
-
-Threads: each actor sets `torch.set_num_threads` to the CPUs that Ray gives
-it (the `num_cpus` of `map_batches`; Ray's default is 1), so that N actors
-on a machine use N x num_cpus threads and do not fight over its cores.
-"""
+"""ELMo on Ray Data (the extra `elmo_spacy[ray]`): `EmbedBatches`,
+`AnnotateBatches` and `elmo-spacy embed --engine ray`. See docs/embedding.md."""
 
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,33 +39,9 @@ def check_choice(name: str, value: str, choices: Sequence[str], origin: str = ""
 
 
 class EmbedBatches:
-    """ELMo vectors of a text (or token) column, for `Dataset.map_batches`
-    with `batch_format="pyarrow"`: the biLM loads once per actor.
-
-    In: a pyarrow batch with the column `column`: a text per row (str), cut
-    into tokens as `tokenization` says (default: as the biLM's own text was
-    cut, `Embedder.tokenize`), or with `tokenized=True` a list of tokens per
-    row (list<string>). Other columns pass through unchanged.
-
-    Out: the batch with the column `vectors_column` added: per row of n
-    tokens a tensor (Ray's variable-shaped tensor type, `dtype`) of shape
-    (n_layers, n, D) with output = "all", or (n, D) with "top" (the last of
-    `layers`) or "average" (the mean of `layers`); n = 0 for an empty text.
-    With `tokens_column`, also the tokens embedded (list<string>).
-
-    path: the biLM (anything `Embedder` loads), a path every actor can read.
-    run, and keywords: how the biLM runs, as `Embedder` takes them (a
-        `RunSettings`, or its fields as keywords).
-    dtype: "float32", or "float16" for half the size (rounded from float32).
-    tokenization: a `Tokenization` (or its dict) for text; None: the biLM's.
-    device: where the biLM runs; None: "cuda" in an actor that Ray gave a
-        GPU (`num_gpus=1`), else "cpu".
-    num_threads: torch threads of the actor; None: the CPUs Ray gave it
-        (`num_cpus`, at least 1); outside Ray, torch's own default.
-
-    The vectors are `Embedder.embed`'s, bit for bit, whatever the batches:
-    on the CPU a sentence's vectors do not depend on the others in its batch.
-    """
+    """Adds `vectors_column` (and with `tokens_column`, the tokens) to pyarrow
+    batches: `Embedder.embed`'s vectors of the texts (or `tokenized` token
+    lists) of `column`, as docs/embedding.md says."""
 
     def __init__(
         self,
@@ -120,7 +73,6 @@ class EmbedBatches:
         self.output, self.dtype = output, dtype
 
     def __call__(self, batch):
-        """A pyarrow Table of B rows -> the same rows with the vectors column."""
         values = input_column(batch, self.column, "EmbedBatches").to_pylist()
         if self.tokenized:
             sentences = [list(tokens or []) for tokens in values]
@@ -141,35 +93,9 @@ class EmbedBatches:
 
 
 class AnnotateBatches:
-    """A spaCy pipeline (one with an `elmo` pipe, or any other) over a text
-    column, for `Dataset.map_batches` with `batch_format="pyarrow"`: the
-    pipeline loads once per actor and runs `nlp.pipe` over each batch.
-
-    In: a pyarrow batch with the column `column`, a text per row. Other
-    columns pass through unchanged.
-
-    Out: the batch with one column per name in `annotations`, in that order:
-
-    - "tokens": list<string>, the doc's tokens;
-    - "cats": struct, label -> score (float64), `doc.cats`;
-    - "ents": list<struct<start_char: int64, end_char: int64, label: string>>,
-      `doc.ents` by character offsets into the text;
-    - "tags": list<string>, `token.tag_` per token;
-    - "tensor": a (n, width) float32 tensor per row (Ray's variable-shaped
-      tensor type), `doc.tensor` (the `elmo` pipe's mean of the layers);
-    - "docbin": binary, a DocBin (`store_user_data=True`, so `doc._.elmo`
-      travels) holding the one doc: `DocBin().from_bytes(b).get_docs(vocab)`.
-
-    path: the pipeline (a folder or package name for `spacy.load`), one every
-        actor can read.
-    batch_size: `nlp.pipe`'s batch size (docs per step, within a batch of
-        map_batches); None: the pipeline's own.
-    disable: pipes not to run.
-    device, num_threads: as in `EmbedBatches`; on a GPU the pipeline loads
-        after `spacy.require_gpu`, as `spacy.load` on a GPU does.
-
-    The annotations are `nlp.pipe`'s, bit for bit, on the CPU.
-    """
+    """Runs `spacy.load(path)`'s `nlp.pipe` (with `batch_size`, without the
+    pipes `disable` names) over the text `column` of pyarrow batches, and
+    adds a column per name of `annotations` (docs/embedding.md)."""
 
     def __init__(
         self,
@@ -204,7 +130,6 @@ class AnnotateBatches:
         self.annotations, self.column, self.batch_size = annotations, column, batch_size
 
     def __call__(self, batch):
-        """A pyarrow Table of B rows -> the same rows with the annotation columns."""
         texts = input_column(batch, self.column, "AnnotateBatches").to_pylist()
         docs = list(self.nlp.pipe((text or "" for text in texts), batch_size=self.batch_size))
         added = {name: self._column(name, docs) for name in self.annotations}
@@ -215,34 +140,18 @@ class AnnotateBatches:
         from spacy.tokens import DocBin
         from thinc.api import to_numpy
 
+        strings = pyarrow.list_(pyarrow.string())
         if name == "tokens":
-            return pyarrow.array(
-                [[t.text for t in doc] for doc in docs], pyarrow.list_(pyarrow.string())
-            )
+            return pyarrow.array([[t.text for t in doc] for doc in docs], strings)
         if name == "tags":
-            return pyarrow.array(
-                [[t.tag_ for t in doc] for doc in docs], pyarrow.list_(pyarrow.string())
-            )
+            return pyarrow.array([[t.tag_ for t in doc] for doc in docs], strings)
         if name == "cats":
             return pyarrow.array([doc.cats for doc in docs])
         if name == "ents":
-            entity = pyarrow.struct(
-                [
-                    ("start_char", pyarrow.int64()),
-                    ("end_char", pyarrow.int64()),
-                    ("label", pyarrow.string()),
-                ]
-            )
-            return pyarrow.array(
-                [
-                    [
-                        {"start_char": e.start_char, "end_char": e.end_char, "label": e.label_}
-                        for e in doc.ents
-                    ]
-                    for doc in docs
-                ],
-                pyarrow.list_(entity),
-            )
+            offset = pyarrow.int64()
+            entity = [("start_char", offset), ("end_char", offset), ("label", pyarrow.string())]
+            ents = [[(e.start_char, e.end_char, e.label_) for e in doc.ents] for doc in docs]
+            return pyarrow.array(ents, pyarrow.list_(pyarrow.struct(entity)))
         if name == "tensor":
             tensors = [numpy.asarray(to_numpy(doc.tensor), dtype="float32") for doc in docs]
             for doc, tensor in zip(docs, tensors):
@@ -253,14 +162,12 @@ class AnnotateBatches:
                         'is "nothing"?)'
                     )
             return tensor_array(tensors, "float32", 2)
-        return pyarrow.array(
-            [DocBin(docs=[doc], store_user_data=True).to_bytes() for doc in docs], pyarrow.binary()
-        )
+        docbins = [DocBin(docs=[doc], store_user_data=True).to_bytes() for doc in docs]
+        return pyarrow.array(docbins, pyarrow.binary())
 
 
 def set_actor_threads(num_threads: int | None) -> int:
-    """Set torch's threads in this process: `num_threads`, or in a Ray actor
-    the CPUs Ray assigned it (at least 1). Returns the threads."""
+    """Set torch's threads: `num_threads`, or in a Ray actor its CPUs (at least 1)."""
     import torch
 
     if num_threads is None:
@@ -276,8 +183,7 @@ def set_actor_threads(num_threads: int | None) -> int:
 
 
 def actor_device() -> str:
-    """ "cuda" where Ray gave this actor a GPU (it then sees only that one),
-    else "cpu"."""
+    """ "cuda" where Ray gave this actor a GPU (it sees only that one), else "cpu"."""
     ray = _ray_if_running()
     return "cuda" if ray is not None and ray.get_gpu_ids() else "cpu"
 
@@ -309,7 +215,6 @@ def input_column(batch, column: str, who: str):
 
 
 def with_columns(batch, added: dict, who: str):
-    """The pyarrow `batch` with the columns `added` appended."""
     for name, values in added.items():
         if name in batch.column_names:
             raise ElmoSpacyError(
@@ -320,8 +225,8 @@ def with_columns(batch, added: dict, who: str):
 
 
 def tensor_array(arrays: list[numpy.ndarray], dtype: str, ndim: int):
-    """Ray's variable-shaped tensor column of `arrays` (one per row, each
-    `ndim` dimensions of `dtype`), also for an empty batch."""
+    """Ray's variable-shaped tensor column of `arrays` (each `ndim`
+    dimensions of `dtype`), also of none."""
     import pyarrow
     from ray.data.extensions import ArrowVariableShapedTensorArray, ArrowVariableShapedTensorType
 
@@ -332,9 +237,8 @@ def tensor_array(arrays: list[numpy.ndarray], dtype: str, ndim: int):
 
 
 def tensors_to_numpy(column) -> list[numpy.ndarray]:
-    """The arrays of a column of Ray's variable-shaped tensors, read with or
-    without Ray: pyarrow alone reads such a Parquet column as its storage, a
-    struct of `data` (the values, flat) and `shape`."""
+    """The arrays of a column of Ray's variable-shaped tensors, read without
+    Ray too (pyarrow alone reads a struct of `data`, flat, and `shape`)."""
     import pyarrow
 
     chunks = column.chunks if isinstance(column, pyarrow.ChunkedArray) else [column]
@@ -362,23 +266,10 @@ def embed_to_parquet(
     lines_per_batch: int = 256,
     address: str | None = None,
 ) -> tuple[int, int]:
-    """Embed `lines[i]` for each i of `indices` on a pool of `actors` Ray
-    actors (`EmbedBatches` with `embed_options`) and write one Parquet file,
-    `output_file`, with a row per line in line order:
-
-    - "line": int64, the line's index in the file (embed's HDF5 key);
-    - "text": string, the line;
-    - "tokens": list<string>, its tokens as embedded;
-    - "vectors": a tensor per row, (n_layers, n, D) or (n, D), float32 or
-      float16 (`embed_options["output"]`, `["dtype"]`).
-
-    The lines travel from this process in blocks of `lines_per_batch`, one
-    map_batches task each; a task whose actor dies runs again on a new one
-    (Ray restarts it), and every block comes back once: the file is checked
-    to hold each line once, in order, and appears only once complete.
-    Connects to the Ray cluster at `address` ("auto": the one this machine
-    belongs to), or uses the Ray this process runs already, or starts a
-    local one (and stops it after). Returns (lines, tokens) written."""
+    """`elmo-spacy embed --engine ray`: `lines[i]` for each i of `indices`
+    through `EmbedBatches(**embed_options)` into the Parquet file
+    `output_file`. Joins the Ray at `address`, or the one running, or starts
+    a local one (stopped after). Returns (lines, tokens) written."""
     import pyarrow
 
     from .files import write_file
@@ -412,12 +303,9 @@ def embed_to_parquet(
             **({"num_gpus": gpus_per_actor} if gpus_per_actor else {}),
         )
         ndim = 3 if embed_options.get("output", "all") == "all" else 2
-        vectors = tensor_array([], embed_options.get("dtype", "float32"), ndim)
-        empty = (
-            table.slice(0, 0)
-            .append_column("tokens", pyarrow.array([], pyarrow.list_(pyarrow.string())))
-            .append_column("vectors", vectors)
-        )
+        no_tokens = pyarrow.array([], pyarrow.list_(pyarrow.string()))
+        no_vectors = tensor_array([], embed_options.get("dtype", "float32"), ndim)
+        empty = with_columns(table.slice(0, 0), {"tokens": no_tokens, "vectors": no_vectors}, "")
         counts: list[tuple[int, int]] = []
         write_file(
             output_file, lambda path: counts.append(write_in_order(dataset, path, indices, empty))
@@ -430,10 +318,8 @@ def embed_to_parquet(
 
 
 def write_in_order(dataset, path: Path, indices: Sequence[int], empty) -> tuple[int, int]:
-    """Write the rows of `dataset` (pyarrow batches with "line" and "tokens"
-    columns) to the Parquet file `path`, checking that their lines are
-    `indices`, each once, in order; with no rows, the table `empty`.
-    Returns (lines, tokens) written."""
+    """Write `dataset`'s rows (or else `empty`) to `path`, checking that their
+    lines are `indices`, once, in order (Ray reruns a dead actor's task)."""
     import pyarrow.compute
     import pyarrow.parquet
 

@@ -1,10 +1,8 @@
-"""`elmo-spacy embed`: a corpus, one sentence per line, to ELMo vectors in
-HDF5 (the layout of AllenNLP's `allennlp elmo`) or in a DocBin; or, with
-`--engine ray`, on a pool of Ray actors to Parquet (`elmo_spacy.ray_data`).
-The output file's suffix says which, unless --output-format does."""
+"""`elmo-spacy embed`: a corpus to ELMo vectors in HDF5, a DocBin, or Parquet
+(`--engine ray`, on Ray actors: `elmo_spacy.ray_data`)."""
 
 import time
-from collections.abc import Callable
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,8 +11,9 @@ import typer
 
 from ..bilm.formats.locate import layouts_help
 from ..bilm.runner import RunSettings
+from ..embedder import read_lines
 from ..errors import ElmoSpacyError
-from ..hdf5 import check_sentence_keys, sentence_to_index, write_hdf5
+from ..hdf5 import hdf5_keys, write_hdf5
 from . import app, errors_to_exit, parse_part
 
 if TYPE_CHECKING:
@@ -22,7 +21,7 @@ if TYPE_CHECKING:
 
 FORMATS = ("hdf5", "spacy", "parquet")
 ENGINES = ("local", "ray")
-# The output format each suffix names; what each format is, and its files.
+# The format each suffix names; each format's name, and its file's.
 SUFFIXES = {".hdf5": "hdf5", ".h5": "hdf5", ".spacy": "spacy", ".parquet": "parquet"}
 FORMAT_NAMES = {"hdf5": "HDF5", "spacy": "a DocBin", "parquet": "Parquet"}
 FORMAT_FILES = {"hdf5": "an HDF5 file", "spacy": "a DocBin", "parquet": "a Parquet file"}
@@ -43,14 +42,12 @@ def embed_command(
     output_file: Path = typer.Argument(
         ...,
         dir_okay=False,
-        help="The file to write: .hdf5 or .h5 (HDF5), .spacy (a DocBin), .parquet (--engine "
-        "ray); another suffix takes --output-format, or the engine's format",
+        help="The file to write: .hdf5 or .h5, .spacy (a DocBin), .parquet (--engine ray)",
     ),
     weight_file: Path = typer.Option(
         None,
         "--weight-file",
-        help="The weights .hdf5 of the bilm-tf model whose options .json is BILM_PATH, as "
-        "`allennlp elmo --weight-file` took them (any names, any folders)",
+        help="The weights .hdf5 of the bilm-tf model whose options .json is BILM_PATH",
     ),
     all_layers: bool = typer.Option(
         False, "--all", help="Every layer: (L + 1, n, D) per line (the default)"
@@ -66,8 +63,7 @@ def embed_command(
     ),
     precision: str = typer.Option(
         RunSettings.precision,
-        help="float32 (conformant), bfloat16 (CPUs with bfloat16 units, GPUs), float16 (GPUs "
-        "without bfloat16) or auto (the faster of bfloat16 and float32, timed)",
+        help="float32 (conformant), bfloat16, float16 or auto (the faster, timed)",
     ),
     warmup_file: Path = typer.Option(
         None,
@@ -77,17 +73,15 @@ def embed_command(
     ),
     tokenize: bool = typer.Option(
         False,
-        help="Tokenise with spaCy's tokenizer instead of splitting on spaces (for a biLM "
-        "pretrained on spaCy's tokens: the language it records)",
+        help="Tokenise with spaCy's tokenizer instead of splitting on spaces",
     ),
     lang: str = typer.Option(
         None, help="Language of the spaCy tokenizer (with --tokenize; default: the biLM's, or en)"
     ),
     output_format: str = typer.Option(
         None,
-        help="hdf5 (AllenNLP's layout), spacy (a DocBin with doc._.elmo set), or parquet "
-        "(--engine ray's only); default: what OUTPUT_FILE's suffix names, else hdf5 "
-        "(--engine local) or parquet (--engine ray)",
+        help="hdf5, spacy or parquet (--engine ray); default: what OUTPUT_FILE's suffix names, "
+        "else the engine's",
     ),
     use_sentence_keys: bool = typer.Option(
         False, help="Key each dataset by its sentence, not its line index (AllenNLP's flag)"
@@ -107,8 +101,7 @@ def embed_command(
     overwrite: bool = typer.Option(False, help="Replace OUTPUT_FILE if it exists"),
     engine: str = typer.Option(
         "local",
-        help="local (this process) or ray (a pool of Ray actors, writing Parquet: "
-        "pip install elmo_spacy\\[ray])",
+        help="local (this process) or ray (Ray actors: pip install elmo_spacy\\[ray])",
     ),
     actors: int = typer.Option(None, help="--engine ray: actors, each with its biLM [1]"),
     cpus_per_actor: float = typer.Option(
@@ -122,30 +115,20 @@ def embed_command(
     ),
     ray_address: str = typer.Option(
         None,
-        help="--engine ray: the cluster to join (auto: this machine's); default: a local Ray",
+        help="--engine ray: the cluster to join (auto: this machine's) [a local Ray]",
     ),
     dtype: str = typer.Option(
         "float32", help="--engine ray: float32, or float16 vectors in the Parquet file"
     ),
 ) -> None:
-    """Embed a corpus with a biLM: one sentence per line, tokens separated by
-    spaces (or --tokenize), written as AllenNLP's `allennlp elmo` writes it:
-    a float32 dataset per line, keyed by the line's index ("0", "1", ...),
-    and a `sentence_to_index` dataset (JSON: sentence -> key). An empty line
-    gives an empty dataset. The file appears only once it is complete.
-    OUTPUT_FILE's suffix chooses the format: .hdf5 or .h5, .spacy (a DocBin),
-    .parquet (--engine ray).
+    """Embed a corpus, one sentence per line, into AllenNLP's HDF5 layout (a
+    float32 dataset per line, keyed by its index, and `sentence_to_index`),
+    a DocBin, or with --engine ray a Parquet file (docs/embedding.md)."""
+    from tqdm import tqdm
 
-    BILM_PATH is a biLM path, or with --weight-file the options .json of a
-    bilm-tf model's two files (as `allennlp elmo` took --options-file and
-    --weight-file).
-
-    With --engine ray the lines run on a pool of Ray actors (--actors) and
-    land in one Parquet file, a row per line in line order: line (the
-    index), text, tokens, vectors (a tensor per row)."""
     from ..bilm import load_bilm
     from ..bilm.runtime.devices import resolve_device
-    from ..embedder import Embedder, tokenizer_for
+    from ..embedder import Embedder, shape_vectors, tokenizer_for
     from ..files import write_file
 
     with errors_to_exit():
@@ -178,99 +161,63 @@ def embed_command(
         if warmup_file is not None:
             run = replace(run, warmup=tokenizer(read_lines(warmup_file)))
         if engine == "ray":
+            from .. import ray_data
             from ..bilm.runner import resolve_layers
 
             resolve_layers(run.layers, bilm.config.n_layers + 1, "--layers")  # before Ray starts
             started = time.perf_counter()
-            n_lines, n_tokens = _embed_on_ray(
-                bilm_source, lines, indices, output_file, ray_options, mode, dtype, run,
-                tokenization,
-            )  # fmt: skip
-            _report(n_lines, n_tokens, time.perf_counter() - started, output_file)
-            return
-        if output_format == "spacy":
-            docs = _docs(tokenize, lang, [lines[i] for i in indices])
-            sentences = [[t.text for t in doc] for doc in docs]
-        else:
-            sentences = tokenizer([lines[i] for i in indices])
-        if use_sentence_keys:
-            check_sentence_keys(lines, indices, "--use-sentence-keys")
-        embedder = Embedder(bilm, run, device=resolve_device(gpu_id, "--gpu-id"))
-        started = time.perf_counter()
-        vectors = _embedded(embedder, sentences, mode)
-        if output_format == "spacy":
-            write_file(output_file, lambda path: write_docbin(path, docs, vectors))
-        else:
-            keys = [lines[i] if use_sentence_keys else str(i) for i in indices]
-            index = (
-                None if use_sentence_keys or forget_sentences else sentence_to_index(lines, indices)
+            n_lines, n_tokens = ray_data.embed_to_parquet(
+                bilm_source,
+                lines,
+                indices,
+                output_file,
+                embed_options={
+                    "output": mode,
+                    "dtype": dtype,
+                    "run": run,
+                    "tokenization": tokenization,
+                },
+                actors=actors or 1,
+                cpus_per_actor=cpus_per_actor or 1,
+                gpus_per_actor=gpus_per_actor or 0,
+                lines_per_batch=lines_per_batch or 256,
+                address=ray_address,
             )
-            write_file(output_file, lambda path: write_hdf5(path, keys, vectors, index))
+        else:
+            if output_format == "spacy":
+                docs = _docs(tokenize, lang, [lines[i] for i in indices])
+                sentences = [[t.text for t in doc] for doc in docs]
+            else:
+                sentences = tokenizer([lines[i] for i in indices])
+                flag = "--use-sentence-keys"
+                keys, index = hdf5_keys(lines, indices, use_sentence_keys, forget_sentences, flag)
+            embedder = Embedder(bilm, run, device=resolve_device(gpu_id, "--gpu-id"))
+            n_lines, n_tokens = len(sentences), sum(len(s) for s in sentences)
+            started = time.perf_counter()
+            with tqdm(
+                total=n_tokens, unit="tok", unit_scale=True, desc="embed", leave=False
+            ) as bar:
+                embedded = embedder.embed_iter(sentences, progress=bar.update)
+                vectors = ((i, shape_vectors(layers, mode)) for i, layers in embedded)
+                if output_format == "spacy":
+                    write_file(output_file, lambda path: write_docbin(path, docs, vectors))
+                else:
+                    write_file(output_file, lambda path: write_hdf5(path, keys, vectors, index))
     seconds = time.perf_counter() - started
-    _report(len(sentences), sum(len(s) for s in sentences), seconds, output_file)
-
-
-def _report(n_lines: int, n_tokens: int, seconds: float, output_file: Path) -> None:
     typer.echo(
         f"{n_lines} lines, {n_tokens} tokens in {seconds:.1f} s "
         f"({n_tokens / max(seconds, 1e-9):,.0f} tokens/s) -> {output_file}"
     )
 
 
-def _embed_on_ray(
-    bilm_path, lines, indices, output_file, ray_options, mode, dtype, run, tokenization
-) -> tuple[int, int]:
-    """`elmo_spacy.ray_data.embed_to_parquet` with the command's options."""
-    from ..ray_data import embed_to_parquet
-
-    return embed_to_parquet(
-        bilm_path,
-        lines,
-        indices,
-        output_file,
-        embed_options={"output": mode, "dtype": dtype, "run": run, "tokenization": tokenization},
-        actors=ray_options["--actors"] or 1,
-        cpus_per_actor=ray_options["--cpus-per-actor"] or 1,
-        gpus_per_actor=ray_options["--gpus-per-actor"] or 0,
-        lines_per_batch=ray_options["--lines-per-batch"] or 256,
-        address=ray_options["--ray-address"],
-    )
-
-
-def read_lines(path: Path) -> list[str]:
-    """The file's lines, stripped of surrounding white space (as AllenNLP
-    reads them); an empty line stays, as an empty sentence."""
-    try:
-        with open(path, encoding="utf-8") as file:
-            return [line.strip() for line in file]
-    except UnicodeDecodeError as err:
-        raise ElmoSpacyError(f"{path} is not UTF-8 text ({err}): convert it to UTF-8") from err
-
-
-def _embedded(embedder, sentences: list[list[str]], mode: str):
-    """A function that yields (position, float32 array) for every sentence,
-    shaped by `mode`, with a progress bar in tokens/s."""
-    from tqdm import tqdm
-
-    from ..embedder import shape_vectors
-
-    def vectors():
-        total = sum(len(s) for s in sentences)
-        with tqdm(total=total, unit="tok", unit_scale=True, desc="embed", leave=False) as bar:
-            for position, layers in embedder.embed_iter(sentences, progress=bar.update):
-                yield position, shape_vectors(layers, mode)
-
-    return vectors
-
-
-def write_docbin(path: Path, docs: list, vectors: Callable) -> None:
-    """A DocBin of the docs, in line order, each with doc._.elmo set
-    ((1, n, D) with --top or --average)."""
+def write_docbin(path: Path, docs: list, vectors: Iterable[tuple]) -> None:
+    """A DocBin of the docs, in line order, each with doc._.elmo set to its
+    (position, vectors) pair's ((1, n, D) with --top or --average)."""
     from spacy.tokens import DocBin
 
     from ..extensions import set_layers
 
-    for position, output in vectors():
+    for position, output in vectors:
         set_layers(docs[position], output if output.ndim == 3 else output[None])
     DocBin(store_user_data=True, docs=docs).to_disk(path)
 
@@ -391,19 +338,17 @@ def _tokenization(tokenize: bool, lang: str | None, recorded) -> "Tokenization":
     spacy_biLM = recorded is not None and recorded.tokenizer == "spacy"
     if not tokenize:
         if spacy_biLM:
-            _say(
+            message = (
                 f"The biLM learned {recorded}; the lines are split on white space. Pass "
                 "--tokenize to cut them as its text was cut."
             )
+            typer.secho(message, fg="yellow", err=True)
         return WHITESPACE
     chosen = Tokenization("spacy", lang or (recorded.lang if spacy_biLM else "en"))
     if recorded is not None and recorded != chosen:
-        _say(f"The biLM learned {recorded}; the lines are cut by {chosen}.")
+        message = f"The biLM learned {recorded}; the lines are cut by {chosen}."
+        typer.secho(message, fg="yellow", err=True)
     return chosen
-
-
-def _say(message: str) -> None:
-    typer.secho(message, fg="yellow", err=True)
 
 
 def _docs(tokenize: bool, lang: str, lines: list[str]) -> list:
