@@ -1,23 +1,10 @@
 """bilm-tf's format, `options.json` + `weights.hdf5`: the published ELMo models.
 
 `read_bilm_tf` builds a `BiLM` that computes what bilm-tf computes from such
-a pair of files; `write_bilm_tf` writes a char-CNN biLM in that format. The
-mapping, dataset by dataset (TensorFlow stores `x @ W`, torch `x @ W.T`):
-
-| bilm-tf dataset | shape | BiLM parameter |
-| --- | --- | --- |
-| `char_embed` | (261, c) | `encoder.embed.weight` |
-| `CNN/W_cnn_i`, `CNN/b_cnn_i` | (1, w, c, n), (n,) | `encoder.convs.i` (n, c, w) |
-| `CNN_high_k/W_transform`, `b_transform` | (F, F), (F,) | first half of `encoder.highway.layers.k` |
-| `CNN_high_k/W_carry`, `b_carry` | (F, F), (F,) | second half, negated: our gate carries the input, bilm-tf's the transform |
-| `CNN_proj/W_proj`, `b_proj` | (F, P), (P,) | `encoder.projection` (absent when F == P) |
-| `RNN_d/RNN/MultiRNNCell/Cell{l}/LSTMCell/W_0` | (P + P, 4H) | `weight_ih` and `weight_hh` of layer l, direction d (0 forward, 1 backward); gates (i, j, f, o) reordered to torch's (i, f, j, o) |
-| `.../B` | (4H,) | `bias_ih`, reordered; `bias_hh` holds TensorFlow's constant forget bias of 1 |
-| `.../W_P_0` | (H, P) | `weight_hr` (absent when H == P: no projection) |
-
-The two files are given as a pair of any names, or found in a folder or an
-NLPL .zip archive (`find_pair`, `find_zipped_pair`): by their published
-names first, else as the one options .json and the one weights .hdf5 there.
+a pair of files; `write_bilm_tf` writes a char-CNN biLM in that format. How
+the datasets map to the biLM's parameters: `_layout` (and docs/models.md).
+The pair is given, or found in a folder or an NLPL .zip archive by its
+published names, else as the one options .json and the one weights .hdf5 there.
 """
 
 import json
@@ -191,27 +178,7 @@ def options_from_config(config: BiLMConfig) -> dict[str, Any]:
 
 def expected_shapes(config: BiLMConfig) -> dict[str, tuple[int, ...]]:
     """Every dataset of weights.hdf5 for this architecture, with its shape."""
-    n_filters = sum(n for _, n in config.filters)
-    dim, cell = config.projection_dim, config.lstm_dim
-    shapes: dict[str, tuple[int, ...]] = {"char_embed": (261, config.char_dim)}
-    for i, (width, n) in enumerate(config.filters):
-        shapes[f"CNN/W_cnn_{i}"] = (1, width, config.char_dim, n)
-        shapes[f"CNN/b_cnn_{i}"] = (n,)
-    for k in range(config.n_highway):
-        for part in ("carry", "transform"):
-            shapes[f"CNN_high_{k}/W_{part}"] = (n_filters, n_filters)
-            shapes[f"CNN_high_{k}/b_{part}"] = (n_filters,)
-    if n_filters != dim:
-        shapes["CNN_proj/W_proj"] = (n_filters, dim)
-        shapes["CNN_proj/b_proj"] = (dim,)
-    for direction in range(2):
-        for layer in range(config.n_layers):
-            cell_path = _cell(direction, layer)
-            shapes[f"{cell_path}/W_0"] = (2 * dim, 4 * cell)
-            shapes[f"{cell_path}/B"] = (4 * cell,)
-            if cell != dim:
-                shapes[f"{cell_path}/W_P_0"] = (cell, dim)
-    return shapes
+    return {name: shape for datasets, *_ in _layout(config) for name, shape in datasets.items()}
 
 
 DatasetProgress = Callable[[Iterable[str]], Iterable[str]]  # e.g. tqdm, around dataset names
@@ -237,7 +204,10 @@ def read_bilm_tf(
     )
     bilm = BiLM(config, WordVocab.specials_only(), with_softmax=False, tokenization=WHITESPACE)
     state = bilm.state_dict()
-    state.update(_to_state(config, arrays))
+    for datasets, parameters, to_torch, _ in _layout(config):
+        values = to_torch(*(arrays[name] for name in datasets))
+        for name, value in zip(parameters, values):
+            state[name] = torch.from_numpy(numpy.ascontiguousarray(value))
     bilm.load_state_dict(state)
     bilm.eval()
     return bilm
@@ -438,7 +408,12 @@ def write_bilm_tf(bilm: BiLM, output_dir: str | Path) -> tuple[Path, Path]:
     import h5py
 
     options = options_from_config(bilm.config)
-    arrays = _from_state(bilm.config, bilm.state_dict())
+    state = {k: v.detach().cpu().numpy() for k, v in bilm.state_dict().items()}
+    arrays = {}
+    for datasets, parameters, _, to_tf in _layout(bilm.config):
+        values = to_tf(*(state[name] for name in parameters))
+        for name, value in zip(datasets, values):
+            arrays[name] = numpy.ascontiguousarray(value, dtype="float32")
 
     def write(folder: Path) -> None:
         (folder / OPTIONS_FILE).write_text(json.dumps(options, indent=2) + "\n", encoding="utf-8")
@@ -448,10 +423,6 @@ def write_bilm_tf(bilm: BiLM, output_dir: str | Path) -> tuple[Path, Path]:
 
     output_dir = write_directory(output_dir, write, owned=(OPTIONS_FILE, WEIGHTS_FILE))
     return output_dir / OPTIONS_FILE, output_dir / WEIGHTS_FILE
-
-
-def _cell(direction: int, layer: int) -> str:
-    return f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
 
 
 def _read_datasets(
@@ -487,78 +458,89 @@ def _read_datasets(
         return {name: numpy.asarray(file[name][...], dtype="float32") for name in progress(shapes)}
 
 
-def _swap_gates(gates: numpy.ndarray, cell: int) -> numpy.ndarray:
+def _swap_gates(gates: numpy.ndarray) -> numpy.ndarray:
     """Gate blocks along axis 0 between TensorFlow's order (i, j, f, o) and
     torch's (i, f, j, o): the middle two swapped, each order to the other."""
-    i, j, f, o = (gates[k * cell : (k + 1) * cell] for k in range(4))
+    i, j, f, o = numpy.split(gates, 4)
     return numpy.concatenate([i, f, j, o])
 
 
-def _to_state(config: BiLMConfig, arrays: dict[str, numpy.ndarray]) -> dict[str, torch.Tensor]:
-    """bilm-tf datasets -> BiLM state dict entries."""
-    state: dict[str, numpy.ndarray] = {"encoder.embed.weight": arrays["char_embed"]}
-    for i in range(len(config.filters)):
-        state[f"encoder.convs.{i}.weight"] = arrays[f"CNN/W_cnn_{i}"][0].transpose(2, 1, 0)
-        state[f"encoder.convs.{i}.bias"] = arrays[f"CNN/b_cnn_{i}"]
-    for k in range(config.n_highway):
-        high = f"CNN_high_{k}"
-        state[f"encoder.highway.layers.{k}.weight"] = numpy.concatenate(
-            [arrays[f"{high}/W_transform"].T, -arrays[f"{high}/W_carry"].T]
-        )
-        state[f"encoder.highway.layers.{k}.bias"] = numpy.concatenate(
-            [arrays[f"{high}/b_transform"], -arrays[f"{high}/b_carry"]]
-        )
-    if "CNN_proj/W_proj" in arrays:
-        state["encoder.projection.weight"] = arrays["CNN_proj/W_proj"].T
-        state["encoder.projection.bias"] = arrays["CNN_proj/b_proj"]
-    dim, cell = config.projection_dim, config.lstm_dim
-    forget_bias = numpy.zeros(4 * cell, dtype="float32")
-    forget_bias[cell : 2 * cell] = FORGET_BIAS
-    for direction, stack in enumerate(("forward_lstm", "backward_lstm")):
-        for layer in range(config.n_layers):
-            path, prefix = _cell(direction, layer), f"{stack}.layers.{layer}"
-            kernel = arrays[f"{path}/W_0"]
-            state[f"{prefix}.weight_ih_l0"] = _swap_gates(kernel[:dim].T, cell)
-            state[f"{prefix}.weight_hh_l0"] = _swap_gates(kernel[dim:].T, cell)
-            state[f"{prefix}.bias_ih_l0"] = _swap_gates(arrays[f"{path}/B"], cell)
-            state[f"{prefix}.bias_hh_l0"] = forget_bias
-            if cell != dim:
-                state[f"{prefix}.weight_hr_l0"] = arrays[f"{path}/W_P_0"].T
-    return {k: torch.from_numpy(numpy.ascontiguousarray(v)) for k, v in state.items()}
+# Datasets with their shapes, the parameters they make, and the functions
+# datasets -> parameters and parameters -> datasets.
+Layout = list[tuple[dict[str, tuple[int, ...]], tuple[str, ...], Callable, Callable]]
 
 
-def _from_state(config: BiLMConfig, tensors: dict[str, torch.Tensor]) -> dict[str, numpy.ndarray]:
-    """BiLM state dict -> bilm-tf datasets (the inverse of `_to_state`)."""
-    state = {k: v.detach().cpu().numpy() for k, v in tensors.items()}
-    arrays = {"char_embed": state["encoder.embed.weight"]}
-    for i in range(len(config.filters)):
-        arrays[f"CNN/W_cnn_{i}"] = state[f"encoder.convs.{i}.weight"].transpose(2, 1, 0)[None]
-        arrays[f"CNN/b_cnn_{i}"] = state[f"encoder.convs.{i}.bias"]
+def _layout(config: BiLMConfig) -> Layout:
+    """The datasets of weights.hdf5 in groups, each with the BiLM parameters it
+    makes. TensorFlow stores `x @ W`, torch `x @ W.T`; our highway gate
+    carries the input, bilm-tf's the transform (hence -carry); bias_hh holds
+    the constant forget bias that TensorFlow's LSTMCell adds itself."""
     n_filters = sum(n for _, n in config.filters)
-    for k in range(config.n_highway):
-        weight, bias = (
-            state[f"encoder.highway.layers.{k}.weight"],
-            state[f"encoder.highway.layers.{k}.bias"],
-        )
-        arrays[f"CNN_high_{k}/W_transform"] = weight[:n_filters].T
-        arrays[f"CNN_high_{k}/b_transform"] = bias[:n_filters]
-        arrays[f"CNN_high_{k}/W_carry"] = -weight[n_filters:].T
-        arrays[f"CNN_high_{k}/b_carry"] = -bias[n_filters:]
-    if "encoder.projection.weight" in state:
-        arrays["CNN_proj/W_proj"] = state["encoder.projection.weight"].T
-        arrays["CNN_proj/b_proj"] = state["encoder.projection.bias"]
-    cell = config.lstm_dim
+    dim, cell, char_dim = config.projection_dim, config.lstm_dim, config.char_dim
     forget_bias = numpy.zeros(4 * cell, dtype="float32")
     forget_bias[cell : 2 * cell] = FORGET_BIAS
+    layout: Layout = []
+
+    def add(datasets: dict, parameters: tuple, to_torch=_same, to_tf=_same) -> None:
+        layout.append((datasets, parameters, to_torch, to_tf))
+
+    add({"char_embed": (261, char_dim)}, ("encoder.embed.weight",))
+    for i, (width, n) in enumerate(config.filters):  # (1, w, c, n) <-> (n, c, w)
+        conv = f"encoder.convs.{i}"
+        add({f"CNN/W_cnn_{i}": (1, width, char_dim, n)}, (f"{conv}.weight",), _conv, _conv_tf)
+        add({f"CNN/b_cnn_{i}": (n,)}, (f"{conv}.bias",))
+    f, shapes = n_filters, {"W": (n_filters, n_filters), "b": (n_filters,)}
+    for k in range(config.n_highway):
+        high, layer = f"CNN_high_{k}", f"encoder.highway.layers.{k}"
+        add(
+            {
+                f"{high}/{p}_{part}": shapes[p]
+                for part in ("carry", "transform")
+                for p in ("W", "b")
+            },
+            (f"{layer}.weight", f"{layer}.bias"),
+            lambda wc, bc, wt, bt: (
+                numpy.concatenate([wt.T, -wc.T]),
+                numpy.concatenate([bt, -bc]),
+            ),
+            lambda w, b: (-w[f:].T, -b[f:], w[:f].T, b[:f]),
+        )
+    if n_filters != dim:
+        datasets = {"CNN_proj/W_proj": (n_filters, dim), "CNN_proj/b_proj": (dim,)}
+        add(datasets, ("encoder.projection.weight", "encoder.projection.bias"), _t, _t)
     for direction, stack in enumerate(("forward_lstm", "backward_lstm")):
         for layer in range(config.n_layers):
-            path, prefix = _cell(direction, layer), f"{stack}.layers.{layer}"
-            weight_ih = _swap_gates(state[f"{prefix}.weight_ih_l0"], cell)
-            weight_hh = _swap_gates(state[f"{prefix}.weight_hh_l0"], cell)
-            arrays[f"{path}/W_0"] = numpy.concatenate([weight_ih.T, weight_hh.T])
-            # TensorFlow adds the constant forget bias itself: take it out of bias_hh.
-            bias = state[f"{prefix}.bias_ih_l0"] + (state[f"{prefix}.bias_hh_l0"] - forget_bias)
-            arrays[f"{path}/B"] = _swap_gates(bias, cell)
-            if f"{prefix}.weight_hr_l0" in state:
-                arrays[f"{path}/W_P_0"] = state[f"{prefix}.weight_hr_l0"].T
-    return {k: numpy.ascontiguousarray(v, dtype="float32") for k, v in arrays.items()}
+            path = f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+            lstm = f"{stack}.layers.{layer}"
+            add(
+                {f"{path}/W_0": (2 * dim, 4 * cell)},
+                (f"{lstm}.weight_ih_l0", f"{lstm}.weight_hh_l0"),
+                lambda w: (_swap_gates(w[:dim].T), _swap_gates(w[dim:].T)),
+                lambda ih, hh: (numpy.concatenate([_swap_gates(ih).T, _swap_gates(hh).T]),),
+            )
+            add(
+                {f"{path}/B": (4 * cell,)},
+                (f"{lstm}.bias_ih_l0", f"{lstm}.bias_hh_l0"),
+                lambda b: (_swap_gates(b), forget_bias),
+                lambda ih, hh: (_swap_gates(ih + (hh - forget_bias)),),
+            )
+            if cell != dim:
+                add({f"{path}/W_P_0": (cell, dim)}, (f"{lstm}.weight_hr_l0",), _t, _t)
+    return layout
+
+
+def _same(*arrays: numpy.ndarray) -> tuple[numpy.ndarray, ...]:
+    return arrays
+
+
+def _t(*arrays: numpy.ndarray) -> tuple[numpy.ndarray, ...]:
+    """Weights transposed (x @ W <-> x @ W.T), biases as they are."""
+    return tuple(a.T for a in arrays)
+
+
+def _conv(w: numpy.ndarray) -> tuple[numpy.ndarray]:
+    return (w[0].transpose(2, 1, 0),)
+
+
+def _conv_tf(w: numpy.ndarray) -> tuple[numpy.ndarray]:
+    return (w.transpose(2, 1, 0)[None],)
