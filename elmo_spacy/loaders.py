@@ -20,9 +20,10 @@ from pathlib import Path
 from spacy.util import registry
 
 from .bilm import BiLM
-from .bilm.formats.bilm_tf import read_bilm_tf, read_bilm_tf_in
+from .bilm.formats.bilm_tf import read_bilm_tf
 from .bilm.formats.directory import read_bilm_directory
 from .bilm.formats.efml import read_efml
+from .bilm.formats.locate import read_bilm_tf_in
 
 BiLMLoader = Callable[[], BiLM]
 

@@ -24,7 +24,15 @@ from ..bilm import BiLM
 from ..inputs.tokenization import WHITESPACE
 from ..inputs.vocab import WordVocab
 from ..model.config import BiLMConfig
-from .checks import BiLMLoadError, check_shapes, existing, listing, read_json
+from .checks import (
+    BiLMLoadError,
+    check_shapes,
+    existing,
+    listing,
+    read_json,
+    refuse_unknown,
+    settings_of,
+)
 from .efml import is_efml_folder
 
 OPTIONS_FILE, WEIGHTS_FILE = "options.json", "weights.hdf5"
@@ -42,6 +50,7 @@ PAIR_FORMS = (
     "(or export) OPTIONS_JSON ... --weight-file WEIGHTS_HDF5 on the command line "
     "(convert-elmo: OPTIONS_JSON WEIGHTS_HDF5 OUTPUT_DIR)"
 )
+GIVE_PAIR = f"give the two files as a pair, (OPTIONS_JSON, WEIGHTS_HDF5): {PAIR_FORMS}."
 WEIGHTS_SUFFIXES = (".hdf5", ".h5")
 MAX_OPTIONS_BYTES = 1 << 20  # options files are < 1 kB; larger JSON files are not read
 FORGET_BIAS = 1.0  # what TensorFlow's LSTMCell adds to the forget gate
@@ -79,14 +88,14 @@ class BilmTfFormatError(BiLMLoadError):
 
 def config_from_options(options: dict[str, Any], where: str) -> BiLMConfig:
     """The BiLMConfig of a bilm-tf options dict (refusing keys it does not know)."""
-    unknown = sorted(set(options) - set(KNOWN_OPTIONS) - TRAINING_OPTIONS)
-    for section, keys in KNOWN_OPTIONS.items():
-        unknown += [f"{section}.{k}" for k in sorted(set(options.get(section, {})) - keys)]
-    if unknown:
-        raise BilmTfFormatError(
-            f"{where}: options this converter does not know: {unknown}. They may change what "
-            "the model computes, so it stops rather than guess."
-        )
+    refuse_unknown(
+        options,
+        KNOWN_OPTIONS,
+        TRAINING_OPTIONS,
+        where=where,
+        what="options",
+        error=BilmTfFormatError,
+    )
     if "char_cnn" not in options:
         raise BilmTfFormatError(
             f"{where} has no char_cnn section: a bilm-tf model on word ids. Only character "
@@ -95,7 +104,7 @@ def config_from_options(options: dict[str, Any], where: str) -> BiLMConfig:
     if not options.get("bidirectional", True):
         raise BilmTfFormatError(f"{where}: bidirectional is false; a biLM needs both directions")
     lstm, cnn = options.get("lstm", {}), options["char_cnn"]
-    try:
+    with settings_of(where, BilmTfFormatError, "option"):
         if cnn.get("n_characters", N_CHARACTERS) not in (261, 262):
             raise BilmTfFormatError(
                 f"{where}: char_cnn.n_characters = {cnn['n_characters']}; bilm-tf models have "
@@ -126,12 +135,6 @@ def config_from_options(options: dict[str, Any], where: str) -> BiLMConfig:
             dropout=0.0,
             min_count=1,
         )
-    except KeyError as err:
-        raise BilmTfFormatError(f"{where}: option {err} is missing") from err
-    except (TypeError, ValueError) as err:
-        if isinstance(err, BilmTfFormatError):
-            raise
-        raise BilmTfFormatError(f"{where}: {err}") from err
 
 
 def options_from_config(config: BiLMConfig) -> dict[str, Any]:
@@ -193,15 +196,33 @@ def read_bilm_tf(
     """A BiLM (without softmax) that computes what bilm-tf computes from these
     files. `progress` wraps the dataset names as they are read; `names`: what
     error messages call the two files (default: their paths)."""
+    import h5py
+
     options_path, weights_path = _checked_pair(options_path, weights_path)
     options_name, weights_name = names or (str(options_path), str(weights_path))
     options = read_json(options_path, BilmTfFormatError, options_name)
     if not isinstance(options, dict):
         raise BilmTfFormatError(f"{options_name} is not a JSON object of bilm-tf options")
     config = config_from_options(options, options_name)
-    arrays = _read_datasets(
-        weights_path, expected_shapes(config), (options_name, weights_name), progress
-    )
+    shapes = expected_shapes(config)
+    try:
+        file = h5py.File(weights_path, "r")
+    except OSError as err:
+        raise BilmTfFormatError(f"{weights_name} is not a readable HDF5 file ({err})") from err
+    with file:
+        found: dict[str, tuple[int, ...]] = {}
+        file.visititems(
+            lambda name, item: (
+                found.update({name: tuple(item.shape)}) if isinstance(item, h5py.Dataset) else None
+            )
+        )
+        described_by = f"the model {options_name} describes"
+        check_shapes(
+            found, shapes, where=weights_name, described_by=described_by, error=BilmTfFormatError
+        )
+        arrays = {
+            name: numpy.asarray(file[name][...], dtype="float32") for name in progress(shapes)
+        }
     bilm = BiLM(config, WordVocab.specials_only(), with_softmax=False, tokenization=WHITESPACE)
     state = bilm.state_dict()
     for datasets, parameters, to_torch, _ in _layout(config):
@@ -216,8 +237,7 @@ def read_bilm_tf(
 def read_zipped_bilm_tf(
     archive: str | Path, options: str, weights: str, progress: DatasetProgress = iter
 ) -> BiLM:
-    """`read_bilm_tf` of the members `options` and `weights` of a zip archive,
-    extracted to a temporary folder that is removed afterwards."""
+    """`read_bilm_tf` of two members of a zip archive, extracted to a temporary folder."""
     with tempfile.TemporaryDirectory(prefix="elmo-spacy-") as folder:
         copies = Path(folder) / OPTIONS_FILE, Path(folder) / WEIGHTS_FILE
         try:
@@ -234,21 +254,6 @@ def read_zipped_bilm_tf(
         return read_bilm_tf(
             *copies, progress, names=(f"{archive}:{options}", f"{archive}:{weights}")
         )
-
-
-def read_bilm_tf_in(path: str | Path, progress: DatasetProgress = iter) -> BiLM:
-    """`read_bilm_tf` of the one bilm-tf model in the folder or NLPL .zip
-    archive `path` (see `find_pair` and `find_zipped_pair`)."""
-    path = existing(path)
-    if path.is_dir():
-        pair = find_pair(path)
-        if pair is None:
-            raise BiLMLoadError(f"{path} holds no bilm-tf model: looked for {PAIR_FILES}.")
-        return read_bilm_tf(*pair, progress)
-    found = find_zipped_pair(path)
-    if found is None:
-        raise BiLMLoadError(f"{path} is a file, but not a zip archive: give a folder or a .zip.")
-    return read_zipped_bilm_tf(*found, progress)
 
 
 def _checked_pair(options: str | Path, weights: str | Path) -> tuple[Path, Path]:
@@ -275,8 +280,7 @@ def _checked_pair(options: str | Path, weights: str | Path) -> tuple[Path, Path]
 
 
 def find_pair(folder: Path) -> tuple[Path, Path] | None:
-    """The (options, weights) files of the bilm-tf model in `folder`, or None
-    (see `choose_pair`)."""
+    """The (options, weights) files of the bilm-tf model in `folder`, or None."""
     if not folder.is_dir():
         return None
     files = {p.name for p in folder.iterdir() if p.is_file()}
@@ -290,10 +294,9 @@ def find_pair(folder: Path) -> tuple[Path, Path] | None:
 
 
 def find_zipped_pair(path: Path) -> tuple[Path, str, str] | None:
-    """(archive, options member, weights member): the bilm-tf model at the
-    top level of the zip archive `path`, or else in exactly one of its
-    first-level folders. None if `path` is not a zip archive; a
-    `BiLMLoadError` saying what it holds if it holds no one bilm-tf model."""
+    """(archive, options member, weights member): the bilm-tf model at the top
+    level of the zip archive `path`, or else in its one first-level folder
+    that holds one. None if `path` is not a zip archive."""
     if not path.is_file() or not (path.suffix.lower() == ".zip" or zipfile.is_zipfile(path)):
         return None
     try:
@@ -349,8 +352,7 @@ def choose_pair(
     is_weights: Callable[[str], bool],
 ) -> tuple[str, str] | None:
     """The (options, weights) names among the file names of one folder: a pair
-    known by name, or else the only options .json and the only weights .hdf5.
-    None if there is none; `BiLMLoadError` naming them if there are several."""
+    known by name, or else the only options .json and the only weights .hdf5."""
     named = {(o, w) for o, w in NAMED_PAIRS if o in files and w in files}
     for options in files:
         if options.endswith("_" + OPTIONS_FILE):
@@ -368,8 +370,7 @@ def choose_pair(
         raise BiLMLoadError(
             f"{where} holds more than one candidate bilm-tf model ("
             + "; ".join(f"{o} + {w}" for o, w in several)
-            + "): keep one pair in the folder, or give the two files as a pair, "
-            f"(OPTIONS_JSON, WEIGHTS_HDF5): {PAIR_FORMS}."
+            + f"): keep one pair in the folder, or {GIVE_PAIR}"
         )
     return several[0] if several else None
 
@@ -404,7 +405,7 @@ def looks_like_weights(path: Path) -> bool:
 
 def write_bilm_tf(bilm: BiLM, output_dir: str | Path) -> tuple[Path, Path]:
     """Write `options.json` and `weights.hdf5` of `bilm` into the folder
-    output_dir, all at once (see `write_directory`). Returns both paths."""
+    output_dir, all at once (`write_directory`)."""
     import h5py
 
     options = options_from_config(bilm.config)
@@ -423,39 +424,6 @@ def write_bilm_tf(bilm: BiLM, output_dir: str | Path) -> tuple[Path, Path]:
 
     output_dir = write_directory(output_dir, write, owned=(OPTIONS_FILE, WEIGHTS_FILE))
     return output_dir / OPTIONS_FILE, output_dir / WEIGHTS_FILE
-
-
-def _read_datasets(
-    weights_path: Path,
-    shapes: dict[str, tuple[int, ...]],
-    names: tuple[str, str],
-    progress: DatasetProgress = iter,
-) -> dict[str, numpy.ndarray]:
-    """The datasets named in `shapes`, as float32 arrays, once every one of
-    them is found with its shape. `names`: the options and weights files, as
-    error messages call them."""
-    import h5py
-
-    options_name, weights_name = names
-    try:
-        file = h5py.File(weights_path, "r")
-    except OSError as err:
-        raise BilmTfFormatError(f"{weights_name} is not a readable HDF5 file ({err})") from err
-    with file:
-        found: dict[str, tuple[int, ...]] = {}
-        file.visititems(
-            lambda name, item: (
-                found.update({name: tuple(item.shape)}) if isinstance(item, h5py.Dataset) else None
-            )
-        )
-        check_shapes(
-            found,
-            shapes,
-            where=weights_name,
-            described_by=f"the model {options_name} describes",
-            error=BilmTfFormatError,
-        )
-        return {name: numpy.asarray(file[name][...], dtype="float32") for name in progress(shapes)}
 
 
 def _swap_gates(gates: numpy.ndarray) -> numpy.ndarray:

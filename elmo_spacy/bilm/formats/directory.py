@@ -20,7 +20,7 @@ from ..bilm import BiLM
 from ..inputs.tokenization import Tokenization
 from ..inputs.vocab import WordVocab
 from ..model.config import BiLMConfig
-from .checks import BiLMLoadError, existing, read_json
+from .checks import BiLMLoadError, are_missing, existing, read_json
 
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.json"
@@ -94,8 +94,7 @@ def check_bilm_directory(folder: Path) -> None:
     if len(missing) < len(BILM_FILES):
         present = [name for name in BILM_FILES if name not in missing]
         raise BiLMLoadError(
-            f"{folder} is an incomplete biLM directory: {', '.join(missing)} "
-            f"{'is' if len(missing) == 1 else 'are'} missing (it holds {', '.join(present)}). "
+            f"{folder} is an incomplete biLM directory: {are_missing(missing)} (it holds {', '.join(present)}). "
             "Copy the whole folder that `elmo-spacy pretrain` or `convert-elmo` wrote."
         )
     raise BiLMLoadError(

@@ -2,31 +2,10 @@
 
 `read_efml(folder)` builds a `BiLM` that computes what ELMoForManyLangs'
 `Embedder.sents2elmo(..., output_layer=-2)` computes for a sentence run from
-zero LSTM state. The folder holds:
-
-| file | what |
-| --- | --- |
-| `config.json` | training arguments; `config_path` names the architecture file |
-| the architecture (`cnn_50_100_512_4096_sample.json` for the published models) | `encoder` (LSTM sizes, clips), `token_embedder` (char CNN, word embedding) |
-| `char.dic`, `word.dic` | `token<TAB>id` per line; a line with one field is U+3000 |
-| `token_embedder.pkl`, `encoder.pkl` | torch state dicts |
-
-The architecture file is found at `config_path`, else by its name in the
-folder, else, for the published models, in `PUBLISHED_ARCHITECTURES`
-(ELMoForManyLangs ships it in its package). Weights map to the biLM's
-parameters as follows (all but the word table as they are):
-
-| ELMoForManyLangs | BiLM |
-| --- | --- |
-| `word_emb_layer.embedding.weight` (V, w) | the word table, rows reordered so that `<pad>`, `<oov>`, `<bos>`, `<eos>` come first (`WordVocab`) |
-| `char_emb_layer.embedding.weight` (C, c) | the character embedding; `char.dic` is kept as the biLM's character vocabulary |
-| `convolutions.i`, `highways._layers.k` | the char CNN's `convs.i` and `highway.layers.k` (AllenNLP's highway is this package's) |
-| `projection` | the token encoder's projection of [word; char CNN] |
-| `{forward,backward}_layer_l.input_linearity.weight` | `weight_ih` of layer l (gates i, f, g, o in torch's order) |
-| `.state_linearity.weight`, `.bias` | `weight_hh`, `bias_ih`; `bias_hh` is a fixed zero |
-| `.state_projection.weight` | `weight_hr` |
-
-Weights are read with `torch.load(weights_only=True)`: tensors only.
+zero LSTM state. The folder holds config.json (whose `config_path` names the
+architecture file), char.dic and/or word.dic (`token<TAB>id` lines), and
+token_embedder.pkl and encoder.pkl (torch state dicts, read as tensors
+only); how their weights map to the biLM's: docs/models.md.
 """
 
 import pickle
@@ -40,28 +19,21 @@ from ..bilm import BiLM
 from ..inputs.tokenization import WHITESPACE
 from ..inputs.vocab import EFML_SPECIALS, WordVocab
 from ..model.config import BiLMConfig
-from .checks import BiLMLoadError, check_shapes, existing, read_json
+from .checks import (
+    BiLMLoadError,
+    are_missing,
+    check_shapes,
+    existing,
+    read_json,
+    refuse_unknown,
+    settings_of,
+)
 
 ARGS_FILE = "config.json"
 CHAR_DIC, WORD_DIC = "char.dic", "word.dic"
 TOKEN_EMBEDDER_FILE, ENCODER_FILE = "token_embedder.pkl", "encoder.pkl"
 WEIGHT_FILES = (TOKEN_EMBEDDER_FILE, ENCODER_FILE)
 IDEOGRAPHIC_SPACE = "\u3000"  # what a dictionary line with one field stands for
-
-KNOWN_SECTIONS = {
-    "encoder": {"name", "projection_dim", "cell_clip", "proj_clip", "dim", "n_layers"},
-    "token_embedder": {
-        "name",
-        "activation",
-        "filters",
-        "n_highway",
-        "word_dim",
-        "char_dim",
-        "max_characters_per_token",
-    },
-}
-# Training settings of the architecture file; they do not change the forward pass.
-TRAINING_SECTIONS = {"classifier", "dropout"}
 
 # The architecture that the published models' config.json names, by file name.
 PUBLISHED_ARCHITECTURES: dict[str, dict[str, Any]] = {
@@ -85,6 +57,15 @@ PUBLISHED_ARCHITECTURES: dict[str, dict[str, Any]] = {
         },
     }
 }
+
+
+# The keys an architecture may have: those of the published one.
+KNOWN_SECTIONS = {
+    section: set(values)
+    for section, values in PUBLISHED_ARCHITECTURES["cnn_50_100_512_4096_sample.json"].items()
+}
+# Training settings of the architecture file; they do not change the forward pass.
+TRAINING_SECTIONS = {"classifier", "dropout"}
 
 
 class EfmlFormatError(BiLMLoadError):
@@ -111,8 +92,7 @@ def read_efml(
     missing = [name for name in (*needed, *WEIGHT_FILES) if not (folder / name).is_file()]
     if missing:
         raise EfmlFormatError(
-            f"{folder} is an incomplete ELMoForManyLangs model: {', '.join(missing)} "
-            f"{'is' if len(missing) == 1 else 'are'} missing. Unpack the whole archive of the "
+            f"{folder} is an incomplete ELMoForManyLangs model: {are_missing(missing)}. Unpack the whole archive of the "
             "model into the folder."
         )
     embedder, encoder = (_read_weights(folder / name) for name in progress(WEIGHT_FILES))
@@ -164,19 +144,19 @@ def config_from_architecture(architecture: Any, where: str) -> BiLMConfig:
     and architectures it does not know rather than guess."""
     if not isinstance(architecture, dict):
         raise EfmlFormatError(f"{where} is not a JSON object of an ELMoForManyLangs architecture")
-    unknown = sorted(set(architecture) - set(KNOWN_SECTIONS) - TRAINING_SECTIONS)
-    for section, keys in KNOWN_SECTIONS.items():
-        values = architecture.get(section)
-        if not isinstance(values, dict):
+    for section in KNOWN_SECTIONS:
+        if not isinstance(architecture.get(section), dict):
             raise EfmlFormatError(f"{where} has no {section!r} section")
-        unknown += [f"{section}.{key}" for key in sorted(set(values) - keys)]
-    if unknown:
-        raise EfmlFormatError(
-            f"{where}: keys this converter does not know: {unknown}. They may change what the "
-            "model computes, so it stops rather than guess."
-        )
+    refuse_unknown(
+        architecture,
+        KNOWN_SECTIONS,
+        TRAINING_SECTIONS,
+        where=where,
+        what="keys",
+        error=EfmlFormatError,
+    )
     lstm, tokens = architecture["encoder"], architecture["token_embedder"]
-    try:
+    with settings_of(where, EfmlFormatError, "key"):
         if str(lstm["name"]).lower() != "elmo":
             raise EfmlFormatError(
                 f"{where}: encoder.name = {lstm['name']!r}; only ELMo's LSTM ('elmo', what "
@@ -217,12 +197,6 @@ def config_from_architecture(architecture: Any, where: str) -> BiLMConfig:
             dropout=0.0,
             min_count=1,
         )
-    except KeyError as err:
-        raise EfmlFormatError(f"{where}: key {err} is missing") from err
-    except (TypeError, ValueError) as err:
-        if isinstance(err, EfmlFormatError):
-            raise
-        raise EfmlFormatError(f"{where}: {err}") from err
 
 
 def read_dictionary(path: Path) -> dict[str, int]:

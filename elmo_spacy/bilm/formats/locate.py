@@ -137,6 +137,18 @@ def find_bilm(path: BiLMPath) -> tuple[str, tuple]:
     raise BiLMLoadError(pretraining_message(path) or _nothing_known_message(path))
 
 
+def read_bilm_tf_in(path: str | Path, progress: DatasetProgress = iter) -> BiLM:
+    """The one bilm-tf model in the folder or NLPL .zip archive `path`."""
+    path = existing(path)
+    for kind in (BILM_TF, BILM_TF_ZIP):
+        args = FORMATS[kind].find(path)
+        if args:
+            return FORMATS[kind].read(*args, progress=progress)
+    if path.is_dir():
+        raise BiLMLoadError(f"{path} holds no bilm-tf model: looked for {bilm_tf.PAIR_FILES}.")
+    raise BiLMLoadError(f"{path} is a file, but not a zip archive: give a folder or a .zip.")
+
+
 def layouts_help() -> str:
     """The accepted formats in one line, for help texts."""
     return "; ".join(format.name for format in FORMATS.values())
@@ -162,14 +174,10 @@ def _holds_bilm(folder: Path) -> bool:
 
 def _file_message(path: Path) -> str:
     if path.suffix.lower() == ".json" and bilm_tf.is_options_file(path):
-        message = (
-            f"{path} is a bilm-tf options file, without its weights: give the two files as a "
-            f"pair, (OPTIONS_JSON, WEIGHTS_HDF5): {PAIR_FORMS}."
-        )
+        message = f"{path} is a bilm-tf options file, without its weights: {bilm_tf.GIVE_PAIR}"
     elif path.suffix.lower() in bilm_tf.WEIGHTS_SUFFIXES and bilm_tf.looks_like_weights(path):
         message = (
-            f"{path} holds a bilm-tf model's weights, without its options: give the two files "
-            f"as a pair, (OPTIONS_JSON, WEIGHTS_HDF5): {PAIR_FORMS}."
+            f"{path} holds a bilm-tf model's weights, without its options: {bilm_tf.GIVE_PAIR}"
         )
     else:
         message = (
