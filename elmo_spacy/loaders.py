@@ -1,16 +1,7 @@
 """Registered biLM loaders: a config names the format of the biLM that the
-`elmo` pipe starts from, one function per format, as
-spacy-curated-transformers names its model loaders:
-
-    [initialize.components.elmo.bilm_loader]
-    @misc = "elmo_spacy.BilmTf.v1"
-    options_file = "downloads/elmo_options.json"
-    weight_file = "downloads/elmo_weights.hdf5"
-
+`elmo` pipe starts from (docs/models.md, "Naming the format in a config").
 Each returns a `BiLMLoader`, which reads the files when the pipe is
-initialised (not when the config is read or filled), and gives the biLM
-without a softmax head. `bilm_path` takes a path in any of these formats
-instead and finds which it is (`elmo_spacy.bilm.load_bilm`).
+initialised, and gives the biLM without a softmax head.
 """
 
 from collections.abc import Callable
