@@ -94,8 +94,8 @@ def check_bilm_directory(folder: Path) -> None:
     if len(missing) < len(BILM_FILES):
         present = [name for name in BILM_FILES if name not in missing]
         raise BiLMLoadError(
-            f"{folder} is an incomplete biLM directory: {are_missing(missing)} (it holds {', '.join(present)}). "
-            "Copy the whole folder that `elmo-spacy pretrain` or `convert-elmo` wrote."
+            f"{folder} is an incomplete biLM directory: {are_missing(missing)} (it holds "
+            f"{', '.join(present)}). Copy the whole folder that `elmo-spacy pretrain` or `convert-elmo` wrote."
         )
     raise BiLMLoadError(
         pretraining_message(folder)

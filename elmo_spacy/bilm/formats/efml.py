@@ -92,18 +92,17 @@ def read_efml(
     missing = [name for name in (*needed, *WEIGHT_FILES) if not (folder / name).is_file()]
     if missing:
         raise EfmlFormatError(
-            f"{folder} is an incomplete ELMoForManyLangs model: {are_missing(missing)}. Unpack the whole archive of the "
-            "model into the folder."
+            f"{folder} is an incomplete ELMoForManyLangs model: {are_missing(missing)}. Unpack "
+            "the whole archive of the model into the folder."
         )
     embedder, encoder = (_read_weights(folder / name) for name in progress(WEIGHT_FILES))
-    for path, state, shapes in (
-        (folder / TOKEN_EMBEDDER_FILE, embedder, _embedder_shapes(config)),
-        (folder / ENCODER_FILE, encoder, _encoder_shapes(config)),
+    layouts = _layouts(config)
+    for path, tensors, layout in zip(
+        (folder / n for n in WEIGHT_FILES), (embedder, encoder), layouts
     ):
-        found = {name: tuple(tensor.shape) for name, tensor in state.items()}
         check_shapes(
-            found,
-            shapes,
+            {name: tuple(tensor.shape) for name, tensor in tensors.items()},
+            {name: shape for name, (_, shape) in layout.items()},
             where=str(path),
             described_by="the model's architecture",
             error=EfmlFormatError,
@@ -133,7 +132,15 @@ def read_efml(
 
     bilm = BiLM(config, vocab, with_softmax=False, char_vocab=chars, tokenization=WHITESPACE)
     state = bilm.state_dict()
-    state.update(_to_state(config, embedder, encoder, word_rows))
+    for tensors, layout in zip((embedder, encoder), layouts):
+        for name, (parameter, _) in layout.items():
+            tensor = tensors[name]
+            if name == "word_emb_layer.embedding.weight":
+                tensor = tensor[word_rows]
+            state[parameter] = tensor.contiguous()
+    for direction in ("forward", "backward"):  # one trained bias: bias_ih
+        for layer in range(config.n_layers):
+            state[f"{direction}_lstm.layers.{layer}.bias_hh_l0"] = torch.zeros(4 * config.lstm_dim)
     bilm.load_state_dict(state)
     bilm.eval()
     return bilm
@@ -287,68 +294,51 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
     return {k: v.float() for k, v in state.items()}
 
 
-def _embedder_shapes(config: BiLMConfig) -> dict[str, tuple[int, ...]]:
-    """token_embedder.pkl's tensors for this architecture, with their shapes
-    (the embedding rows left open: -1)."""
-    shapes: dict[str, tuple[int, ...]] = {}
+Layout = dict[str, tuple[str, tuple[int, ...]]]
+
+
+def _layouts(config: BiLMConfig) -> tuple[Layout, Layout]:
+    """token_embedder.pkl's and encoder.pkl's tensors for this architecture:
+    name -> (the BiLM parameter it is, its shape; -1: rows left open)."""
+    dim, cell, char_dim = config.projection_dim, config.lstm_dim, config.char_dim
+    chars = "encoder.chars." if config.encoder == "word_char" else "encoder."
+    embedder: Layout = {}
     width = 0
     if config.encoder != "char_cnn":
-        shapes["word_emb_layer.embedding.weight"] = (-1, config.word_dim)
+        embedder["word_emb_layer.embedding.weight"] = (
+            "encoder.embed.weight",
+            (-1, config.word_dim),
+        )
         width += config.word_dim
     if config.encoder != "word":
-        shapes["char_emb_layer.embedding.weight"] = (-1, config.char_dim)
+        embedder["char_emb_layer.embedding.weight"] = (f"{chars}embed.weight", (-1, char_dim))
         for i, (kernel, n) in enumerate(config.filters):
-            shapes[f"convolutions.{i}.weight"] = (n, config.char_dim, kernel)
-            shapes[f"convolutions.{i}.bias"] = (n,)
+            conv = f"{chars}convs.{i}"
+            embedder[f"convolutions.{i}.weight"] = (f"{conv}.weight", (n, char_dim, kernel))
+            embedder[f"convolutions.{i}.bias"] = (f"{conv}.bias", (n,))
         n_filters = sum(n for _, n in config.filters)
         for k in range(config.n_highway):
-            shapes[f"highways._layers.{k}.weight"] = (2 * n_filters, n_filters)
-            shapes[f"highways._layers.{k}.bias"] = (2 * n_filters,)
+            high = f"{chars}highway.layers.{k}"
+            embedder[f"highways._layers.{k}.weight"] = (
+                f"{high}.weight",
+                (2 * n_filters, n_filters),
+            )
+            embedder[f"highways._layers.{k}.bias"] = (f"{high}.bias", (2 * n_filters,))
         width += n_filters
-    shapes["projection.weight"] = (config.projection_dim, width)
-    shapes["projection.bias"] = (config.projection_dim,)
-    return shapes
-
-
-def _encoder_shapes(config: BiLMConfig) -> dict[str, tuple[int, ...]]:
-    dim, cell = config.projection_dim, config.lstm_dim
-    shapes: dict[str, tuple[int, ...]] = {}
-    for direction in ("forward", "backward"):
-        for layer in range(config.n_layers):
-            prefix = f"{direction}_layer_{layer}"
-            shapes[f"{prefix}.input_linearity.weight"] = (4 * cell, dim)
-            shapes[f"{prefix}.state_linearity.weight"] = (4 * cell, dim)
-            shapes[f"{prefix}.state_linearity.bias"] = (4 * cell,)
-            shapes[f"{prefix}.state_projection.weight"] = (dim, cell)
-    return shapes
-
-
-def _to_state(
-    config: BiLMConfig,
-    embedder: dict[str, torch.Tensor],
-    encoder: dict[str, torch.Tensor],
-    word_rows: list[int] | None,
-) -> dict[str, torch.Tensor]:
-    """ELMoForManyLangs' tensors -> BiLM state dict entries."""
-    state: dict[str, torch.Tensor] = {}
-    chars = "encoder.chars." if config.encoder == "word_char" else "encoder."
-    for name, tensor in embedder.items():
-        if name == "word_emb_layer.embedding.weight":
-            state["encoder.embed.weight"] = tensor[word_rows]
-        elif name == "char_emb_layer.embedding.weight":
-            state[chars + "embed.weight"] = tensor
-        elif name.startswith("convolutions."):
-            state[chars + "convs." + name.removeprefix("convolutions.")] = tensor
-        elif name.startswith("highways._layers."):
-            state[chars + "highway.layers." + name.removeprefix("highways._layers.")] = tensor
-        else:  # projection.weight, projection.bias
-            state["encoder." + name] = tensor
+    embedder["projection.weight"] = ("encoder.projection.weight", (dim, width))
+    embedder["projection.bias"] = ("encoder.projection.bias", (dim,))
+    encoder: Layout = {}
     for direction in ("forward", "backward"):
         for layer in range(config.n_layers):
             source, target = f"{direction}_layer_{layer}", f"{direction}_lstm.layers.{layer}"
-            state[f"{target}.weight_ih_l0"] = encoder[f"{source}.input_linearity.weight"]
-            state[f"{target}.weight_hh_l0"] = encoder[f"{source}.state_linearity.weight"]
-            state[f"{target}.bias_ih_l0"] = encoder[f"{source}.state_linearity.bias"]
-            state[f"{target}.bias_hh_l0"] = torch.zeros(4 * config.lstm_dim)
-            state[f"{target}.weight_hr_l0"] = encoder[f"{source}.state_projection.weight"]
-    return {k: v.contiguous() for k, v in state.items()}
+            encoder[f"{source}.input_linearity.weight"] = (
+                f"{target}.weight_ih_l0",
+                (4 * cell, dim),
+            )
+            encoder[f"{source}.state_linearity.weight"] = (
+                f"{target}.weight_hh_l0",
+                (4 * cell, dim),
+            )
+            encoder[f"{source}.state_linearity.bias"] = (f"{target}.bias_ih_l0", (4 * cell,))
+            encoder[f"{source}.state_projection.weight"] = (f"{target}.weight_hr_l0", (dim, cell))
+    return embedder, encoder

@@ -337,7 +337,8 @@ def export_bilm(
     if "onnx" in formats and missing:
         raise ElmoSpacyError(
             f"The onnx format needs {' and '.join(missing)}, which are not installed: "
-            "pip install 'elmo_spacy[export]', or export the torch-export format alone (--format torch-export)"
+            "pip install 'elmo_spacy[export]', or export the torch-export format alone "
+            "(--format torch-export)"
         )
     bilm = copy.deepcopy(bilm).to(device="cpu", dtype=dtype).eval()
     # int8 runs the input products faster batched; float32, a direction at a time (see ServingBiLM)
