@@ -12,8 +12,8 @@ import os
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Callable, Collection, Iterable
-from pathlib import Path, PurePosixPath
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy
@@ -52,6 +52,7 @@ PAIR_FORMS = (
 )
 GIVE_PAIR = f"give the two files as a pair, (OPTIONS_JSON, WEIGHTS_HDF5): {PAIR_FORMS}."
 WEIGHTS_SUFFIXES = (".hdf5", ".h5")
+Folder = Path | zipfile.Path  # a folder on disk, or one in a zip archive
 MAX_OPTIONS_BYTES = 1 << 20  # options files are < 1 kB; larger JSON files are not read
 FORGET_BIAS = 1.0  # what TensorFlow's LSTMCell adds to the forget gate
 N_CHARACTERS = 262  # bilm-tf's options: 261 ids and the padding-token row of its runtime
@@ -281,16 +282,7 @@ def _checked_pair(options: str | Path, weights: str | Path) -> tuple[Path, Path]
 
 def find_pair(folder: Path) -> tuple[Path, Path] | None:
     """The (options, weights) files of the bilm-tf model in `folder`, or None."""
-    if not folder.is_dir():
-        return None
-    files = {p.name for p in folder.iterdir() if p.is_file()}
-    pair = choose_pair(
-        str(folder),
-        files,
-        lambda name: is_options_file(folder / name),
-        lambda name: looks_like_weights(folder / name),
-    )
-    return None if pair is None else (folder / pair[0], folder / pair[1])
+    return choose_pair(folder, str(folder), looks_like_weights) if folder.is_dir() else None
 
 
 def find_zipped_pair(path: Path) -> tuple[Path, str, str] | None:
@@ -301,95 +293,86 @@ def find_zipped_pair(path: Path) -> tuple[Path, str, str] | None:
         return None
     try:
         with zipfile.ZipFile(path) as archive:
-            infos = [i for i in archive.infolist() if not i.is_dir()]
-            folders: dict[str, dict[str, zipfile.ZipInfo]] = {}
-            for info in infos:
-                parts = PurePosixPath(info.filename).parts
-                if len(parts) <= 2 and not parts[0].startswith("__MACOSX"):
-                    prefix = parts[0] + "/" if len(parts) == 2 else ""
-                    folders.setdefault(prefix, {})[parts[-1]] = info
+            members = [name for name in archive.namelist() if not name.endswith("/")]
+            top = zipfile.Path(archive)
+            inside = [p for p in top.iterdir() if p.is_dir() and not p.name.startswith("__MACOSX")]
+            folders = [top, *sorted(inside, key=lambda folder: folder.at)]
             found = []
-            for prefix, members in sorted(folders.items()):
-
-                def options(name: str, members=members) -> bool:
-                    info = members[name]
-                    return info.file_size <= MAX_OPTIONS_BYTES and is_options(archive.read(info))
-
-                pair = choose_pair(f"{path}:{prefix}", set(members), options, lambda name: True)
+            for folder in folders:
+                pair = choose_pair(folder, f"{path}:{folder.at}", lambda member: True)
                 if pair is not None:
-                    found.append((path, prefix + pair[0], prefix + pair[1]))
-                    if not prefix:  # the top level wins
+                    found.append((path, pair[0].at, pair[1].at))
+                    if folder is top:  # the top level wins
                         return found[-1]
+            if len(found) == 1:
+                return found[0]
+            if found:
+                raise BiLMLoadError(
+                    f"{path} holds a bilm-tf model in more than one folder ("
+                    + ", ".join(options.rpartition("/")[0] + "/" for _, options, _ in found)
+                    + "): unpack the archive and point to one of them."
+                )
+            if any(is_efml_folder(file_names(folder)) for folder in folders):
+                raise BiLMLoadError(
+                    f"{path} holds an ELMoForManyLangs model: unpack the archive (unzip "
+                    f"{path.name}) and point to the folder that holds its config.json."
+                )
     except zipfile.BadZipFile as err:
         raise BiLMLoadError(
             f"{path} is not a readable zip archive ({err}): a download may have stopped "
             "early; download it again."
         ) from err
-    if len(found) == 1:
-        return found[0]
-    if found:
-        raise BiLMLoadError(
-            f"{path} holds a bilm-tf model in more than one folder ("
-            + ", ".join(options.rpartition("/")[0] + "/" for _, options, _ in found)
-            + "): unpack the archive and point to one of them."
-        )
-    if any(is_efml_folder(set(members)) for members in folders.values()):
-        raise BiLMLoadError(
-            f"{path} holds an ELMoForManyLangs model: unpack the archive (unzip {path.name}) "
-            "and point to the folder that holds its config.json."
-        )
     raise BiLMLoadError(
         f"{path} is a zip archive, but holds no bilm-tf model ({PAIR_FILES}) at its top level "
-        f"or in a first-level folder. It holds: {listing(info.filename for info in infos)}. "
+        f"or in a first-level folder. It holds: {listing(members)}. "
         "If it holds a model in a deeper folder, unpack it and point to that folder."
     )
 
 
 def choose_pair(
-    where: str,
-    files: Collection[str],
-    is_options: Callable[[str], bool],
-    is_weights: Callable[[str], bool],
-) -> tuple[str, str] | None:
-    """The (options, weights) names among the file names of one folder: a pair
-    known by name, or else the only options .json and the only weights .hdf5."""
+    folder: Folder, where: str, is_weights: Callable[[Folder], bool]
+) -> tuple[Folder, Folder] | None:
+    """The (options, weights) files in `folder`: a pair known by name, or else
+    the only options .json and the only weights .hdf5."""
+    files = {file.name: file for file in folder.iterdir() if file.is_file()}
     named = {(o, w) for o, w in NAMED_PAIRS if o in files and w in files}
     for options in files:
         if options.endswith("_" + OPTIONS_FILE):
             weights = options[: -len(OPTIONS_FILE)] + WEIGHTS_FILE
             if weights in files:
                 named.add((options, weights))
-    if len(named) == 1:
-        return named.pop()
-    options = [n for n in sorted(files) if n.lower().endswith(".json") and is_options(n)]
-    weights = [n for n in sorted(files) if n.lower().endswith(WEIGHTS_SUFFIXES)]
-    if len(weights) > 1:
-        weights = [n for n in weights if is_weights(n)] or weights
-    several = sorted(named) or [(o, w) for o in options for w in weights]
-    if len(several) > 1:
+    if not named:
+        json_files = [n for n in sorted(files) if n.lower().endswith(".json")]
+        options = [n for n in json_files if is_options_file(files[n])]
+        weights = [n for n in sorted(files) if n.lower().endswith(WEIGHTS_SUFFIXES)]
+        if len(weights) > 1:
+            weights = [n for n in weights if is_weights(files[n])] or weights
+        named = {(o, w) for o in options for w in weights}
+    if len(named) > 1:
         raise BiLMLoadError(
             f"{where} holds more than one candidate bilm-tf model ("
-            + "; ".join(f"{o} + {w}" for o, w in several)
+            + "; ".join(f"{o} + {w}" for o, w in sorted(named))
             + f"): keep one pair in the folder, or {GIVE_PAIR}"
         )
-    return several[0] if several else None
+    if not named:
+        return None
+    options, weights = named.pop()
+    return files[options], files[weights]
 
 
-def is_options(data: bytes | None) -> bool:
-    """Whether `data` is a JSON object with a section of bilm-tf options."""
+def file_names(folder: Folder) -> set[str]:
+    return {file.name for file in folder.iterdir() if file.is_file()}
+
+
+def is_options_file(path: Folder) -> bool:
+    """Whether the file `path` is small and a JSON object with a section of bilm-tf options."""
     try:
-        options = json.loads(data or b"")
-    except (ValueError, UnicodeDecodeError):
+        with path.open("rb") as file:
+            data = file.read(MAX_OPTIONS_BYTES + 1)
+        options = json.loads(data) if len(data) <= MAX_OPTIONS_BYTES else None
+    except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8
         return False
     return isinstance(options, dict) and any(key in options for key in KNOWN_OPTIONS)
-
-
-def is_options_file(path: Path) -> bool:
-    """Whether the file `path` is small and holds bilm-tf options."""
-    try:
-        return path.stat().st_size <= MAX_OPTIONS_BYTES and is_options(path.read_bytes())
-    except OSError:
-        return False
 
 
 def looks_like_weights(path: Path) -> bool:

@@ -58,7 +58,9 @@ FORMATS = {
         "an ELMoForManyLangs model folder",
         "config.json + token_embedder.pkl + encoder.pkl + char.dic and/or word.dic, as "
         "unpacked from its archive",
-        lambda path: (path,) if path.is_dir() and is_efml_folder(_names(path)) else None,
+        lambda path: (
+            (path,) if path.is_dir() and is_efml_folder(bilm_tf.file_names(path)) else None
+        ),
         read_efml,
     ),
     BILM_TF_PAIR: Format(
@@ -190,10 +192,6 @@ def _layouts_text() -> str:
     return "; ".join(
         f"({i}) {format.name}: {format.files}" for i, format in enumerate(FORMATS.values(), 1)
     )
-
-
-def _names(folder: Path) -> set[str]:
-    return {p.name for p in folder.iterdir() if p.is_file()}
 
 
 def _shown(value: object, limit: int = 120) -> str:
