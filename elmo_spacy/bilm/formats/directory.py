@@ -20,7 +20,7 @@ from ..bilm import BiLM
 from ..inputs.tokenization import Tokenization
 from ..inputs.vocab import WordVocab
 from ..model.config import BiLMConfig
-from .checks import BiLMLoadError, are_missing, existing, read_json
+from .checks import BiLMLoadError, are_missing, check_shapes, existing, read_json
 
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.json"
@@ -184,30 +184,23 @@ def _build(
         raise BiLMLoadError(f"Invalid biLM config or vocab in {where}: {err}") from err
     if not with_softmax:
         weights = {k: v for k, v in weights.items() if not k.startswith("softmax.")}
-    expected = bilm.state_dict()
-    missing = sorted(set(expected) - set(weights))
-    unexpected = sorted(set(weights) - set(expected))
-    wrong_shape = [
-        f"{k}: file {tuple(v.shape)} vs config {tuple(expected[k].shape)}"
-        for k, v in weights.items()
-        if k in expected and v.shape != expected[k].shape
-    ]
-    if (
-        missing
-        and all(k.startswith("softmax.") for k in missing)
-        and not (unexpected or wrong_shape)
-    ):
+    expected = {k: tuple(v.shape) for k, v in bilm.state_dict().items()}
+    found = {k: tuple(v.shape) for k, v in weights.items()}
+    missing = expected.keys() - found.keys()
+    if found.items() < expected.items() and all(k.startswith("softmax.") for k in missing):
         raise BiLMLoadError(
             f"{where} holds a biLM without its softmax head (the elmo pipe saves none, and "
             "published models come without one): "
             "load it with with_softmax=False, or use the pretraining output to go on pretraining."
         )
-    if missing or unexpected or wrong_shape:
-        raise BiLMLoadError(
-            f"The weights in {where} do not match its config.json and vocab.json "
-            f"(missing {missing[:5]}, unexpected {unexpected[:5]}, "
-            f"shape mismatches {wrong_shape[:5]}). Were files from different runs mixed?"
-        )
+    check_shapes(
+        found,
+        expected,
+        where=f"{WEIGHTS_FILE} in {where}",
+        described_by="the model its config.json and vocab.json describe",
+        error=BiLMLoadError,
+        unexpected=True,
+    )
     bilm.load_state_dict(weights)
     bilm.eval()
     return bilm
