@@ -305,11 +305,8 @@ def _layouts(config: BiLMConfig) -> tuple[Layout, Layout]:
     embedder: Layout = {}
     width = 0
     if config.encoder != "char_cnn":
-        embedder["word_emb_layer.embedding.weight"] = (
-            "encoder.embed.weight",
-            (-1, config.word_dim),
-        )
-        width += config.word_dim
+        width = config.word_dim
+        embedder["word_emb_layer.embedding.weight"] = ("encoder.embed.weight", (-1, width))
     if config.encoder != "word":
         embedder["char_emb_layer.embedding.weight"] = (f"{chars}embed.weight", (-1, char_dim))
         for i, (kernel, n) in enumerate(config.filters):
@@ -318,12 +315,9 @@ def _layouts(config: BiLMConfig) -> tuple[Layout, Layout]:
             embedder[f"convolutions.{i}.bias"] = (f"{conv}.bias", (n,))
         n_filters = sum(n for _, n in config.filters)
         for k in range(config.n_highway):
-            high = f"{chars}highway.layers.{k}"
-            embedder[f"highways._layers.{k}.weight"] = (
-                f"{high}.weight",
-                (2 * n_filters, n_filters),
-            )
-            embedder[f"highways._layers.{k}.bias"] = (f"{high}.bias", (2 * n_filters,))
+            high, both = f"{chars}highway.layers.{k}", 2 * n_filters
+            embedder[f"highways._layers.{k}.weight"] = (f"{high}.weight", (both, n_filters))
+            embedder[f"highways._layers.{k}.bias"] = (f"{high}.bias", (both,))
         width += n_filters
     embedder["projection.weight"] = ("encoder.projection.weight", (dim, width))
     embedder["projection.bias"] = ("encoder.projection.bias", (dim,))
@@ -331,14 +325,11 @@ def _layouts(config: BiLMConfig) -> tuple[Layout, Layout]:
     for direction in ("forward", "backward"):
         for layer in range(config.n_layers):
             source, target = f"{direction}_layer_{layer}", f"{direction}_lstm.layers.{layer}"
-            encoder[f"{source}.input_linearity.weight"] = (
-                f"{target}.weight_ih_l0",
-                (4 * cell, dim),
-            )
-            encoder[f"{source}.state_linearity.weight"] = (
-                f"{target}.weight_hh_l0",
-                (4 * cell, dim),
-            )
-            encoder[f"{source}.state_linearity.bias"] = (f"{target}.bias_ih_l0", (4 * cell,))
-            encoder[f"{source}.state_projection.weight"] = (f"{target}.weight_hr_l0", (dim, cell))
+            for name, parameter, shape in (
+                ("input_linearity.weight", "weight_ih_l0", (4 * cell, dim)),
+                ("state_linearity.weight", "weight_hh_l0", (4 * cell, dim)),
+                ("state_linearity.bias", "bias_ih_l0", (4 * cell,)),
+                ("state_projection.weight", "weight_hr_l0", (dim, cell)),
+            ):
+                encoder[f"{source}.{name}"] = (f"{target}.{parameter}", shape)
     return embedder, encoder
