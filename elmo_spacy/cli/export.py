@@ -62,16 +62,9 @@ def export_command(
         "'Serving outside Python'); bilm.pt2 stays float32",
     ),
 ) -> None:
-    """Write a biLM for serving: bilm.onnx (onnxruntime, any language) and
-    bilm.pt2 (`torch.export.load(path).module()`), which take per-token ids
-    and give the (L + 1, batch, tokens, 2P) layers in float32, and
-    inputs.json, which says how to make the ids from tokens (the character
-    scheme, the vocabulary in vocab.txt for encoders that read words) and how
-    the biLM's text was tokenised. The folder appears once it is complete;
-    an earlier export there is replaced only with --overwrite.
-
-    MODEL is a biLM path, or with --weight-file the options .json of a
-    bilm-tf model's two files."""
+    """Write a biLM for serving (docs/embedding.md): bilm.onnx and bilm.pt2,
+    which take per-token ids and give the layers, and inputs.json, which says
+    how to make the ids from tokens."""
     from ..bilm import load_bilm
     from ..bilm.formats.exported import check_export, export_bilm
     from ..bilm.runner import Runner
