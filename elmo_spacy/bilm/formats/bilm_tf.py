@@ -3,8 +3,6 @@
 `read_bilm_tf` builds a `BiLM` that computes what bilm-tf computes from such
 a pair of files; `write_bilm_tf` writes a char-CNN biLM in that format. How
 the datasets map to the biLM's parameters: `_layout` (and docs/models.md).
-The pair is given, or found in a folder or an NLPL .zip archive by its
-published names, else as the one options .json and the one weights .hdf5 there.
 """
 
 import json
@@ -195,8 +193,7 @@ def read_bilm_tf(
     names: tuple[str, str] | None = None,
 ) -> BiLM:
     """A BiLM (without softmax) that computes what bilm-tf computes from these
-    files. `progress` wraps the dataset names as they are read; `names`: what
-    error messages call the two files (default: their paths)."""
+    files. `progress` wraps the dataset names; `names`: the files' in messages."""
     import h5py
 
     options_path, weights_path = _checked_pair(options_path, weights_path)
@@ -387,8 +384,7 @@ def looks_like_weights(path: Path) -> bool:
 
 
 def write_bilm_tf(bilm: BiLM, output_dir: str | Path) -> tuple[Path, Path]:
-    """Write `options.json` and `weights.hdf5` of `bilm` into the folder
-    output_dir, all at once (`write_directory`)."""
+    """Write `options.json` and `weights.hdf5` of `bilm` into `output_dir`, all at once."""
     import h5py
 
     options = options_from_config(bilm.config)

@@ -31,10 +31,8 @@ PRETRAIN_OUTPUTS = ("model-best", "model-last")
 
 
 def save_bilm(bilm: BiLM, path: str | Path, extra_files: Collection[str] = ()) -> Path:
-    """Write `bilm` to the directory `path`, all at once (see `write_directory`:
-    an existing biLM directory there is replaced, anything else is refused).
-    `extra_files`: names of other files the caller writes into the directory
-    afterwards, which an existing directory may also hold."""
+    """Write `bilm` to the directory `path`, all at once (`write_directory`).
+    `extra_files`: other files the caller writes there afterwards."""
     state = state_tensors(bilm)
 
     def write(folder: Path) -> None:
@@ -57,11 +55,7 @@ def write_bilm_files(bilm: BiLM, state: dict[str, torch.Tensor], folder: Path) -
 
 
 def read_bilm_directory(folder: str | Path, with_softmax: bool | None = None) -> BiLM:
-    """The biLM in the biLM directory `folder` (see the module's docstring).
-
-    with_softmax: None reads the softmax head where the directory has one;
-        False leaves it out (the `elmo` pipe does not need it); True requires it.
-    """
+    """The biLM in the biLM directory `folder`; `with_softmax` as `load_bilm`'s."""
     folder = existing(folder)
     check_bilm_directory(folder)
     config = read_json(folder / CONFIG_FILE, BiLMLoadError)
@@ -95,7 +89,8 @@ def check_bilm_directory(folder: Path) -> None:
         present = [name for name in BILM_FILES if name not in missing]
         raise BiLMLoadError(
             f"{folder} is an incomplete biLM directory: {are_missing(missing)} (it holds "
-            f"{', '.join(present)}). Copy the whole folder that `elmo-spacy pretrain` or `convert-elmo` wrote."
+            f"{', '.join(present)}). Copy the whole folder that `elmo-spacy pretrain` or "
+            "`convert-elmo` wrote."
         )
     raise BiLMLoadError(
         pretraining_message(folder)
@@ -149,8 +144,7 @@ def _tokenization(values: Any, where: Any) -> Tokenization:
 
 
 def vocab_json(bilm: BiLM) -> list[str] | dict[str, list[str]]:
-    """What vocab.json holds: the words, and the characters if the biLM has a
-    character vocabulary."""
+    """What vocab.json holds: the words, and the characters of a char vocabulary."""
     if bilm.char_vocab is None:
         return bilm.vocab.words
     return {"words": bilm.vocab.words, "chars": bilm.char_vocab}

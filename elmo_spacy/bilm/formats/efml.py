@@ -2,10 +2,7 @@
 
 `read_efml(folder)` builds a `BiLM` that computes what ELMoForManyLangs'
 `Embedder.sents2elmo(..., output_layer=-2)` computes for a sentence run from
-zero LSTM state. The folder holds config.json (whose `config_path` names the
-architecture file), char.dic and/or word.dic (`token<TAB>id` lines), and
-token_embedder.pkl and encoder.pkl (torch state dicts, read as tensors
-only); how their weights map to the biLM's: docs/models.md.
+zero LSTM state. The folder and how its weights map to the biLM's: docs/models.md.
 """
 
 import pickle
@@ -73,8 +70,7 @@ class EfmlFormatError(BiLMLoadError):
 
 
 def is_efml_folder(files: set[str]) -> bool:
-    """Whether a folder holding these file names is (or is meant to be) an
-    ELMoForManyLangs model."""
+    """Whether a folder of these files is (or is meant to be) an ELMoForManyLangs model."""
     return any(name in files for name in (*WEIGHT_FILES, CHAR_DIC, WORD_DIC))
 
 
@@ -82,8 +78,7 @@ def read_efml(
     folder: str | Path, progress: Callable[[Iterable[str]], Iterable[str]] = iter
 ) -> BiLM:
     """A BiLM (without softmax) that computes what ELMoForManyLangs computes
-    from the model in `folder` (see the module docstring). `progress` wraps
-    the names of the weight files as they are read."""
+    from the model in `folder`; `progress` wraps the weight files' names."""
     folder = existing(folder)
     architecture, architecture_name = _architecture(folder)
     config = config_from_architecture(architecture, architecture_name)

@@ -327,11 +327,9 @@ def export_bilm(
     dtype: torch.dtype = torch.float32,
     quantize: str | None = None,
 ) -> list[Path]:
-    """Write `bilm` into the folder `output` as the given `formats` ("onnx":
-    bilm.onnx, "torch-export": bilm.pt2), with inputs.json and, for word
-    encoders, vocab.txt; returns the files written. `dtype`: of weights,
-    states and layers. `quantize`: None, or "int8" for bilm.onnx's products
-    (`quantize_int8`)."""
+    """Write `bilm` into the folder `output` in `formats`, with inputs.json and,
+    for word encoders, vocab.txt; returns the files written. `dtype`: of
+    weights, states and layers; `quantize`: see `quantize_int8`."""
     check_export(formats, quantize, dtype)
     missing = [name for name in ("onnx", "onnxscript") if importlib.util.find_spec(name) is None]
     if "onnx" in formats and missing:
@@ -405,9 +403,7 @@ def quantize_int8(path: Path) -> None:
 
 def session_options(threads: int | None = None) -> Any:
     """onnxruntime's `SessionOptions` measured fastest for an exported biLM on
-    the CPU (docs/results.md, "Serving outside Python"): every graph
-    optimisation, sequential execution (parallel was 2.6x slower), `threads`
-    threads per operator (default: one per physical core)."""
+    the CPU (docs/results.md, "Serving outside Python"); `threads` per operator."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
