@@ -349,7 +349,17 @@ def export_bilm(
     )
     config = bilm.config  # the char ids: at least <S>'s 3 and the widest filter - 1
     min_chars = min(config.max_chars, 2 + max(width for width, _ in config.filters))
-    dynamic = _dynamic_shapes(module.input_names, min_chars, config.max_chars)
+    batch, types = torch.export.Dim("batch", min=1), torch.export.Dim("types")
+    chars = torch.export.Dim("chars", min=min_chars, max=config.max_chars)
+    shapes = {
+        "char_ids": {0: types, 1: chars},
+        "word_ids": {0: types},
+        "type_ids": {0: batch, 1: torch.export.Dim("tokens")},
+        "lengths": {0: batch},
+        "initial_h": {1: batch},
+        "initial_c": {1: batch},
+    }
+    dynamic = {"inputs": tuple(shapes[name] for name in module.input_names)}  # forward's *inputs
     written = []
     with torch.no_grad(), _quiet():
         program = torch.export.export(module, args, dynamic_shapes=dynamic)
@@ -428,23 +438,6 @@ def _quiet(logger: str = "torch.onnx._internal.exporter._registration") -> Itera
             yield
     finally:
         log.setLevel(level)
-
-
-def _dynamic_shapes(
-    names: Sequence[str], min_chars: int, max_chars: int
-) -> dict[str, tuple[dict[int, Any], ...]]:
-    batch, tokens = torch.export.Dim("batch", min=1), torch.export.Dim("tokens")
-    types = torch.export.Dim("types")
-    chars = torch.export.Dim("chars", min=min_chars, max=max_chars)
-    shapes = {
-        "char_ids": {0: types, 1: chars},
-        "word_ids": {0: types},
-        "type_ids": {0: batch, 1: tokens},
-        "lengths": {0: batch},
-        "initial_h": {1: batch},
-        "initial_c": {1: batch},
-    }
-    return {"inputs": tuple(shapes[name] for name in names)}  # forward's *inputs
 
 
 def inputs_description(
