@@ -1,17 +1,5 @@
-"""Registered biLM loaders: a config names the format of the biLM that the
-`elmo` pipe starts from, one function per format, as
-spacy-curated-transformers names its model loaders:
-
-    [initialize.components.elmo.bilm_loader]
-    @misc = "elmo_spacy.BilmTf.v1"
-    options_file = "downloads/elmo_options.json"
-    weight_file = "downloads/elmo_weights.hdf5"
-
-Each returns a `BiLMLoader`, which reads the files when the pipe is
-initialised (not when the config is read or filled), and gives the biLM
-without a softmax head. `bilm_path` takes a path in any of these formats
-instead and finds which it is (`elmo_spacy.bilm.load_bilm`).
-"""
+"""Registered biLM loaders, for a config that names the format of its biLM
+(docs/models.md): each reads the files when the pipe is initialised."""
 
 from collections.abc import Callable
 from functools import partial
@@ -20,31 +8,29 @@ from pathlib import Path
 from spacy.util import registry
 
 from .bilm import BiLM
-from .bilm.formats.bilm_tf import read_bilm_tf, read_bilm_tf_in
+from .bilm.formats.bilm_tf import read_bilm_tf
 from .bilm.formats.directory import read_bilm_directory
 from .bilm.formats.efml import read_efml
+from .bilm.formats.locate import read_bilm_tf_in
 
 BiLMLoader = Callable[[], BiLM]
 
 
 @registry.misc("elmo_spacy.BiLMFolder.v1")
 def bilm_folder_loader(path: Path) -> BiLMLoader:
-    """A biLM directory: what `elmo-spacy pretrain` writes into model-best/,
-    and `convert-elmo` and `convert-efml` write."""
+    """A biLM directory (pretraining's model-best/, or a converted model)."""
     return partial(read_bilm_directory, path, with_softmax=False)
 
 
 @registry.misc("elmo_spacy.BilmTf.v1")
 def bilm_tf_loader(options_file: Path, weight_file: Path) -> BiLMLoader:
-    """A bilm-tf model's two files (the published ELMo models), of any names
-    in any folders, as AllenNLP's `Elmo(options_file, weight_file)` takes them."""
+    """A bilm-tf model's two files, as AllenNLP's `Elmo(options_file, weight_file)`."""
     return partial(read_bilm_tf, options_file, weight_file)
 
 
 @registry.misc("elmo_spacy.BilmTfFolder.v1")
 def bilm_tf_folder_loader(path: Path) -> BiLMLoader:
-    """The one bilm-tf model in a folder (published, AllenNLP's or NLPL's
-    files) or in an NLPL .zip archive as downloaded."""
+    """The one bilm-tf model in a folder or an NLPL .zip archive."""
     return partial(read_bilm_tf_in, path)
 
 

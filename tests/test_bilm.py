@@ -161,7 +161,7 @@ def test_load_refuses_truncated_weights_and_mismatched_vocab(tmp_path):
         load_bilm(path)
     save_bilm(bilm, path)
     (path / "vocab.json").write_text('["<PAD>", "<UNK>", "<S>", "</S>", "only"]')
-    with pytest.raises(BiLMLoadError, match="do not match"):
+    with pytest.raises(BiLMLoadError, match="does not match"):
         load_bilm(path)
     with pytest.raises(BiLMLoadError, match="config.json is missing"):
         load_bilm(tmp_path)

@@ -21,13 +21,8 @@ def convert_elmo_command(
         ..., metavar="OUTPUT_DIR", help="The biLM directory to write", show_default=False
     ),
 ) -> None:
-    """Convert a bilm-tf ELMo model (the published ELMo models' format) into a
-    biLM directory for the `elmo` pipe (bilm_path) and `load_bilm`.
-
-    MODEL_PATH is a folder with options.json + weights.hdf5, <name>_options.json
-    + <name>_weights.hdf5, options.json + model.hdf5 (NLPL), or one bilm-tf
-    options .json and one .hdf5 of any names (AllenNLP), or an NLPL .zip archive
-    as downloaded. Or name the two files: OPTIONS_JSON WEIGHTS_HDF5."""
+    """Convert a bilm-tf model (the published ELMo models) into a biLM
+    directory, which loads faster (docs/models.md)."""
     from tqdm import tqdm
 
     from ..bilm import load_bilm, save_bilm
@@ -73,8 +68,7 @@ def convert_efml_command(
     ),
 ) -> None:
     """Convert an ELMoForManyLangs model (HIT-SCIR's, 44 languages) into a
-    biLM directory for the `elmo` pipe (bilm_path), `load_bilm` and `embed`,
-    which also read the model folder as it is."""
+    biLM directory (the model folder loads as it is, too)."""
     from ..bilm import load_bilm, save_bilm
     from ..bilm.formats.efml import EfmlFormatError
     from ..bilm.formats.locate import EFML, FORMATS, find_bilm

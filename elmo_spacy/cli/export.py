@@ -62,35 +62,27 @@ def export_command(
         "'Serving outside Python'); bilm.pt2 stays float32",
     ),
 ) -> None:
-    """Write a biLM for serving: bilm.onnx (onnxruntime, any language) and
-    bilm.pt2 (`torch.export.load(path).module()`), which take per-token ids
-    and give the (L + 1, batch, tokens, 2P) layers in float32, and
-    inputs.json, which says how to make the ids from tokens (the character
-    scheme, the vocabulary in vocab.txt for encoders that read words) and how
-    the biLM's text was tokenised. The folder appears once it is complete;
-    an earlier export there is replaced only with --overwrite.
-
-    MODEL is a biLM path, or with --weight-file the options .json of a
-    bilm-tf model's two files."""
+    """Write a biLM for serving (docs/embedding.md): bilm.onnx and bilm.pt2,
+    which take per-token ids and give the layers, and inputs.json, which says
+    how to make the ids from tokens."""
     from ..bilm import load_bilm
-    from ..bilm.formats.exported import FORMATS, export_bilm
+    from ..bilm.formats.exported import check_export, export_bilm
     from ..bilm.runner import Runner
     from ..errors import ElmoSpacyError
     from ..files import write_directory
     from .embed import read_lines
 
     with errors_to_exit():
-        unknown = [f for f in formats if f not in FORMATS]
-        if unknown:
-            raise ElmoSpacyError(f"--format {unknown[0]}: use {' or '.join(FORMATS)}")
-        if quantize is not None and quantize != "int8":
-            raise ElmoSpacyError(f"--quantize {quantize}: use int8 (or leave it out: float32)")
-        if quantize and "onnx" not in formats:
-            raise ElmoSpacyError("--quantize int8 quantizes bilm.onnx: add --format onnx")
+        check_export(formats, quantize)
         if with_states and state != RunSettings.state:
             raise ElmoSpacyError("--with-states takes the states as inputs: leave --state zero")
-        _check_output_dir(output_dir, overwrite)
-        warmup = None if warmup_file is None else [line for line in read_lines(warmup_file)]
+        earlier = sorted(p.name for p in output_dir.glob("*") if p.name in EXPORT_FILES)
+        if earlier and not overwrite:  # other files: refused, and kept, by write_directory
+            raise FileExistsError(
+                f"{output_dir} holds an earlier export ({', '.join(earlier)}): pass --overwrite "
+                "to replace it, or name another folder"
+            )
+        warmup = None if warmup_file is None else list(read_lines(warmup_file))
         settings = RunSettings(state=state, warmup=warmup or None)
         bilm = load_bilm(
             bilm_path if weight_file is None else (bilm_path, weight_file), with_softmax=False
@@ -113,16 +105,3 @@ def export_command(
         write_directory(output_dir, write, owned=EXPORT_FILES)
     for path in written:
         typer.echo(str(output_dir / path.name))
-
-
-def _check_output_dir(output_dir: Path, overwrite: bool) -> None:
-    """Refuse to replace an earlier export without --overwrite (other files
-    in the folder are refused, and kept, by `write_directory` either way)."""
-    if overwrite or not output_dir.is_dir():
-        return
-    earlier = sorted(p.name for p in output_dir.iterdir() if p.name in EXPORT_FILES)
-    if earlier:
-        raise FileExistsError(
-            f"{output_dir} holds an earlier export ({', '.join(earlier)}): pass --overwrite to "
-            "replace it, or name another folder"
-        )

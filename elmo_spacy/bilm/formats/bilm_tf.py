@@ -1,23 +1,8 @@
 """bilm-tf's format, `options.json` + `weights.hdf5`: the published ELMo models.
 
 `read_bilm_tf` builds a `BiLM` that computes what bilm-tf computes from such
-a pair of files; `write_bilm_tf` writes a char-CNN biLM in that format. The
-mapping, dataset by dataset (TensorFlow stores `x @ W`, torch `x @ W.T`):
-
-| bilm-tf dataset | shape | BiLM parameter |
-| --- | --- | --- |
-| `char_embed` | (261, c) | `encoder.embed.weight` |
-| `CNN/W_cnn_i`, `CNN/b_cnn_i` | (1, w, c, n), (n,) | `encoder.convs.i` (n, c, w) |
-| `CNN_high_k/W_transform`, `b_transform` | (F, F), (F,) | first half of `encoder.highway.layers.k` |
-| `CNN_high_k/W_carry`, `b_carry` | (F, F), (F,) | second half, negated: our gate carries the input, bilm-tf's the transform |
-| `CNN_proj/W_proj`, `b_proj` | (F, P), (P,) | `encoder.projection` (absent when F == P) |
-| `RNN_d/RNN/MultiRNNCell/Cell{l}/LSTMCell/W_0` | (P + P, 4H) | `weight_ih` and `weight_hh` of layer l, direction d (0 forward, 1 backward); gates (i, j, f, o) reordered to torch's (i, f, j, o) |
-| `.../B` | (4H,) | `bias_ih`, reordered; `bias_hh` holds TensorFlow's constant forget bias of 1 |
-| `.../W_P_0` | (H, P) | `weight_hr` (absent when H == P: no projection) |
-
-The two files are given as a pair of any names, or found in a folder or an
-NLPL .zip archive (`find_pair`, `find_zipped_pair`): by their published
-names first, else as the one options .json and the one weights .hdf5 there.
+a pair of files; `write_bilm_tf` writes a char-CNN biLM in that format. How
+the datasets map to the biLM's parameters: `_layout` (and docs/models.md).
 """
 
 import json
@@ -25,8 +10,8 @@ import os
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Callable, Collection, Iterable
-from pathlib import Path, PurePosixPath
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy
@@ -37,7 +22,15 @@ from ..bilm import BiLM
 from ..inputs.tokenization import WHITESPACE
 from ..inputs.vocab import WordVocab
 from ..model.config import BiLMConfig
-from .checks import BiLMLoadError, check_shapes, existing, listing, read_json
+from .checks import (
+    BiLMLoadError,
+    check_shapes,
+    existing,
+    listing,
+    read_json,
+    refuse_unknown,
+    settings_of,
+)
 from .efml import is_efml_folder
 
 OPTIONS_FILE, WEIGHTS_FILE = "options.json", "weights.hdf5"
@@ -55,7 +48,9 @@ PAIR_FORMS = (
     "(or export) OPTIONS_JSON ... --weight-file WEIGHTS_HDF5 on the command line "
     "(convert-elmo: OPTIONS_JSON WEIGHTS_HDF5 OUTPUT_DIR)"
 )
+GIVE_PAIR = f"give the two files as a pair, (OPTIONS_JSON, WEIGHTS_HDF5): {PAIR_FORMS}."
 WEIGHTS_SUFFIXES = (".hdf5", ".h5")
+Folder = Path | zipfile.Path  # a folder on disk, or one in a zip archive
 MAX_OPTIONS_BYTES = 1 << 20  # options files are < 1 kB; larger JSON files are not read
 FORGET_BIAS = 1.0  # what TensorFlow's LSTMCell adds to the forget gate
 N_CHARACTERS = 262  # bilm-tf's options: 261 ids and the padding-token row of its runtime
@@ -92,14 +87,14 @@ class BilmTfFormatError(BiLMLoadError):
 
 def config_from_options(options: dict[str, Any], where: str) -> BiLMConfig:
     """The BiLMConfig of a bilm-tf options dict (refusing keys it does not know)."""
-    unknown = sorted(set(options) - set(KNOWN_OPTIONS) - TRAINING_OPTIONS)
-    for section, keys in KNOWN_OPTIONS.items():
-        unknown += [f"{section}.{k}" for k in sorted(set(options.get(section, {})) - keys)]
-    if unknown:
-        raise BilmTfFormatError(
-            f"{where}: options this converter does not know: {unknown}. They may change what "
-            "the model computes, so it stops rather than guess."
-        )
+    refuse_unknown(
+        options,
+        KNOWN_OPTIONS,
+        TRAINING_OPTIONS,
+        where=where,
+        what="options",
+        error=BilmTfFormatError,
+    )
     if "char_cnn" not in options:
         raise BilmTfFormatError(
             f"{where} has no char_cnn section: a bilm-tf model on word ids. Only character "
@@ -108,7 +103,7 @@ def config_from_options(options: dict[str, Any], where: str) -> BiLMConfig:
     if not options.get("bidirectional", True):
         raise BilmTfFormatError(f"{where}: bidirectional is false; a biLM needs both directions")
     lstm, cnn = options.get("lstm", {}), options["char_cnn"]
-    try:
+    with settings_of(where, BilmTfFormatError, "option"):
         if cnn.get("n_characters", N_CHARACTERS) not in (261, 262):
             raise BilmTfFormatError(
                 f"{where}: char_cnn.n_characters = {cnn['n_characters']}; bilm-tf models have "
@@ -139,12 +134,6 @@ def config_from_options(options: dict[str, Any], where: str) -> BiLMConfig:
             dropout=0.0,
             min_count=1,
         )
-    except KeyError as err:
-        raise BilmTfFormatError(f"{where}: option {err} is missing") from err
-    except (TypeError, ValueError) as err:
-        if isinstance(err, BilmTfFormatError):
-            raise
-        raise BilmTfFormatError(f"{where}: {err}") from err
 
 
 def options_from_config(config: BiLMConfig) -> dict[str, Any]:
@@ -191,27 +180,7 @@ def options_from_config(config: BiLMConfig) -> dict[str, Any]:
 
 def expected_shapes(config: BiLMConfig) -> dict[str, tuple[int, ...]]:
     """Every dataset of weights.hdf5 for this architecture, with its shape."""
-    n_filters = sum(n for _, n in config.filters)
-    dim, cell = config.projection_dim, config.lstm_dim
-    shapes: dict[str, tuple[int, ...]] = {"char_embed": (261, config.char_dim)}
-    for i, (width, n) in enumerate(config.filters):
-        shapes[f"CNN/W_cnn_{i}"] = (1, width, config.char_dim, n)
-        shapes[f"CNN/b_cnn_{i}"] = (n,)
-    for k in range(config.n_highway):
-        for part in ("carry", "transform"):
-            shapes[f"CNN_high_{k}/W_{part}"] = (n_filters, n_filters)
-            shapes[f"CNN_high_{k}/b_{part}"] = (n_filters,)
-    if n_filters != dim:
-        shapes["CNN_proj/W_proj"] = (n_filters, dim)
-        shapes["CNN_proj/b_proj"] = (dim,)
-    for direction in range(2):
-        for layer in range(config.n_layers):
-            cell_path = _cell(direction, layer)
-            shapes[f"{cell_path}/W_0"] = (2 * dim, 4 * cell)
-            shapes[f"{cell_path}/B"] = (4 * cell,)
-            if cell != dim:
-                shapes[f"{cell_path}/W_P_0"] = (cell, dim)
-    return shapes
+    return {name: shape for datasets, *_ in _layout(config) for name, shape in datasets.items()}
 
 
 DatasetProgress = Callable[[Iterable[str]], Iterable[str]]  # e.g. tqdm, around dataset names
@@ -224,20 +193,40 @@ def read_bilm_tf(
     names: tuple[str, str] | None = None,
 ) -> BiLM:
     """A BiLM (without softmax) that computes what bilm-tf computes from these
-    files. `progress` wraps the dataset names as they are read; `names`: what
-    error messages call the two files (default: their paths)."""
+    files. `progress` wraps the dataset names; `names`: the files' in messages."""
+    import h5py
+
     options_path, weights_path = _checked_pair(options_path, weights_path)
     options_name, weights_name = names or (str(options_path), str(weights_path))
     options = read_json(options_path, BilmTfFormatError, options_name)
     if not isinstance(options, dict):
         raise BilmTfFormatError(f"{options_name} is not a JSON object of bilm-tf options")
     config = config_from_options(options, options_name)
-    arrays = _read_datasets(
-        weights_path, expected_shapes(config), (options_name, weights_name), progress
-    )
+    shapes = expected_shapes(config)
+    try:
+        file = h5py.File(weights_path, "r")
+    except OSError as err:
+        raise BilmTfFormatError(f"{weights_name} is not a readable HDF5 file ({err})") from err
+    with file:
+        found: dict[str, tuple[int, ...]] = {}
+        file.visititems(
+            lambda name, item: (
+                found.update({name: tuple(item.shape)}) if isinstance(item, h5py.Dataset) else None
+            )
+        )
+        described_by = f"the model {options_name} describes"
+        check_shapes(
+            found, shapes, where=weights_name, described_by=described_by, error=BilmTfFormatError
+        )
+        arrays = {
+            name: numpy.asarray(file[name][...], dtype="float32") for name in progress(shapes)
+        }
     bilm = BiLM(config, WordVocab.specials_only(), with_softmax=False, tokenization=WHITESPACE)
     state = bilm.state_dict()
-    state.update(_to_state(config, arrays))
+    for datasets, parameters, to_torch, _ in _layout(config):
+        values = to_torch(*(arrays[name] for name in datasets))
+        for name, value in zip(parameters, values):
+            state[name] = torch.from_numpy(numpy.ascontiguousarray(value))
     bilm.load_state_dict(state)
     bilm.eval()
     return bilm
@@ -246,8 +235,7 @@ def read_bilm_tf(
 def read_zipped_bilm_tf(
     archive: str | Path, options: str, weights: str, progress: DatasetProgress = iter
 ) -> BiLM:
-    """`read_bilm_tf` of the members `options` and `weights` of a zip archive,
-    extracted to a temporary folder that is removed afterwards."""
+    """`read_bilm_tf` of two members of a zip archive, extracted to a temporary folder."""
     with tempfile.TemporaryDirectory(prefix="elmo-spacy-") as folder:
         copies = Path(folder) / OPTIONS_FILE, Path(folder) / WEIGHTS_FILE
         try:
@@ -264,21 +252,6 @@ def read_zipped_bilm_tf(
         return read_bilm_tf(
             *copies, progress, names=(f"{archive}:{options}", f"{archive}:{weights}")
         )
-
-
-def read_bilm_tf_in(path: str | Path, progress: DatasetProgress = iter) -> BiLM:
-    """`read_bilm_tf` of the one bilm-tf model in the folder or NLPL .zip
-    archive `path` (see `find_pair` and `find_zipped_pair`)."""
-    path = existing(path)
-    if path.is_dir():
-        pair = find_pair(path)
-        if pair is None:
-            raise BiLMLoadError(f"{path} holds no bilm-tf model: looked for {PAIR_FILES}.")
-        return read_bilm_tf(*pair, progress)
-    found = find_zipped_pair(path)
-    if found is None:
-        raise BiLMLoadError(f"{path} is a file, but not a zip archive: give a folder or a .zip.")
-    return read_zipped_bilm_tf(*found, progress)
 
 
 def _checked_pair(options: str | Path, weights: str | Path) -> tuple[Path, Path]:
@@ -305,120 +278,98 @@ def _checked_pair(options: str | Path, weights: str | Path) -> tuple[Path, Path]
 
 
 def find_pair(folder: Path) -> tuple[Path, Path] | None:
-    """The (options, weights) files of the bilm-tf model in `folder`, or None
-    (see `choose_pair`)."""
-    if not folder.is_dir():
-        return None
-    files = {p.name for p in folder.iterdir() if p.is_file()}
-    pair = choose_pair(
-        str(folder),
-        files,
-        lambda name: is_options_file(folder / name),
-        lambda name: looks_like_weights(folder / name),
-    )
-    return None if pair is None else (folder / pair[0], folder / pair[1])
+    """The (options, weights) files of the bilm-tf model in `folder`, or None."""
+    return choose_pair(folder, str(folder), looks_like_weights) if folder.is_dir() else None
 
 
 def find_zipped_pair(path: Path) -> tuple[Path, str, str] | None:
-    """(archive, options member, weights member): the bilm-tf model at the
-    top level of the zip archive `path`, or else in exactly one of its
-    first-level folders. None if `path` is not a zip archive; a
-    `BiLMLoadError` saying what it holds if it holds no one bilm-tf model."""
+    """(archive, options member, weights member): the bilm-tf model at the top
+    level of the zip archive `path`, or else in its one first-level folder
+    that holds one. None if `path` is not a zip archive."""
     if not path.is_file() or not (path.suffix.lower() == ".zip" or zipfile.is_zipfile(path)):
         return None
     try:
         with zipfile.ZipFile(path) as archive:
-            infos = [i for i in archive.infolist() if not i.is_dir()]
-            folders: dict[str, dict[str, zipfile.ZipInfo]] = {}
-            for info in infos:
-                parts = PurePosixPath(info.filename).parts
-                if len(parts) <= 2 and not parts[0].startswith("__MACOSX"):
-                    prefix = parts[0] + "/" if len(parts) == 2 else ""
-                    folders.setdefault(prefix, {})[parts[-1]] = info
+            members = [name for name in archive.namelist() if not name.endswith("/")]
+            top = zipfile.Path(archive)
+            inside = [p for p in top.iterdir() if p.is_dir() and not p.name.startswith("__MACOSX")]
+            folders = [top, *sorted(inside, key=lambda folder: folder.at)]
             found = []
-            for prefix, members in sorted(folders.items()):
-
-                def options(name: str, members=members) -> bool:
-                    info = members[name]
-                    return info.file_size <= MAX_OPTIONS_BYTES and is_options(archive.read(info))
-
-                pair = choose_pair(f"{path}:{prefix}", set(members), options, lambda name: True)
+            for folder in folders:
+                pair = choose_pair(folder, f"{path}:{folder.at}", lambda member: True)
                 if pair is not None:
-                    found.append((path, prefix + pair[0], prefix + pair[1]))
-                    if not prefix:  # the top level wins
+                    found.append((path, pair[0].at, pair[1].at))
+                    if folder is top:  # the top level wins
                         return found[-1]
+            if len(found) == 1:
+                return found[0]
+            if found:
+                raise BiLMLoadError(
+                    f"{path} holds a bilm-tf model in more than one folder ("
+                    + ", ".join(options.rpartition("/")[0] + "/" for _, options, _ in found)
+                    + "): unpack the archive and point to one of them."
+                )
+            if any(is_efml_folder(file_names(folder)) for folder in folders):
+                raise BiLMLoadError(
+                    f"{path} holds an ELMoForManyLangs model: unpack the archive (unzip "
+                    f"{path.name}) and point to the folder that holds its config.json."
+                )
     except zipfile.BadZipFile as err:
         raise BiLMLoadError(
             f"{path} is not a readable zip archive ({err}): a download may have stopped "
             "early; download it again."
         ) from err
-    if len(found) == 1:
-        return found[0]
-    if found:
-        raise BiLMLoadError(
-            f"{path} holds a bilm-tf model in more than one folder ("
-            + ", ".join(options.rpartition("/")[0] + "/" for _, options, _ in found)
-            + "): unpack the archive and point to one of them."
-        )
-    if any(is_efml_folder(set(members)) for members in folders.values()):
-        raise BiLMLoadError(
-            f"{path} holds an ELMoForManyLangs model: unpack the archive (unzip {path.name}) "
-            "and point to the folder that holds its config.json."
-        )
     raise BiLMLoadError(
         f"{path} is a zip archive, but holds no bilm-tf model ({PAIR_FILES}) at its top level "
-        f"or in a first-level folder. It holds: {listing(info.filename for info in infos)}. "
+        f"or in a first-level folder. It holds: {listing(members)}. "
         "If it holds a model in a deeper folder, unpack it and point to that folder."
     )
 
 
 def choose_pair(
-    where: str,
-    files: Collection[str],
-    is_options: Callable[[str], bool],
-    is_weights: Callable[[str], bool],
-) -> tuple[str, str] | None:
-    """The (options, weights) names among the file names of one folder: a pair
-    known by name, or else the only options .json and the only weights .hdf5.
-    None if there is none; `BiLMLoadError` naming them if there are several."""
+    folder: Folder, where: str, is_weights: Callable[[Folder], bool]
+) -> tuple[Folder, Folder] | None:
+    """The (options, weights) files in `folder`: a pair known by name, or else
+    the only options .json and the only weights .hdf5."""
+    files = {file.name: file for file in folder.iterdir() if file.is_file()}
     named = {(o, w) for o, w in NAMED_PAIRS if o in files and w in files}
     for options in files:
         if options.endswith("_" + OPTIONS_FILE):
             weights = options[: -len(OPTIONS_FILE)] + WEIGHTS_FILE
             if weights in files:
                 named.add((options, weights))
-    if len(named) == 1:
-        return named.pop()
-    options = [n for n in sorted(files) if n.lower().endswith(".json") and is_options(n)]
-    weights = [n for n in sorted(files) if n.lower().endswith(WEIGHTS_SUFFIXES)]
-    if len(weights) > 1:
-        weights = [n for n in weights if is_weights(n)] or weights
-    several = sorted(named) or [(o, w) for o in options for w in weights]
-    if len(several) > 1:
+    if not named:
+        json_files = [n for n in sorted(files) if n.lower().endswith(".json")]
+        options = [n for n in json_files if is_options_file(files[n])]
+        weights = [n for n in sorted(files) if n.lower().endswith(WEIGHTS_SUFFIXES)]
+        if len(weights) > 1:
+            weights = [n for n in weights if is_weights(files[n])] or weights
+        named = {(o, w) for o in options for w in weights}
+    if len(named) > 1:
         raise BiLMLoadError(
             f"{where} holds more than one candidate bilm-tf model ("
-            + "; ".join(f"{o} + {w}" for o, w in several)
-            + "): keep one pair in the folder, or give the two files as a pair, "
-            f"(OPTIONS_JSON, WEIGHTS_HDF5): {PAIR_FORMS}."
+            + "; ".join(f"{o} + {w}" for o, w in sorted(named))
+            + f"): keep one pair in the folder, or {GIVE_PAIR}"
         )
-    return several[0] if several else None
+    if not named:
+        return None
+    options, weights = named.pop()
+    return files[options], files[weights]
 
 
-def is_options(data: bytes | None) -> bool:
-    """Whether `data` is a JSON object with a section of bilm-tf options."""
+def file_names(folder: Folder) -> set[str]:
+    return {file.name for file in folder.iterdir() if file.is_file()}
+
+
+def is_options_file(path: Folder) -> bool:
+    """Whether the file `path` is small and a JSON object with a section of bilm-tf options."""
     try:
-        options = json.loads(data or b"")
-    except (ValueError, UnicodeDecodeError):
+        with path.open("rb") as file:
+            data = file.read(MAX_OPTIONS_BYTES + 1)
+        options = json.loads(data) if len(data) <= MAX_OPTIONS_BYTES else None
+    except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8
         return False
     return isinstance(options, dict) and any(key in options for key in KNOWN_OPTIONS)
-
-
-def is_options_file(path: Path) -> bool:
-    """Whether the file `path` is small and holds bilm-tf options."""
-    try:
-        return path.stat().st_size <= MAX_OPTIONS_BYTES and is_options(path.read_bytes())
-    except OSError:
-        return False
 
 
 def looks_like_weights(path: Path) -> bool:
@@ -433,12 +384,16 @@ def looks_like_weights(path: Path) -> bool:
 
 
 def write_bilm_tf(bilm: BiLM, output_dir: str | Path) -> tuple[Path, Path]:
-    """Write `options.json` and `weights.hdf5` of `bilm` into the folder
-    output_dir, all at once (see `write_directory`). Returns both paths."""
+    """Write `options.json` and `weights.hdf5` of `bilm` into `output_dir`, all at once."""
     import h5py
 
     options = options_from_config(bilm.config)
-    arrays = _from_state(bilm.config, bilm.state_dict())
+    state = {k: v.detach().cpu().numpy() for k, v in bilm.state_dict().items()}
+    arrays = {}
+    for datasets, parameters, _, to_tf in _layout(bilm.config):
+        values = to_tf(*(state[name] for name in parameters))
+        for name, value in zip(datasets, values):
+            arrays[name] = numpy.ascontiguousarray(value, dtype="float32")
 
     def write(folder: Path) -> None:
         (folder / OPTIONS_FILE).write_text(json.dumps(options, indent=2) + "\n", encoding="utf-8")
@@ -450,115 +405,89 @@ def write_bilm_tf(bilm: BiLM, output_dir: str | Path) -> tuple[Path, Path]:
     return output_dir / OPTIONS_FILE, output_dir / WEIGHTS_FILE
 
 
-def _cell(direction: int, layer: int) -> str:
-    return f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
-
-
-def _read_datasets(
-    weights_path: Path,
-    shapes: dict[str, tuple[int, ...]],
-    names: tuple[str, str],
-    progress: DatasetProgress = iter,
-) -> dict[str, numpy.ndarray]:
-    """The datasets named in `shapes`, as float32 arrays, once every one of
-    them is found with its shape. `names`: the options and weights files, as
-    error messages call them."""
-    import h5py
-
-    options_name, weights_name = names
-    try:
-        file = h5py.File(weights_path, "r")
-    except OSError as err:
-        raise BilmTfFormatError(f"{weights_name} is not a readable HDF5 file ({err})") from err
-    with file:
-        found: dict[str, tuple[int, ...]] = {}
-        file.visititems(
-            lambda name, item: (
-                found.update({name: tuple(item.shape)}) if isinstance(item, h5py.Dataset) else None
-            )
-        )
-        check_shapes(
-            found,
-            shapes,
-            where=weights_name,
-            described_by=f"the model {options_name} describes",
-            error=BilmTfFormatError,
-        )
-        return {name: numpy.asarray(file[name][...], dtype="float32") for name in progress(shapes)}
-
-
-def _swap_gates(gates: numpy.ndarray, cell: int) -> numpy.ndarray:
+def _swap_gates(gates: numpy.ndarray) -> numpy.ndarray:
     """Gate blocks along axis 0 between TensorFlow's order (i, j, f, o) and
     torch's (i, f, j, o): the middle two swapped, each order to the other."""
-    i, j, f, o = (gates[k * cell : (k + 1) * cell] for k in range(4))
+    i, j, f, o = numpy.split(gates, 4)
     return numpy.concatenate([i, f, j, o])
 
 
-def _to_state(config: BiLMConfig, arrays: dict[str, numpy.ndarray]) -> dict[str, torch.Tensor]:
-    """bilm-tf datasets -> BiLM state dict entries."""
-    state: dict[str, numpy.ndarray] = {"encoder.embed.weight": arrays["char_embed"]}
-    for i in range(len(config.filters)):
-        state[f"encoder.convs.{i}.weight"] = arrays[f"CNN/W_cnn_{i}"][0].transpose(2, 1, 0)
-        state[f"encoder.convs.{i}.bias"] = arrays[f"CNN/b_cnn_{i}"]
-    for k in range(config.n_highway):
-        high = f"CNN_high_{k}"
-        state[f"encoder.highway.layers.{k}.weight"] = numpy.concatenate(
-            [arrays[f"{high}/W_transform"].T, -arrays[f"{high}/W_carry"].T]
-        )
-        state[f"encoder.highway.layers.{k}.bias"] = numpy.concatenate(
-            [arrays[f"{high}/b_transform"], -arrays[f"{high}/b_carry"]]
-        )
-    if "CNN_proj/W_proj" in arrays:
-        state["encoder.projection.weight"] = arrays["CNN_proj/W_proj"].T
-        state["encoder.projection.bias"] = arrays["CNN_proj/b_proj"]
-    dim, cell = config.projection_dim, config.lstm_dim
-    forget_bias = numpy.zeros(4 * cell, dtype="float32")
-    forget_bias[cell : 2 * cell] = FORGET_BIAS
-    for direction, stack in enumerate(("forward_lstm", "backward_lstm")):
-        for layer in range(config.n_layers):
-            path, prefix = _cell(direction, layer), f"{stack}.layers.{layer}"
-            kernel = arrays[f"{path}/W_0"]
-            state[f"{prefix}.weight_ih_l0"] = _swap_gates(kernel[:dim].T, cell)
-            state[f"{prefix}.weight_hh_l0"] = _swap_gates(kernel[dim:].T, cell)
-            state[f"{prefix}.bias_ih_l0"] = _swap_gates(arrays[f"{path}/B"], cell)
-            state[f"{prefix}.bias_hh_l0"] = forget_bias
-            if cell != dim:
-                state[f"{prefix}.weight_hr_l0"] = arrays[f"{path}/W_P_0"].T
-    return {k: torch.from_numpy(numpy.ascontiguousarray(v)) for k, v in state.items()}
+# Datasets with their shapes, the parameters they make, and the functions
+# datasets -> parameters and parameters -> datasets.
+Layout = list[tuple[dict[str, tuple[int, ...]], tuple[str, ...], Callable, Callable]]
 
 
-def _from_state(config: BiLMConfig, tensors: dict[str, torch.Tensor]) -> dict[str, numpy.ndarray]:
-    """BiLM state dict -> bilm-tf datasets (the inverse of `_to_state`)."""
-    state = {k: v.detach().cpu().numpy() for k, v in tensors.items()}
-    arrays = {"char_embed": state["encoder.embed.weight"]}
-    for i in range(len(config.filters)):
-        arrays[f"CNN/W_cnn_{i}"] = state[f"encoder.convs.{i}.weight"].transpose(2, 1, 0)[None]
-        arrays[f"CNN/b_cnn_{i}"] = state[f"encoder.convs.{i}.bias"]
+def _layout(config: BiLMConfig) -> Layout:
+    """The datasets of weights.hdf5 in groups, each with the BiLM parameters it
+    makes. TensorFlow stores `x @ W`, torch `x @ W.T`; our highway gate
+    carries the input, bilm-tf's the transform (hence -carry); bias_hh holds
+    the constant forget bias that TensorFlow's LSTMCell adds itself."""
     n_filters = sum(n for _, n in config.filters)
-    for k in range(config.n_highway):
-        weight, bias = (
-            state[f"encoder.highway.layers.{k}.weight"],
-            state[f"encoder.highway.layers.{k}.bias"],
-        )
-        arrays[f"CNN_high_{k}/W_transform"] = weight[:n_filters].T
-        arrays[f"CNN_high_{k}/b_transform"] = bias[:n_filters]
-        arrays[f"CNN_high_{k}/W_carry"] = -weight[n_filters:].T
-        arrays[f"CNN_high_{k}/b_carry"] = -bias[n_filters:]
-    if "encoder.projection.weight" in state:
-        arrays["CNN_proj/W_proj"] = state["encoder.projection.weight"].T
-        arrays["CNN_proj/b_proj"] = state["encoder.projection.bias"]
-    cell = config.lstm_dim
+    dim, cell, char_dim = config.projection_dim, config.lstm_dim, config.char_dim
     forget_bias = numpy.zeros(4 * cell, dtype="float32")
     forget_bias[cell : 2 * cell] = FORGET_BIAS
+    layout: Layout = []
+
+    def add(datasets: dict, parameters: tuple, to_torch=_same, to_tf=_same) -> None:
+        layout.append((datasets, parameters, to_torch, to_tf))
+
+    add({"char_embed": (261, char_dim)}, ("encoder.embed.weight",))
+    for i, (width, n) in enumerate(config.filters):  # (1, w, c, n) <-> (n, c, w)
+        conv = f"encoder.convs.{i}"
+        add({f"CNN/W_cnn_{i}": (1, width, char_dim, n)}, (f"{conv}.weight",), _conv, _conv_tf)
+        add({f"CNN/b_cnn_{i}": (n,)}, (f"{conv}.bias",))
+    f, shapes = n_filters, {"W": (n_filters, n_filters), "b": (n_filters,)}
+    for k in range(config.n_highway):
+        high, layer = f"CNN_high_{k}", f"encoder.highway.layers.{k}"
+        add(
+            {
+                f"{high}/{p}_{part}": shapes[p]
+                for part in ("carry", "transform")
+                for p in ("W", "b")
+            },
+            (f"{layer}.weight", f"{layer}.bias"),
+            lambda wc, bc, wt, bt: (
+                numpy.concatenate([wt.T, -wc.T]),
+                numpy.concatenate([bt, -bc]),
+            ),
+            lambda w, b: (-w[f:].T, -b[f:], w[:f].T, b[:f]),
+        )
+    if n_filters != dim:
+        datasets = {"CNN_proj/W_proj": (n_filters, dim), "CNN_proj/b_proj": (dim,)}
+        add(datasets, ("encoder.projection.weight", "encoder.projection.bias"), _t, _t)
     for direction, stack in enumerate(("forward_lstm", "backward_lstm")):
         for layer in range(config.n_layers):
-            path, prefix = _cell(direction, layer), f"{stack}.layers.{layer}"
-            weight_ih = _swap_gates(state[f"{prefix}.weight_ih_l0"], cell)
-            weight_hh = _swap_gates(state[f"{prefix}.weight_hh_l0"], cell)
-            arrays[f"{path}/W_0"] = numpy.concatenate([weight_ih.T, weight_hh.T])
-            # TensorFlow adds the constant forget bias itself: take it out of bias_hh.
-            bias = state[f"{prefix}.bias_ih_l0"] + (state[f"{prefix}.bias_hh_l0"] - forget_bias)
-            arrays[f"{path}/B"] = _swap_gates(bias, cell)
-            if f"{prefix}.weight_hr_l0" in state:
-                arrays[f"{path}/W_P_0"] = state[f"{prefix}.weight_hr_l0"].T
-    return {k: numpy.ascontiguousarray(v, dtype="float32") for k, v in arrays.items()}
+            path = f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+            lstm = f"{stack}.layers.{layer}"
+            add(
+                {f"{path}/W_0": (2 * dim, 4 * cell)},
+                (f"{lstm}.weight_ih_l0", f"{lstm}.weight_hh_l0"),
+                lambda w: (_swap_gates(w[:dim].T), _swap_gates(w[dim:].T)),
+                lambda ih, hh: (numpy.concatenate([_swap_gates(ih).T, _swap_gates(hh).T]),),
+            )
+            add(
+                {f"{path}/B": (4 * cell,)},
+                (f"{lstm}.bias_ih_l0", f"{lstm}.bias_hh_l0"),
+                lambda b: (_swap_gates(b), forget_bias),
+                lambda ih, hh: (_swap_gates(ih + (hh - forget_bias)),),
+            )
+            if cell != dim:
+                add({f"{path}/W_P_0": (cell, dim)}, (f"{lstm}.weight_hr_l0",), _t, _t)
+    return layout
+
+
+def _same(*arrays: numpy.ndarray) -> tuple[numpy.ndarray, ...]:
+    return arrays
+
+
+def _t(*arrays: numpy.ndarray) -> tuple[numpy.ndarray, ...]:
+    """Weights transposed (x @ W <-> x @ W.T), biases as they are."""
+    return tuple(a.T for a in arrays)
+
+
+def _conv(w: numpy.ndarray) -> tuple[numpy.ndarray]:
+    return (w[0].transpose(2, 1, 0),)
+
+
+def _conv_tf(w: numpy.ndarray) -> tuple[numpy.ndarray]:
+    return (w.transpose(2, 1, 0)[None],)

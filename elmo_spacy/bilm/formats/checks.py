@@ -2,9 +2,10 @@
 must exist, a JSON file that must parse, and arrays whose shapes a model's
 description calls for."""
 
+import contextlib
 import difflib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +95,44 @@ def check_shapes(
         f"{where} does not match {described_by} ({'; '.join(problems)}): were the files of "
         "different models mixed?"
     )
+
+
+def are_missing(names: Sequence[str]) -> str:
+    """ "a, b are missing" (or "a is missing"), for a message."""
+    return f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} missing"
+
+
+def refuse_unknown(
+    values: Mapping[str, Any],
+    known: Mapping[str, Collection[str]],
+    ignored: Collection[str],
+    *,
+    where: str,
+    what: str,
+    error: type[ElmoSpacyError],
+) -> None:
+    """Raise `error` if `values` has a section other than those of `known`
+    (section -> its keys) and `ignored`, or a key its section does not know:
+    such a setting may change what the model computes."""
+    unknown = sorted(set(values) - set(known) - set(ignored))
+    for section, keys in known.items():
+        unknown += [f"{section}.{k}" for k in sorted(set(values.get(section, {})) - set(keys))]
+    if unknown:
+        raise error(
+            f"{where}: {what} this converter does not know: {unknown}. They may change what "
+            "the model computes, so it stops rather than guess."
+        )
+
+
+@contextlib.contextmanager
+def settings_of(where: str, error: type[ElmoSpacyError], what: str) -> Iterator[None]:
+    """Turn a missing key (`what` names what keys are) or a value of the wrong
+    type, met while reading a model's settings, into `error` naming `where`."""
+    try:
+        yield
+    except error:
+        raise
+    except KeyError as err:
+        raise error(f"{where}: {what} {err} is missing") from err
+    except (TypeError, ValueError) as err:
+        raise error(f"{where}: {err}") from err

@@ -20,7 +20,7 @@ from ..bilm import BiLM
 from ..inputs.tokenization import Tokenization
 from ..inputs.vocab import WordVocab
 from ..model.config import BiLMConfig
-from .checks import BiLMLoadError, existing, read_json
+from .checks import BiLMLoadError, are_missing, check_shapes, existing, read_json
 
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.json"
@@ -31,10 +31,8 @@ PRETRAIN_OUTPUTS = ("model-best", "model-last")
 
 
 def save_bilm(bilm: BiLM, path: str | Path, extra_files: Collection[str] = ()) -> Path:
-    """Write `bilm` to the directory `path`, all at once (see `write_directory`:
-    an existing biLM directory there is replaced, anything else is refused).
-    `extra_files`: names of other files the caller writes into the directory
-    afterwards, which an existing directory may also hold."""
+    """Write `bilm` to the directory `path`, all at once (`write_directory`).
+    `extra_files`: other files the caller writes there afterwards."""
     state = state_tensors(bilm)
 
     def write(folder: Path) -> None:
@@ -57,11 +55,7 @@ def write_bilm_files(bilm: BiLM, state: dict[str, torch.Tensor], folder: Path) -
 
 
 def read_bilm_directory(folder: str | Path, with_softmax: bool | None = None) -> BiLM:
-    """The biLM in the biLM directory `folder` (see the module's docstring).
-
-    with_softmax: None reads the softmax head where the directory has one;
-        False leaves it out (the `elmo` pipe does not need it); True requires it.
-    """
+    """The biLM in the biLM directory `folder`; `with_softmax` as `load_bilm`'s."""
     folder = existing(folder)
     check_bilm_directory(folder)
     config = read_json(folder / CONFIG_FILE, BiLMLoadError)
@@ -94,9 +88,9 @@ def check_bilm_directory(folder: Path) -> None:
     if len(missing) < len(BILM_FILES):
         present = [name for name in BILM_FILES if name not in missing]
         raise BiLMLoadError(
-            f"{folder} is an incomplete biLM directory: {', '.join(missing)} "
-            f"{'is' if len(missing) == 1 else 'are'} missing (it holds {', '.join(present)}). "
-            "Copy the whole folder that `elmo-spacy pretrain` or `convert-elmo` wrote."
+            f"{folder} is an incomplete biLM directory: {are_missing(missing)} (it holds "
+            f"{', '.join(present)}). Copy the whole folder that `elmo-spacy pretrain` or "
+            "`convert-elmo` wrote."
         )
     raise BiLMLoadError(
         pretraining_message(folder)
@@ -150,8 +144,7 @@ def _tokenization(values: Any, where: Any) -> Tokenization:
 
 
 def vocab_json(bilm: BiLM) -> list[str] | dict[str, list[str]]:
-    """What vocab.json holds: the words, and the characters if the biLM has a
-    character vocabulary."""
+    """What vocab.json holds: the words, and the characters of a char vocabulary."""
     if bilm.char_vocab is None:
         return bilm.vocab.words
     return {"words": bilm.vocab.words, "chars": bilm.char_vocab}
@@ -185,30 +178,23 @@ def _build(
         raise BiLMLoadError(f"Invalid biLM config or vocab in {where}: {err}") from err
     if not with_softmax:
         weights = {k: v for k, v in weights.items() if not k.startswith("softmax.")}
-    expected = bilm.state_dict()
-    missing = sorted(set(expected) - set(weights))
-    unexpected = sorted(set(weights) - set(expected))
-    wrong_shape = [
-        f"{k}: file {tuple(v.shape)} vs config {tuple(expected[k].shape)}"
-        for k, v in weights.items()
-        if k in expected and v.shape != expected[k].shape
-    ]
-    if (
-        missing
-        and all(k.startswith("softmax.") for k in missing)
-        and not (unexpected or wrong_shape)
-    ):
+    expected = {k: tuple(v.shape) for k, v in bilm.state_dict().items()}
+    found = {k: tuple(v.shape) for k, v in weights.items()}
+    missing = expected.keys() - found.keys()
+    if found.items() < expected.items() and all(k.startswith("softmax.") for k in missing):
         raise BiLMLoadError(
             f"{where} holds a biLM without its softmax head (the elmo pipe saves none, and "
             "published models come without one): "
             "load it with with_softmax=False, or use the pretraining output to go on pretraining."
         )
-    if missing or unexpected or wrong_shape:
-        raise BiLMLoadError(
-            f"The weights in {where} do not match its config.json and vocab.json "
-            f"(missing {missing[:5]}, unexpected {unexpected[:5]}, "
-            f"shape mismatches {wrong_shape[:5]}). Were files from different runs mixed?"
-        )
+    check_shapes(
+        found,
+        expected,
+        where=f"{WEIGHTS_FILE} in {where}",
+        described_by="the model its config.json and vocab.json describe",
+        error=BiLMLoadError,
+        unexpected=True,
+    )
     bilm.load_state_dict(weights)
     bilm.eval()
     return bilm

@@ -2,31 +2,7 @@
 
 `read_efml(folder)` builds a `BiLM` that computes what ELMoForManyLangs'
 `Embedder.sents2elmo(..., output_layer=-2)` computes for a sentence run from
-zero LSTM state. The folder holds:
-
-| file | what |
-| --- | --- |
-| `config.json` | training arguments; `config_path` names the architecture file |
-| the architecture (`cnn_50_100_512_4096_sample.json` for the published models) | `encoder` (LSTM sizes, clips), `token_embedder` (char CNN, word embedding) |
-| `char.dic`, `word.dic` | `token<TAB>id` per line; a line with one field is U+3000 |
-| `token_embedder.pkl`, `encoder.pkl` | torch state dicts |
-
-The architecture file is found at `config_path`, else by its name in the
-folder, else, for the published models, in `PUBLISHED_ARCHITECTURES`
-(ELMoForManyLangs ships it in its package). Weights map to the biLM's
-parameters as follows (all but the word table as they are):
-
-| ELMoForManyLangs | BiLM |
-| --- | --- |
-| `word_emb_layer.embedding.weight` (V, w) | the word table, rows reordered so that `<pad>`, `<oov>`, `<bos>`, `<eos>` come first (`WordVocab`) |
-| `char_emb_layer.embedding.weight` (C, c) | the character embedding; `char.dic` is kept as the biLM's character vocabulary |
-| `convolutions.i`, `highways._layers.k` | the char CNN's `convs.i` and `highway.layers.k` (AllenNLP's highway is this package's) |
-| `projection` | the token encoder's projection of [word; char CNN] |
-| `{forward,backward}_layer_l.input_linearity.weight` | `weight_ih` of layer l (gates i, f, g, o in torch's order) |
-| `.state_linearity.weight`, `.bias` | `weight_hh`, `bias_ih`; `bias_hh` is a fixed zero |
-| `.state_projection.weight` | `weight_hr` |
-
-Weights are read with `torch.load(weights_only=True)`: tensors only.
+zero LSTM state. The folder and how its weights map to the biLM's: docs/models.md.
 """
 
 import pickle
@@ -40,28 +16,21 @@ from ..bilm import BiLM
 from ..inputs.tokenization import WHITESPACE
 from ..inputs.vocab import EFML_SPECIALS, WordVocab
 from ..model.config import BiLMConfig
-from .checks import BiLMLoadError, check_shapes, existing, read_json
+from .checks import (
+    BiLMLoadError,
+    are_missing,
+    check_shapes,
+    existing,
+    read_json,
+    refuse_unknown,
+    settings_of,
+)
 
 ARGS_FILE = "config.json"
 CHAR_DIC, WORD_DIC = "char.dic", "word.dic"
 TOKEN_EMBEDDER_FILE, ENCODER_FILE = "token_embedder.pkl", "encoder.pkl"
 WEIGHT_FILES = (TOKEN_EMBEDDER_FILE, ENCODER_FILE)
 IDEOGRAPHIC_SPACE = "\u3000"  # what a dictionary line with one field stands for
-
-KNOWN_SECTIONS = {
-    "encoder": {"name", "projection_dim", "cell_clip", "proj_clip", "dim", "n_layers"},
-    "token_embedder": {
-        "name",
-        "activation",
-        "filters",
-        "n_highway",
-        "word_dim",
-        "char_dim",
-        "max_characters_per_token",
-    },
-}
-# Training settings of the architecture file; they do not change the forward pass.
-TRAINING_SECTIONS = {"classifier", "dropout"}
 
 # The architecture that the published models' config.json names, by file name.
 PUBLISHED_ARCHITECTURES: dict[str, dict[str, Any]] = {
@@ -87,13 +56,21 @@ PUBLISHED_ARCHITECTURES: dict[str, dict[str, Any]] = {
 }
 
 
+# The keys an architecture may have: those of the published one.
+KNOWN_SECTIONS = {
+    section: set(values)
+    for section, values in PUBLISHED_ARCHITECTURES["cnn_50_100_512_4096_sample.json"].items()
+}
+# Training settings of the architecture file; they do not change the forward pass.
+TRAINING_SECTIONS = {"classifier", "dropout"}
+
+
 class EfmlFormatError(BiLMLoadError):
     """An ELMoForManyLangs model folder that cannot be read, with what and where."""
 
 
 def is_efml_folder(files: set[str]) -> bool:
-    """Whether a folder holding these file names is (or is meant to be) an
-    ELMoForManyLangs model."""
+    """Whether a folder of these files is (or is meant to be) an ELMoForManyLangs model."""
     return any(name in files for name in (*WEIGHT_FILES, CHAR_DIC, WORD_DIC))
 
 
@@ -101,8 +78,7 @@ def read_efml(
     folder: str | Path, progress: Callable[[Iterable[str]], Iterable[str]] = iter
 ) -> BiLM:
     """A BiLM (without softmax) that computes what ELMoForManyLangs computes
-    from the model in `folder` (see the module docstring). `progress` wraps
-    the names of the weight files as they are read."""
+    from the model in `folder`; `progress` wraps the weight files' names."""
     folder = existing(folder)
     architecture, architecture_name = _architecture(folder)
     config = config_from_architecture(architecture, architecture_name)
@@ -111,19 +87,17 @@ def read_efml(
     missing = [name for name in (*needed, *WEIGHT_FILES) if not (folder / name).is_file()]
     if missing:
         raise EfmlFormatError(
-            f"{folder} is an incomplete ELMoForManyLangs model: {', '.join(missing)} "
-            f"{'is' if len(missing) == 1 else 'are'} missing. Unpack the whole archive of the "
-            "model into the folder."
+            f"{folder} is an incomplete ELMoForManyLangs model: {are_missing(missing)}. Unpack "
+            "the whole archive of the model into the folder."
         )
     embedder, encoder = (_read_weights(folder / name) for name in progress(WEIGHT_FILES))
-    for path, state, shapes in (
-        (folder / TOKEN_EMBEDDER_FILE, embedder, _embedder_shapes(config)),
-        (folder / ENCODER_FILE, encoder, _encoder_shapes(config)),
+    layouts = _layouts(config)
+    for path, tensors, layout in zip(
+        (folder / n for n in WEIGHT_FILES), (embedder, encoder), layouts
     ):
-        found = {name: tuple(tensor.shape) for name, tensor in state.items()}
         check_shapes(
-            found,
-            shapes,
+            {name: tuple(tensor.shape) for name, tensor in tensors.items()},
+            {name: shape for name, (_, shape) in layout.items()},
             where=str(path),
             described_by="the model's architecture",
             error=EfmlFormatError,
@@ -153,7 +127,15 @@ def read_efml(
 
     bilm = BiLM(config, vocab, with_softmax=False, char_vocab=chars, tokenization=WHITESPACE)
     state = bilm.state_dict()
-    state.update(_to_state(config, embedder, encoder, word_rows))
+    for tensors, layout in zip((embedder, encoder), layouts):
+        for name, (parameter, _) in layout.items():
+            tensor = tensors[name]
+            if name == "word_emb_layer.embedding.weight":
+                tensor = tensor[word_rows]
+            state[parameter] = tensor.contiguous()
+    for direction in ("forward", "backward"):  # one trained bias: bias_ih
+        for layer in range(config.n_layers):
+            state[f"{direction}_lstm.layers.{layer}.bias_hh_l0"] = torch.zeros(4 * config.lstm_dim)
     bilm.load_state_dict(state)
     bilm.eval()
     return bilm
@@ -164,19 +146,19 @@ def config_from_architecture(architecture: Any, where: str) -> BiLMConfig:
     and architectures it does not know rather than guess."""
     if not isinstance(architecture, dict):
         raise EfmlFormatError(f"{where} is not a JSON object of an ELMoForManyLangs architecture")
-    unknown = sorted(set(architecture) - set(KNOWN_SECTIONS) - TRAINING_SECTIONS)
-    for section, keys in KNOWN_SECTIONS.items():
-        values = architecture.get(section)
-        if not isinstance(values, dict):
+    for section in KNOWN_SECTIONS:
+        if not isinstance(architecture.get(section), dict):
             raise EfmlFormatError(f"{where} has no {section!r} section")
-        unknown += [f"{section}.{key}" for key in sorted(set(values) - keys)]
-    if unknown:
-        raise EfmlFormatError(
-            f"{where}: keys this converter does not know: {unknown}. They may change what the "
-            "model computes, so it stops rather than guess."
-        )
+    refuse_unknown(
+        architecture,
+        KNOWN_SECTIONS,
+        TRAINING_SECTIONS,
+        where=where,
+        what="keys",
+        error=EfmlFormatError,
+    )
     lstm, tokens = architecture["encoder"], architecture["token_embedder"]
-    try:
+    with settings_of(where, EfmlFormatError, "key"):
         if str(lstm["name"]).lower() != "elmo":
             raise EfmlFormatError(
                 f"{where}: encoder.name = {lstm['name']!r}; only ELMo's LSTM ('elmo', what "
@@ -217,12 +199,6 @@ def config_from_architecture(architecture: Any, where: str) -> BiLMConfig:
             dropout=0.0,
             min_count=1,
         )
-    except KeyError as err:
-        raise EfmlFormatError(f"{where}: key {err} is missing") from err
-    except (TypeError, ValueError) as err:
-        if isinstance(err, EfmlFormatError):
-            raise
-        raise EfmlFormatError(f"{where}: {err}") from err
 
 
 def read_dictionary(path: Path) -> dict[str, int]:
@@ -313,68 +289,42 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
     return {k: v.float() for k, v in state.items()}
 
 
-def _embedder_shapes(config: BiLMConfig) -> dict[str, tuple[int, ...]]:
-    """token_embedder.pkl's tensors for this architecture, with their shapes
-    (the embedding rows left open: -1)."""
-    shapes: dict[str, tuple[int, ...]] = {}
+Layout = dict[str, tuple[str, tuple[int, ...]]]
+
+
+def _layouts(config: BiLMConfig) -> tuple[Layout, Layout]:
+    """token_embedder.pkl's and encoder.pkl's tensors for this architecture:
+    name -> (the BiLM parameter it is, its shape; -1: rows left open)."""
+    dim, cell, char_dim = config.projection_dim, config.lstm_dim, config.char_dim
+    chars = "encoder.chars." if config.encoder == "word_char" else "encoder."
+    embedder: Layout = {}
     width = 0
     if config.encoder != "char_cnn":
-        shapes["word_emb_layer.embedding.weight"] = (-1, config.word_dim)
-        width += config.word_dim
+        width = config.word_dim
+        embedder["word_emb_layer.embedding.weight"] = ("encoder.embed.weight", (-1, width))
     if config.encoder != "word":
-        shapes["char_emb_layer.embedding.weight"] = (-1, config.char_dim)
+        embedder["char_emb_layer.embedding.weight"] = (f"{chars}embed.weight", (-1, char_dim))
         for i, (kernel, n) in enumerate(config.filters):
-            shapes[f"convolutions.{i}.weight"] = (n, config.char_dim, kernel)
-            shapes[f"convolutions.{i}.bias"] = (n,)
+            conv = f"{chars}convs.{i}"
+            embedder[f"convolutions.{i}.weight"] = (f"{conv}.weight", (n, char_dim, kernel))
+            embedder[f"convolutions.{i}.bias"] = (f"{conv}.bias", (n,))
         n_filters = sum(n for _, n in config.filters)
         for k in range(config.n_highway):
-            shapes[f"highways._layers.{k}.weight"] = (2 * n_filters, n_filters)
-            shapes[f"highways._layers.{k}.bias"] = (2 * n_filters,)
+            high, both = f"{chars}highway.layers.{k}", 2 * n_filters
+            embedder[f"highways._layers.{k}.weight"] = (f"{high}.weight", (both, n_filters))
+            embedder[f"highways._layers.{k}.bias"] = (f"{high}.bias", (both,))
         width += n_filters
-    shapes["projection.weight"] = (config.projection_dim, width)
-    shapes["projection.bias"] = (config.projection_dim,)
-    return shapes
-
-
-def _encoder_shapes(config: BiLMConfig) -> dict[str, tuple[int, ...]]:
-    dim, cell = config.projection_dim, config.lstm_dim
-    shapes: dict[str, tuple[int, ...]] = {}
-    for direction in ("forward", "backward"):
-        for layer in range(config.n_layers):
-            prefix = f"{direction}_layer_{layer}"
-            shapes[f"{prefix}.input_linearity.weight"] = (4 * cell, dim)
-            shapes[f"{prefix}.state_linearity.weight"] = (4 * cell, dim)
-            shapes[f"{prefix}.state_linearity.bias"] = (4 * cell,)
-            shapes[f"{prefix}.state_projection.weight"] = (dim, cell)
-    return shapes
-
-
-def _to_state(
-    config: BiLMConfig,
-    embedder: dict[str, torch.Tensor],
-    encoder: dict[str, torch.Tensor],
-    word_rows: list[int] | None,
-) -> dict[str, torch.Tensor]:
-    """ELMoForManyLangs' tensors -> BiLM state dict entries."""
-    state: dict[str, torch.Tensor] = {}
-    chars = "encoder.chars." if config.encoder == "word_char" else "encoder."
-    for name, tensor in embedder.items():
-        if name == "word_emb_layer.embedding.weight":
-            state["encoder.embed.weight"] = tensor[word_rows]
-        elif name == "char_emb_layer.embedding.weight":
-            state[chars + "embed.weight"] = tensor
-        elif name.startswith("convolutions."):
-            state[chars + "convs." + name.removeprefix("convolutions.")] = tensor
-        elif name.startswith("highways._layers."):
-            state[chars + "highway.layers." + name.removeprefix("highways._layers.")] = tensor
-        else:  # projection.weight, projection.bias
-            state["encoder." + name] = tensor
+    embedder["projection.weight"] = ("encoder.projection.weight", (dim, width))
+    embedder["projection.bias"] = ("encoder.projection.bias", (dim,))
+    encoder: Layout = {}
     for direction in ("forward", "backward"):
         for layer in range(config.n_layers):
             source, target = f"{direction}_layer_{layer}", f"{direction}_lstm.layers.{layer}"
-            state[f"{target}.weight_ih_l0"] = encoder[f"{source}.input_linearity.weight"]
-            state[f"{target}.weight_hh_l0"] = encoder[f"{source}.state_linearity.weight"]
-            state[f"{target}.bias_ih_l0"] = encoder[f"{source}.state_linearity.bias"]
-            state[f"{target}.bias_hh_l0"] = torch.zeros(4 * config.lstm_dim)
-            state[f"{target}.weight_hr_l0"] = encoder[f"{source}.state_projection.weight"]
-    return {k: v.contiguous() for k, v in state.items()}
+            for name, parameter, shape in (
+                ("input_linearity.weight", "weight_ih_l0", (4 * cell, dim)),
+                ("state_linearity.weight", "weight_hh_l0", (4 * cell, dim)),
+                ("state_linearity.bias", "bias_ih_l0", (4 * cell,)),
+                ("state_projection.weight", "weight_hr_l0", (dim, cell)),
+            ):
+                encoder[f"{source}.{name}"] = (f"{target}.{parameter}", shape)
+    return embedder, encoder

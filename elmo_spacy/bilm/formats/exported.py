@@ -1,36 +1,11 @@
 """A biLM as a program to serve outside Python and spaCy: an ONNX model and a
-`torch.export` program, with a JSON file that says what the inputs mean.
+`torch.export` program, with inputs.json, which says what the inputs mean
+(docs/embedding.md, "Serving outside Python", has the table of inputs).
 
 `ServingBiLM` computes what `Embedder` gives on the same tokens (to float32
 rounding), with shapes that all come from the inputs (the recurrence a
 `scan`, lengths a mask), so batch size and tokens stay free in the graph.
-The token encoder runs once per distinct token (type); each LSTM layer runs
-both directions in one scan, the input products of all steps first.
-
-Inputs, by encoder (B sentences, T tokens, U types, W char columns):
-
-- char_ids (U, W) int64: each type's character ids, word marks included,
-  padded with the scheme's padding id to W, for any W from what the batch
-  needs (its longest row, at least 3 for the sentence boundaries, plus the
-  widest filter - 1) up to max_chars: each W gives the same layers
-  (encoders that read characters: "char_cnn", "word_char");
-- word_ids (U,) int64: each type's vocabulary id (encoders "word",
-  "word_char");
-- type_ids (B, T) int64: each token's type, its row in char_ids and
-  word_ids (positions past a sentence's length are padding, whatever they
-  hold);
-- lengths (B,) int64: the tokens of each sentence (B >= 1);
-- with states, initial_h (2L, B, P) and initial_c (2L, B, H) float32: the
-  LSTM states to start from, forward layers then backward ones.
-
-Outputs: layers (L + 1, B, T, 2P) float32: layer 0 the token encoding
-[x; x], layers 1..L [forward; backward] (padding positions are zero from the
-LSTMs on); with states, also final_h and final_c: the states after each
-sentence, as `BiLM.forward_with_states` gives them, to feed to the next
-batch as bilm-tf's stateful models ran.
-
-Without states, every sentence starts from zeros or, exported with
-state = "primed", from the primed state, held in the program as constants.
+Positions past a sentence's length are padding, whatever type_ids holds there.
 """
 
 import contextlib
@@ -324,6 +299,24 @@ def serving_inputs(
     return inputs
 
 
+def check_export(formats: Sequence[str], quantize: str | None, dtype=torch.float32) -> None:
+    """Refuse formats and quantizations that `export_bilm` does not write."""
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise ElmoSpacyError(
+            f"Export format {unknown[0]!r} (--format {unknown[0]}): use {' or '.join(FORMATS)}"
+        )
+    if quantize not in QUANTIZATIONS:
+        raise ElmoSpacyError(
+            f"Quantization {quantize!r} (--quantize {quantize}): use int8, or none (float32)"
+        )
+    if quantize and ("onnx" not in formats or dtype != torch.float32):
+        raise ElmoSpacyError(
+            "int8 quantizes the float32 ONNX model, bilm.onnx: export the onnx format "
+            "(--format onnx)"
+        )
+
+
 def export_bilm(
     bilm: BiLM,
     output: Path,
@@ -334,23 +327,16 @@ def export_bilm(
     dtype: torch.dtype = torch.float32,
     quantize: str | None = None,
 ) -> list[Path]:
-    """Write `bilm` into the folder `output` as the given `formats` ("onnx":
-    bilm.onnx, "torch-export": bilm.pt2), with inputs.json and, for word
-    encoders, vocab.txt; returns the files written. `dtype`: of weights,
-    states and layers. `quantize`: None, or "int8" for bilm.onnx's products
-    (`quantize_int8`)."""
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown:
-        raise ElmoSpacyError(f"Export formats {unknown}: use {', '.join(FORMATS)}")
-    if quantize not in QUANTIZATIONS:
-        raise ElmoSpacyError(f"Quantization {quantize!r}: use None or int8")
-    if quantize and ("onnx" not in formats or dtype != torch.float32):
-        raise ElmoSpacyError("int8 quantizes the float32 ONNX model: export the onnx format")
+    """Write `bilm` into the folder `output` in `formats`, with inputs.json and,
+    for word encoders, vocab.txt; returns the files written. `dtype`: of
+    weights, states and layers; `quantize`: see `quantize_int8`."""
+    check_export(formats, quantize, dtype)
     missing = [name for name in ("onnx", "onnxscript") if importlib.util.find_spec(name) is None]
     if "onnx" in formats and missing:
         raise ElmoSpacyError(
             f"The onnx format needs {' and '.join(missing)}, which are not installed: "
-            "pip install 'elmo_spacy[export]', or export the torch-export format alone (--format torch-export)"
+            "pip install 'elmo_spacy[export]', or export the torch-export format alone "
+            "(--format torch-export)"
         )
     bilm = copy.deepcopy(bilm).to(device="cpu", dtype=dtype).eval()
     # int8 runs the input products faster batched; float32, a direction at a time (see ServingBiLM)
@@ -363,9 +349,19 @@ def export_bilm(
     )
     config = bilm.config  # the char ids: at least <S>'s 3 and the widest filter - 1
     min_chars = min(config.max_chars, 2 + max(width for width, _ in config.filters))
-    dynamic = _dynamic_shapes(module.input_names, min_chars, config.max_chars)
+    batch, types = torch.export.Dim("batch", min=1), torch.export.Dim("types")
+    chars = torch.export.Dim("chars", min=min_chars, max=config.max_chars)
+    shapes = {
+        "char_ids": {0: types, 1: chars},
+        "word_ids": {0: types},
+        "type_ids": {0: batch, 1: torch.export.Dim("tokens")},
+        "lengths": {0: batch},
+        "initial_h": {1: batch},
+        "initial_c": {1: batch},
+    }
+    dynamic = {"inputs": tuple(shapes[name] for name in module.input_names)}  # forward's *inputs
     written = []
-    with torch.no_grad(), _quiet_exporter():
+    with torch.no_grad(), _quiet():
         program = torch.export.export(module, args, dynamic_shapes=dynamic)
         if "torch-export" in formats:
             torch.export.save(program, output / PROGRAM_FILE)
@@ -404,10 +400,7 @@ def quantize_int8(path: Path) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantized = path.with_suffix(".int8.onnx")
-    root = logging.getLogger()  # where quantize_dynamic advises pre-processing (for static ranges)
-    level = root.level
-    root.setLevel(logging.ERROR)
-    try:
+    with _quiet(""):  # the root logger, where quantize_dynamic advises pre-processing
         quantize_dynamic(
             path,
             quantized,
@@ -415,16 +408,12 @@ def quantize_int8(path: Path) -> None:
             weight_type=QuantType.QInt8,
             extra_options={"EnableSubgraph": True},
         )
-    finally:
-        root.setLevel(level)
     quantized.replace(path)
 
 
 def session_options(threads: int | None = None) -> Any:
     """onnxruntime's `SessionOptions` measured fastest for an exported biLM on
-    the CPU (docs/results.md, "Serving outside Python"): every graph
-    optimisation, sequential execution (parallel was 2.6x slower), `threads`
-    threads per operator (default: one per physical core)."""
+    the CPU (docs/results.md, "Serving outside Python"); `threads` per operator."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
@@ -436,35 +425,19 @@ def session_options(threads: int | None = None) -> Any:
 
 
 @contextlib.contextmanager
-def _quiet_exporter() -> Iterator[None]:
-    """torch's exporters without their notes on what does not concern a biLM
-    (torchvision's operators, deprecations inside torch)."""
-    registration = logging.getLogger("torch.onnx._internal.exporter._registration")
-    level = registration.level
-    registration.setLevel(logging.ERROR)
+def _quiet(logger: str = "torch.onnx._internal.exporter._registration") -> Iterator[None]:
+    """`logger` at level ERROR and FutureWarnings ignored: torch's exporters
+    without their notes on what does not concern a biLM (torchvision's
+    operators, deprecations inside torch)."""
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning)
             yield
     finally:
-        registration.setLevel(level)
-
-
-def _dynamic_shapes(
-    names: Sequence[str], min_chars: int, max_chars: int
-) -> dict[str, tuple[dict[int, Any], ...]]:
-    batch, tokens = torch.export.Dim("batch", min=1), torch.export.Dim("tokens")
-    types = torch.export.Dim("types")
-    chars = torch.export.Dim("chars", min=min_chars, max=max_chars)
-    shapes = {
-        "char_ids": {0: types, 1: chars},
-        "word_ids": {0: types},
-        "type_ids": {0: batch, 1: tokens},
-        "lengths": {0: batch},
-        "initial_h": {1: batch},
-        "initial_c": {1: batch},
-    }
-    return {"inputs": tuple(shapes[name] for name in names)}  # forward's *inputs
+        log.setLevel(level)
 
 
 def inputs_description(

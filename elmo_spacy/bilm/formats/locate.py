@@ -1,9 +1,5 @@
-"""Every format a biLM comes in, in one table, `FORMATS` (how a path in it
-is recognised, and the function that reads it), and `load_bilm`, which
-reads a path in any of them, or says what is there instead. A config may
-also name one format's reader (`elmo_spacy.loaders`). Nothing here imports
-spaCy.
-"""
+"""Every format a biLM comes in, in one table, `FORMATS`, and `load_bilm`,
+which reads a path in any of them, or says what is there instead."""
 
 import os
 from collections.abc import Callable, Sequence
@@ -24,13 +20,10 @@ BiLMPath = str | os.PathLike | Sequence[str | os.PathLike]
 
 @dataclass(frozen=True)
 class Format:
-    """One format a biLM comes in. `name`: what help texts call it; `files`:
-    what it holds, for error messages; `find`: for a path that exists, the
-    arguments of `read` if the path holds this format, else None (None for
-    the pair, which is given rather than found); `read`: those arguments ->
-    the biLM. The biLM directory's reader takes `with_softmax` (only it can
-    hold a softmax head), the others `progress` (wrapping the names of the
-    datasets or files as they are read)."""
+    """`name`: what help texts call the format; `files`: what it holds, for
+    error messages; `find`: the arguments of `read` if an existing path holds
+    the format, else None (no `find` for the pair, which is given); `read`:
+    those arguments -> the biLM."""
 
     name: str
     files: str
@@ -65,7 +58,9 @@ FORMATS = {
         "an ELMoForManyLangs model folder",
         "config.json + token_embedder.pkl + encoder.pkl + char.dic and/or word.dic, as "
         "unpacked from its archive",
-        lambda path: (path,) if path.is_dir() and is_efml_folder(_names(path)) else None,
+        lambda path: (
+            (path,) if path.is_dir() and is_efml_folder(bilm_tf.file_names(path)) else None
+        ),
         read_efml,
     ),
     BILM_TF_PAIR: Format(
@@ -81,22 +76,13 @@ FORMATS = {
 def load_bilm(
     path: BiLMPath, with_softmax: bool | None = None, progress: DatasetProgress = iter
 ) -> BiLM:
-    """Read the biLM at `path`, in any format of `FORMATS` (a biLM directory,
-    a bilm-tf folder or NLPL .zip, an ELMoForManyLangs folder), or a bilm-tf
-    model's two files as a pair of any names (as AllenNLP's `Elmo` takes them):
-
-        load_bilm("models/elmo-original")
-        load_bilm(("downloads/elmo_options.json", "weights/elmo_weights.hdf5"))
-
-    Anything else is refused with a `BiLMLoadError` that says what is there
-    and what to point to.
+    """Read the biLM at `path`, in any format of `FORMATS`, or a bilm-tf
+    model's two files as a pair (docs/models.md); anything else is refused
+    with a `BiLMLoadError` that says what is there and what to point to.
 
     with_softmax: None loads the softmax head where the biLM has one (a biLM
-        directory from pretraining); False leaves it out (the `elmo` pipe
-        does not need it); True requires it.
+        directory from pretraining); False leaves it out; True requires it.
     progress: wraps the names of the datasets or files as they are read.
-
-    The biLM computes in float32 until told otherwise (`BiLM.precision`).
     """
     kind, args = find_bilm(path)
     if kind == BILM_DIR:  # the one format with a softmax head
@@ -110,9 +96,8 @@ def load_bilm(
 
 
 def find_bilm(path: BiLMPath) -> tuple[str, tuple]:
-    """(format, arguments of its reader): the key in `FORMATS` of what `path`
-    holds, and what that format's `read` takes. Raises `BiLMLoadError`,
-    saying what is there instead, for anything else."""
+    """(key in `FORMATS`, arguments of its `read`) of what `path` holds; else
+    a `BiLMLoadError` saying what is there instead."""
     if isinstance(path, (tuple, list)):
         if len(path) != 2:
             raise BiLMLoadError(
@@ -135,6 +120,18 @@ def find_bilm(path: BiLMPath) -> tuple[str, tuple]:
     if any((path / name).is_file() for name in BILM_FILES):
         directory.check_bilm_directory(path)  # names what is missing
     raise BiLMLoadError(pretraining_message(path) or _nothing_known_message(path))
+
+
+def read_bilm_tf_in(path: str | Path, progress: DatasetProgress = iter) -> BiLM:
+    """The one bilm-tf model in the folder or NLPL .zip archive `path`."""
+    path = existing(path)
+    for kind in (BILM_TF, BILM_TF_ZIP):
+        args = FORMATS[kind].find(path)
+        if args:
+            return FORMATS[kind].read(*args, progress=progress)
+    if path.is_dir():
+        raise BiLMLoadError(f"{path} holds no bilm-tf model: looked for {bilm_tf.PAIR_FILES}.")
+    raise BiLMLoadError(f"{path} is a file, but not a zip archive: give a folder or a .zip.")
 
 
 def layouts_help() -> str:
@@ -162,14 +159,10 @@ def _holds_bilm(folder: Path) -> bool:
 
 def _file_message(path: Path) -> str:
     if path.suffix.lower() == ".json" and bilm_tf.is_options_file(path):
-        message = (
-            f"{path} is a bilm-tf options file, without its weights: give the two files as a "
-            f"pair, (OPTIONS_JSON, WEIGHTS_HDF5): {PAIR_FORMS}."
-        )
+        message = f"{path} is a bilm-tf options file, without its weights: {bilm_tf.GIVE_PAIR}"
     elif path.suffix.lower() in bilm_tf.WEIGHTS_SUFFIXES and bilm_tf.looks_like_weights(path):
         message = (
-            f"{path} holds a bilm-tf model's weights, without its options: give the two files "
-            f"as a pair, (OPTIONS_JSON, WEIGHTS_HDF5): {PAIR_FORMS}."
+            f"{path} holds a bilm-tf model's weights, without its options: {bilm_tf.GIVE_PAIR}"
         )
     else:
         message = (
@@ -199,10 +192,6 @@ def _layouts_text() -> str:
     return "; ".join(
         f"({i}) {format.name}: {format.files}" for i, format in enumerate(FORMATS.values(), 1)
     )
-
-
-def _names(folder: Path) -> set[str]:
-    return {p.name for p in folder.iterdir() if p.is_file()}
 
 
 def _shown(value: object, limit: int = 120) -> str:

@@ -1,18 +1,8 @@
 """The inputs of an exported biLM (`elmo-spacy export`) made from tokens, with
-numpy alone: what a server needs beside onnxruntime.
-
-`ExportInputs` reads the export folder's inputs.json (and vocab.txt), never
-the model, and this module imports only numpy and the standard library, so
-that it runs where neither torch nor this package is installed: copy it
-beside the server (docs/embedding.md, "A client with onnxruntime and numpy
-alone").
-
-    make_inputs = ExportInputs("served")
-    feed = make_inputs([["The", "cat", "sat", "."], ["Hello", "!"]])
-    (layers,) = onnxruntime.InferenceSession("served/bilm.onnx").run(["layers"], feed)
-
-It gives what `exported.serving_inputs` gives from the biLM itself, to the
-last id. Tokenise the text as inputs.json's "tokenization" says.
+numpy alone: `ExportInputs` reads the export's inputs.json (and vocab.txt),
+never the model, and gives what `exported.serving_inputs` gives, to the last
+id. It imports only numpy and the standard library, so that it can be copied
+beside a server (docs/embedding.md, "A client with onnxruntime and numpy alone").
 """
 
 import json
