@@ -30,8 +30,7 @@ PROGRESS_FILE = "progress.json"  # what a finished checkpoint holds last (checkp
 
 
 class RunFolder:
-    """The output folder of a pretraining run at `path` (see the module
-    docstring)."""
+    """The output folder of a pretraining run at `path`."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -43,16 +42,14 @@ class RunFolder:
         return self.path / f"{CHECKPOINT_PREFIX}{step}"
 
     def point_to(self, checkpoint: Path) -> None:
-        """Make `checkpoint` (complete, in place) the one to resume from, then
-        remove the older ones: a run killed at any moment leaves one whole
-        checkpoint pointed to."""
+        """Make `checkpoint` (complete, in place) the one to resume from (the
+        pointer replaced atomically), then remove the older ones."""
         write_file(self.path / LATEST, lambda path: path.write_text(checkpoint.name + "\n"))
         for old in self.path.glob(f"{CHECKPOINT_PREFIX}*"):
             if old != checkpoint:
                 shutil.rmtree(old, ignore_errors=True)
 
     def latest_checkpoint(self) -> Path | None:
-        """The checkpoint to resume from, or None where there is none."""
         pointer = self.path / LATEST
         if not pointer.is_file():
             return None
@@ -65,7 +62,7 @@ class RunFolder:
         return path
 
     def earlier_run(self) -> list[str]:
-        """The names of what an earlier run left here, if anything."""
+        """The names of what an earlier run left here."""
         if not self.path.is_dir():
             return []
         outputs = (MODEL_BEST, MODEL_LAST, LOG_FILE, LATEST, PLOT)
@@ -74,9 +71,8 @@ class RunFolder:
         return sorted(n for n in found if n in outputs or checkpoint.fullmatch(n))
 
     def check(self, resume: bool = False, overwrite: bool = False) -> None:
-        """Refuse a folder that cannot be made (see `check_output_folder`), or
-        that would lose an earlier run: one that holds a run's outputs, unless
-        `overwrite`, or with `resume`, a checkpoint to go on from."""
+        """Refuse a folder that cannot be made, or that holds an earlier run,
+        unless `overwrite`, or with `resume`, a checkpoint to go on from."""
         if resume and overwrite:
             raise ElmoSpacyError("resume goes on from a run and overwrite replaces it: choose one.")
         check_output_folder(self.path)
@@ -98,9 +94,7 @@ class RunFolder:
             )
 
     def nothing_to_resume(self) -> str | None:
-        """Why a run cannot go on from this folder (`--resume`), or None where
-        it holds a checkpoint to go on from: what `pretrain` refuses, every
-        rank alike, as rank 0 sees it."""
+        """Why a run cannot go on from this folder (`--resume`), or None."""
         try:
             if self.latest_checkpoint() is not None:
                 return None
@@ -114,8 +108,7 @@ class RunFolder:
         )
 
     def make(self, overwrite: bool = False) -> None:
-        """Make the folder for a run to write into; `overwrite`: delete what
-        an earlier run left there (and nothing else)."""
+        """Make the folder; `overwrite`: delete what an earlier run left there."""
         for name in self.earlier_run() if overwrite else ():
             path = self.path / name
             if path.is_dir() and not path.is_symlink():
