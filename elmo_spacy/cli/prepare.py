@@ -82,8 +82,7 @@ def prepare_command(
 
 
 def verify_folders(paths: list[str]) -> None:
-    """Check each prepared folder against its manifest; exit 1 at the first
-    damaged file, naming it."""
+    """Check each prepared folder against its manifest, naming the first damaged file."""
     from tqdm import tqdm
 
     from ..pretrain import Corpus

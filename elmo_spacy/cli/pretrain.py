@@ -131,7 +131,7 @@ def pretrain_command(
 
 
 def _how_to_resume(folder, overwrite: bool) -> str:
-    """What a user who stopped a run (Ctrl-C) can do next."""
+    """What a user who stopped a run with Ctrl-C can do next."""
     try:
         checkpoint = folder.latest_checkpoint()
     except ElmoSpacyError as err:  # a pointer to a checkpoint that is gone
@@ -154,12 +154,10 @@ def _how_to_resume(folder, overwrite: bool) -> str:
 def _paths_and_overrides(
     ctx: typer.Context, arguments: list[str]
 ) -> tuple[list[str], dict[str, Any]]:
-    """The paths and the config overrides (--section.setting VALUE or
-    --section.setting=VALUE) among a command's free arguments (`arguments`,
-    and the extra ones click leaves in ctx.args). Any other option is a usage
-    error, shown with the usage and a close option or setting if there is one
-    (spaCy's own parser raises a click exception that typer does not catch: a
-    traceback)."""
+    """The paths and the config overrides (--section.setting VALUE or =VALUE)
+    among a command's free arguments and ctx.args. Any other option is a usage
+    error naming a close option or setting (spaCy's own parser would raise a
+    click exception that typer shows as a traceback)."""
     args = [*arguments, *ctx.args]
     paths: list[str] = []
     overrides: list[str] = []

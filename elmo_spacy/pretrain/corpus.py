@@ -126,7 +126,6 @@ class DiskArray:
 
 @dataclass
 class Shard:
-    path: Path
     index: int  # its place in the whole corpus (of all parts)
     tokens: DiskArray  # (n_tokens,) int32 type ids
     docs: DiskArray  # (n_docs + 1,) int64 offsets
@@ -164,7 +163,6 @@ class PreparedCorpus:
         )
         self.shards = [
             Shard(
-                self.path / entry["name"],
                 entry["index"],
                 DiskArray(self.path / entry["name"] / TOKENS, TOKEN_DTYPE, entry["tokens"]),
                 DiskArray(self.path / entry["name"] / DOCS, OFFSET_DTYPE, entry["docs"] + 1),
