@@ -125,9 +125,8 @@ class PretrainConfig:
 
 
 def _syntax_error(path: str | Path, err: Exception) -> str:
-    """`path:line: what is wrong` for a config that confection cannot read (its
-    parser names the text '<string>', not the file)."""
-    # confection raises ConfigValidationError "from None" over configparser's error.
+    """`path:line: what is wrong` for a config that confection cannot read
+    (it names the text '<string>', and raises "from None" over configparser's error)."""
     cause = err if isinstance(err, configparser.Error) else err.__context__
     fix = "sections are [name], settings are name = value, each on a line of its own"
     if isinstance(cause, configparser.DuplicateOptionError):

@@ -77,12 +77,10 @@ def open_corpus(
     pretokenized: bool = False,
     show_progress: bool = True,
 ) -> Corpus:
-    """The `Corpus` of prepared folders, or of text files (see
-    `find_text_files`) prepared into the folder `cache` (`prepare_corpus`),
-    where a later call with the same files and settings finds them prepared.
-    `lang` (default "en") and `pretokenized` say how text files are
-    tokenised; given with prepared folders, they must say what the folders
-    were prepared with."""
+    """The `Corpus` of prepared folders, or of text files prepared into the
+    folder `cache`, where a later call with the same files finds them.
+    `lang` (default "en") and `pretokenized` say how text files are cut;
+    given with prepared folders, they must say what those were cut with."""
     prepared = [is_prepared(p) for p in paths]
     if all(prepared):
         corpus = Corpus.open(paths)
@@ -215,9 +213,8 @@ def _write(
 
 @contextlib.contextmanager
 def _tokenizers(tokenization: Tokenization, n_process: int) -> Iterator[Callable]:
-    """A function texts -> (types, ids, lengths) (see `tokenize_texts`) that
-    runs in this process, or returns a Future of it in one of `n_process`
-    worker processes, which end on leaving."""
+    """`tokenize_texts` in this process, or one that returns its Future from
+    one of `n_process` worker processes, which end on leaving."""
     if n_process == 1:
         _start_worker(tokenization)
         yield tokenize_texts
