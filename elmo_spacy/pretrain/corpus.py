@@ -528,7 +528,7 @@ class CorpusWriter:
             TYPE_OFFSETS: _write_atomic(self.path / TYPE_OFFSETS, offsets.tobytes()),
             TYPE_COUNTS: _write_atomic(self.path / TYPE_COUNTS, counts.tobytes()),
         }
-        if all("sha256" in s for s in sources):  # files: their name, size and checksum
+        if all("path" in s for s in sources):  # files: their name, size and checksum
             contents: Any = [
                 {"name": Path(s["path"]).name, "bytes": s["bytes"], "sha256": s["sha256"]}
                 for s in sources

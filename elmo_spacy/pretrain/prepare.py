@@ -6,6 +6,8 @@ part (`part=(K, N)`: the shards whose number is K modulo N), cuts them alike.
 
 import contextlib
 import functools
+import hashlib
+import json
 import shutil
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -123,12 +125,17 @@ def prepare_docs(
     shard_size: int = DEFAULT_SHARD_SIZE,
 ) -> Path:
     """Write docs that are tokenised already (lists of token strings) to
-    `output_dir` as a prepared corpus, replacing any there; `tokenization`
-    says how they were cut (the biLM pretrained on them records it)."""
-    sources = [{"name": "<docs>"}]
+    `output_dir` as a prepared corpus, replacing any there but a finished
+    preparation of the same docs (held in memory to digest them);
+    `tokenization` says how they were cut (the biLM pretrained on them records it)."""
+    docs = [list(doc) for doc in docs if doc]
+    digest = hashlib.sha256()
+    for doc in docs:
+        digest.update(json.dumps(doc).encode())
+    sources = [{"name": "<docs>", "docs": len(docs), "sha256": digest.hexdigest()}]
     writer = CorpusWriter(Path(output_dir), tokenization, sources, shard_size, (0, 1), True)
-    docs = (list(doc) for doc in docs if doc)
-    _write(writer, docs, sources, _indexed, 1, False, size=lambda doc: sum(len(t) + 1 for t in doc))
+    if not writer.finished:
+        _write(writer, docs, sources, _indexed, 1, False, size=lambda d: sum(len(t) + 1 for t in d))
     return writer.path
 
 
