@@ -12,15 +12,9 @@ One folder holds:
         docs.bin       int64 (n_docs + 1,): doc d is tokens[docs[d]:docs[d + 1]]
 
 All arrays are raw and little-endian, so that any tool can memory-map them.
-Opening a corpus reads its manifest and maps the type table; the shards are
-read where a batch needs them, by positioned reads (`DiskArray`), whatever
-their size. The manifest
-gives the format version, the tokenisation, the sources (path, size, SHA-256),
-the counts, each shard's checksums and the folder's fingerprint.
-
-A corpus prepared in parts (`--part K/N`) is N such folders: read together
-(`Corpus.open` of all of them), their shards take their places in the order
-of the whole, and their type tables are merged.
+The manifest gives the format version, the tokenisation, the sources (path,
+size, SHA-256), the counts, each shard's checksums and the folder's
+fingerprint. A corpus prepared in parts (`--part K/N`) is N such folders.
 """
 
 import hashlib
@@ -67,9 +61,7 @@ def damaged(path: Path, what: str) -> CorpusDamaged:
 
 @dataclass(eq=False)
 class TypeTable:
-    """The distinct tokens of a corpus: `strings`, (bytes,) uint8, their UTF-8
-    one after another, type i at strings[offsets[i]:offsets[i + 1]] of the
-    (n + 1,) int64 `offsets`; `counts`, (n,) int64."""
+    """The distinct tokens of a corpus, as types.bin, type_offsets.bin and type_counts.bin."""
 
     strings: numpy.ndarray
     offsets: numpy.ndarray
@@ -97,10 +89,9 @@ def encode_strings(strings: Sequence[str]) -> tuple[bytes, numpy.ndarray]:
 
 
 class DiskArray:
-    """A raw little-endian array in a file, read a slice at a time by
-    positioned reads (os.pread): unlike a memory map read at random, which
-    grows in the process's resident memory to the file's size, reading
-    leaves the pages in the OS's cache only, shared by every process."""
+    """A raw little-endian array in a file, read a slice at a time by os.pread,
+    which, unlike a memory map read at random, leaves the pages in the OS's
+    cache only, shared by every process."""
 
     def __init__(self, path: Path, dtype: numpy.dtype, count: int) -> None:
         _check_size(path, dtype, count)
@@ -136,8 +127,7 @@ class Shard:
 
 
 class PreparedCorpus:
-    """One prepared folder, opened: its manifest, its type table
-    (memory-mapped) and its shards."""
+    """One prepared folder, opened."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -182,13 +172,9 @@ class PreparedCorpus:
 
 
 class Corpus:
-    """Prepared folders read as one corpus: their shards in order (the parts
-    of one preparation in the order of the whole, other folders after each
-    other as given) and one type table (merged where there are several).
-
-    types: the `TypeTable` that token ids read through `tokens` index.
-    doc_starts: (n_shards + 1,) the first doc number of each shard, then the
-        number of docs; doc d of the corpus is numbered across all shards.
+    """Prepared folders read as one corpus: their shards in order (see
+    `_in_order`) and one type table (merged where there are several).
+    doc_starts: (n_shards + 1,) the first doc number of each shard, then n_docs.
     """
 
     def __init__(self, folders: Sequence[PreparedCorpus]) -> None:
@@ -232,8 +218,7 @@ class Corpus:
 
     def tokens(self, shard: int, start: int, length: int) -> numpy.ndarray:
         """(length,) int64 type ids of the corpus's table, from `start` in a
-        shard; ids outside the shard's type table, or tokens past the end of
-        its file, raise `CorpusDamaged` naming the file."""
+        shard; ids out of range or past the file's end raise `CorpusDamaged`."""
         tokens = self.shards[shard].tokens
         ids = tokens[start : start + length]
         if len(ids) != length:
@@ -277,10 +262,7 @@ class Corpus:
 
 
 class CorpusCheck(threading.Thread):
-    """`Corpus.verify` of corpora in a thread of its own, so that training
-    reads while the check goes on: `raise_if_failed()` raises what it found
-    so far (cheap, for every step), `wait()` waits for its end and raises
-    what it found (before anything trained on the corpus is written)."""
+    """`Corpus.verify` of corpora in a thread of its own, while training reads them."""
 
     def __init__(self, corpora: Sequence[Corpus]) -> None:
         super().__init__(name="corpus-check", daemon=True)
@@ -343,9 +325,8 @@ def _check_size(path: Path, dtype: numpy.dtype, count: int | None) -> None:
 
 
 def _merged_types(tables: Sequence[TypeTable]) -> tuple[TypeTable, list[numpy.ndarray]]:
-    """One table of the types of all `tables` (in order of first appearance),
-    their counts summed, and for each table the (n,) int64 map of its ids to
-    the merged table's."""
+    """One table of the types of all `tables`, and for each the (n,) int64
+    map of its ids to the merged table's."""
     index: dict[str, int] = {}
     maps = []
     for table in tables:
@@ -391,13 +372,9 @@ def _in_order(shards: list) -> list:
 
 
 class CorpusWriter:
-    """Writes a prepared folder shard by shard: `sources` (as `plan.json`
-    records them) cut as `tokenization` says into shards of `shard_size`
-    characters, part `part` (K, N) of them.
-
-    A type's id is its place in the order the folder first saw the types;
-    each shard keeps the types it added, so that a preparation that goes on
-    knows the ids of the shards written before.
+    """Writes a prepared folder shard by shard. A type's id is its place in the
+    order the folder first saw the types; each shard keeps the types it added,
+    so that a preparation that goes on knows the ids of the shards written before.
     """
 
     def __init__(
