@@ -1,10 +1,6 @@
 """Pretraining batches over a prepared corpus: the dev sample, each epoch's
-batches, planned as `Spans` (where their docs, or pieces of docs, lie in the
-corpus), and the `TokenBatch`es built from them ahead of the step.
-
-Each epoch's order follows from (seed, epoch) alone (`epoch_batches`), over
-one pool of index arrays at a time: memory does not grow with the corpus,
-and a run that resumes at step n only needs n to find its place.
+batches, planned as `Spans`, and the `TokenBatch`es built from them ahead of
+the step. Each epoch's order follows from (seed, epoch) alone.
 """
 
 import queue
@@ -113,9 +109,8 @@ class DevSample:
 def dev_sample(
     corpus: Corpus, fraction: float, max_tokens: int, seed: int, held_out: bool = True
 ) -> DevSample:
-    """A seeded sample of a `fraction` of the corpus's docs (at least one),
-    drawn in random order until they hold `max_tokens` tokens (at least one
-    doc); `held_out` says whether training leaves them out."""
+    """A seeded sample of a `fraction` of the corpus's docs, drawn until they
+    hold `max_tokens` tokens (at least one doc)."""
     n_docs = corpus.n_docs
     wanted = max(1, round(n_docs * fraction)) if fraction > 0 else n_docs
     if held_out and wanted >= n_docs:
@@ -146,11 +141,8 @@ def epoch_batches(
     exclude: numpy.ndarray,
 ) -> Iterator[Spans]:
     """The batches of one epoch in order, each padded to at most `batch_tokens`
-    tokens (a piece longer than that alone), the docs numbered in `exclude`
-    (sorted) left out: the docs, in chunks of CHUNK_DOCS, are shuffled;
-    POOL_CHUNKS chunks at a time are pooled, their pieces (docs cut at
-    `max_length`) sorted by length (ties in random order) and cut into
-    batches of like-length pieces, which run in random order."""
+    tokens, the docs numbered in `exclude` left out (docs/pretraining.md,
+    Batches, tells how they are drawn)."""
     rng = numpy.random.default_rng(numpy.random.SeedSequence(seed, spawn_key=(EPOCH_STREAM, epoch)))
     chunk_shard, chunk_first = _chunks(corpus)
     order = rng.permutation(len(chunk_shard))
@@ -189,10 +181,8 @@ def _chunks(corpus: Corpus) -> tuple[numpy.ndarray, numpy.ndarray]:
 def corpus_vocabulary(
     types: TypeTable, max_size: int, min_count: int, held_out: DevSample | None = None
 ) -> WordVocab:
-    """The vocabulary of a fresh biLM: the specials, then the `max_size`
-    types seen at least `min_count` times, most frequent first (ties in
-    alphabetical order), as `WordVocab.build` orders them, not counting the
-    docs of a `held_out` dev sample (words seen only there stay unknown)."""
+    """The vocabulary of a fresh biLM, as `WordVocab.build` orders it, not
+    counting the docs of a `held_out` dev sample."""
     counts = numpy.asarray(types.counts)
     if held_out is not None and held_out.held_out:
         counts = counts - held_out.type_counts()
@@ -257,11 +247,9 @@ class BatchBuilder:
 
 
 class Prefetcher:
-    """Builds this rank's share of each planned batch in a thread, up to
-    `depth` batches ahead; yields (this rank's batch, the whole batch's
-    `Spans`, weight): weight 0 where the rank has no piece of the batch (it
-    runs the first piece, so that every rank takes part in each step, and
-    adds nothing). A context manager that stops the thread on leaving."""
+    """Builds this rank's share of each planned batch in a thread, `depth`
+    ahead; yields (its batch, the whole batch's `Spans`, weight): weight 0
+    where the rank has no piece (it runs the first, so as to take part)."""
 
     def __init__(
         self,

@@ -16,9 +16,8 @@ from ..bilm.runtime.devices import resolve_device
 
 @dataclass(frozen=True)
 class ProcessGroup:
-    """The processes (ranks) of one pretraining run, seen from one of them:
-    torchrun's RANK and WORLD_SIZE (0 and 1 without it), and the device of
-    this rank's biLM. Rank 0 writes the checkpoints, models and log."""
+    """The ranks of one pretraining run, seen from one of them (torchrun's RANK
+    and WORLD_SIZE), and this rank's device. Rank 0 writes what the run saves."""
 
     rank: int = 0
     world_size: int = 1
@@ -40,8 +39,7 @@ class ProcessGroup:
         return items[self.rank :: self.world_size]
 
     def sum(self, values: list[float | torch.Tensor]) -> list[float]:
-        """Element-wise sums over all ranks of numbers or scalar tensors: one
-        transfer to the host, one collective."""
+        """Element-wise sums over all ranks of numbers or scalar tensors."""
         tensor = torch.stack(
             [
                 v.detach().to(self.device, torch.float64)

@@ -1,13 +1,7 @@
-"""glibc's allocator, set for the large arrays a training step makes and frees.
-
-A pretraining step allocates arrays of tens of megabytes (the softmax's
-logits, the LSTM's saved gates) and frees them before the next step. glibc
-maps fresh pages for such sizes and unmaps them when freed, so every step
-faults in and zeroes thousands of pages again (a sizeable share of the step:
-`python benchmarks/pretrain_throughput.py`). Kept in the heap instead, freed
-arrays serve the next step's. The price: the process holds on to its peak
-memory, and arrays of many sizes (dev perplexity's batches) leave the heap
-in pieces, which `release_freed_memory` gives back between such batches.
+"""glibc's allocator, set for the large arrays a training step makes and frees:
+glibc would unmap them when freed and fault fresh pages in at every step
+(`benchmarks/pretrain_throughput.py`). Kept in the heap, they serve the next
+step's; `release_freed_memory` gives the heap back between dev batches.
 """
 
 import ctypes

@@ -1,16 +1,7 @@
-"""A pretraining run's output folder: its layout in one place.
-
-    model-best/          the biLM of the best dev perplexity yet (a biLM directory)
-    model-last/          the biLM of the last evaluation
-    checkpoint-<step>/   the latest checkpoint (see checkpoint.py); older ones are pruned
-    latest-checkpoint    one line: the name of the checkpoint to resume from
-    pretrain_log.json    the run's log (`pretrain`'s return value)
-    perplexity.png       the curve, where matplotlib is installed
-    corpus/              text files given to `pretrain`, prepared for it (kept: a
-    dev-corpus/          later run over the same files reads them as they are)
-
-What an earlier run left (all but the prepared corpora) is what `--overwrite`
-removes and what makes a new run refuse the folder without it.
+"""A pretraining run's output folder (docs/pretraining.md, Pretraining): its
+layout in one place. What an earlier run left (all but the prepared corpora
+corpus/ and dev-corpus/) is what `--overwrite` removes and what makes a new
+run refuse the folder without it.
 """
 
 import re

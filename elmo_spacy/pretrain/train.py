@@ -60,11 +60,8 @@ def pretrain(
     init_bilm: BiLM | str | Path | None = None,
     group: ProcessGroup | None = None,
 ) -> dict[str, Any]:
-    """Train a biLM on `corpus` into `output_dir` (see `RunFolder`) and
-    return the run's log (also written there). The options are those of
-    `elmo-spacy pretrain`; `corpus` and `dev` may also be `Corpus`es,
-    `init_vectors` a mapping of words to vectors, `init_bilm` a `BiLM`, and
-    `group` the ranks under torchrun (`join_process_group`)."""
+    """Train a biLM on `corpus` into `output_dir` and return the run's log;
+    the options are those of `elmo-spacy pretrain` (docs/pretraining.md)."""
     started = time.perf_counter()
     keep_freed_memory()  # each step reuses what the step before freed
     folder = RunFolder(output_dir)
@@ -142,9 +139,8 @@ def _open_corpora(
     group: ProcessGroup,
     show_progress: bool,
 ) -> tuple[Corpus, Corpus | None]:
-    """The corpora, text prepared into the run folder by the first of the
-    ranks that see one folder while the others wait (one rank a machine
-    without a shared filesystem); every rank must then hold the same."""
+    """The corpora, text prepared by the first rank of each folder while the
+    others wait; every rank must then hold the same."""
     if show_progress and group.is_main and not group.folders_shared:
         tqdm.write(
             f"The {group.world_size} ranks see {len(group.ranks_by_folder)} different output "
@@ -177,9 +173,7 @@ def _open_corpora(
 def _dev_sample(
     corpus: Corpus, dev: Corpus | None, config: PretrainConfig, named: str | None = None
 ) -> DevSample:
-    """The docs of dev perplexity: held out of the corpus (held in with
-    dev_fraction 0), or drawn from `dev`. A corpus too small says so, naming
-    the paths given (`named`, else the corpus's folders)."""
+    """The docs of dev perplexity, of the corpus or of `dev`."""
     source, fraction = (corpus, config.dev_fraction) if dev is None else (dev, 1.0)
     held_out = dev is None and fraction > 0
     try:
@@ -201,9 +195,8 @@ def _resume(
     group: ProcessGroup,
     show_progress: bool,
 ) -> Start:
-    """The run at the latest checkpoint in rank 0's folder (sent to the ranks
-    that cannot see it), which must have trained on the same corpus. A run
-    that had finished goes on where `config` now allows more."""
+    """The run at the latest checkpoint in rank 0's folder, which must have
+    trained on the same corpus."""
     latest = folder.latest_checkpoint() if group.sees_main_folder else None
     with tempfile.TemporaryDirectory(prefix="elmo-spacy-checkpoint-") as received:
         checkpoint = send_folder(group, latest, Path(received))
@@ -245,8 +238,7 @@ def _new(
     init_vectors: Vectors | None,
     group: ProcessGroup,
 ) -> Start:
-    """A new run: `init_bilm`, or a fresh biLM with the vocabulary of the
-    docs it trains on and word vectors from `init_vectors`."""
+    """A new run: `init_bilm`, or a fresh biLM."""
     torch.manual_seed(config.seed)
     if init_bilm is not None:
         bilm = init_bilm
@@ -329,8 +321,7 @@ def _log(run: Pretraining, dev: Corpus | None, start: Start) -> dict[str, Any]:
 
 
 def _warn_of_oversized_clusters(bilm_config: BiLMConfig, bilm: BiLM) -> None:
-    """Say where the [bilm] cutoffs given leave a tail cluster of more than
-    MAX_CLUSTER_WORDS words, and what "auto" would give."""
+    """Warn of a tail cluster of more than MAX_CLUSTER_WORDS words."""
     if bilm_config.cutoffs == "auto" or bilm.softmax is None or not bilm.softmax.adaptive:
         return
     oversized = oversized_clusters(bilm_config.cutoffs, len(bilm.vocab))
@@ -352,8 +343,7 @@ def _warn_of_oversized_clusters(bilm_config: BiLMConfig, bilm: BiLM) -> None:
 def _bilm_to_train_further(
     init_bilm: BiLM | str | Path | None, bilm_config: BiLMConfig | None, init_vectors: Any
 ) -> tuple[BiLM | None, BiLMConfig]:
-    """`init_bilm` (loaded with its softmax where it is a path), checked, and
-    the run's [bilm] config: its own, or `bilm_config` for a fresh biLM."""
+    """`init_bilm` (loaded, checked) and the run's [bilm] config."""
     if init_bilm is None:
         if bilm_config is None:
             raise ElmoSpacyError("A fresh biLM needs its [bilm] config: bilm_config is None")
@@ -394,17 +384,15 @@ BATCHING_SETTINGS = (*DEV_SETTINGS, "max_length", "batch_tokens")
 
 
 def batching_settings(config: PretrainConfig) -> dict[str, Any]:
-    """The [training] settings that decide the dev sample and each epoch's
-    batches, which a resumed run must share to go on where it stopped."""
+    """The [training] settings that decide the dev sample and the batches."""
     return {name: getattr(config, name) for name in BATCHING_SETTINGS}
 
 
 def _warn_of_other_batching(
     checkpoint: Path, state: RunState, config: PretrainConfig, say: bool = True
 ) -> None:
-    """Warn where a resumed run batches otherwise than the run it resumes, in
-    the middle of an epoch or with another dev sample (`say`: rank 0 says it
-    for all), and record the new settings."""
+    """Warn where a resumed run batches otherwise than the run it resumes
+    (`say`: rank 0 says it for all), and record the new settings."""
     batching = batching_settings(config)
     changed = {
         k: (v, batching[k]) for k, v in state.batching.items() if k in batching and batching[k] != v
