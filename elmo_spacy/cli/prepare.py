@@ -46,11 +46,9 @@ def prepare_command(
         False, "--overwrite", help="Replace a preparation of other inputs in OUTPUT_DIR"
     ),
 ) -> None:
-    """Tokenise text once and write it as a prepared corpus: token ids in
-    memory-mapped shards, a table of the distinct tokens with their counts, and
-    a manifest. `elmo-spacy pretrain` streams from it, in memory that does not
-    grow with the corpus. A killed or interrupted preparation goes on from its
-    last finished shard when the same command runs again."""
+    """Tokenise text once and write it as a prepared corpus that `elmo-spacy
+    pretrain` streams from. A killed or interrupted preparation goes on from
+    its last finished shard when the same command runs again."""
     from ..pretrain import Corpus, prepare_corpus
 
     if verify:

@@ -1,9 +1,7 @@
 """Pretraining checkpoints, written atomically (`RunFolder.point_to`), read
 back exactly: `checkpoint-<step>/` holds the biLM (as `save_bilm` writes it),
 `training_state.safetensors` (Adam's tensors and torch's random state) and
-`progress.json` (the `RunState`). Each epoch's batches follow from the seed
-and the epoch, so that is all a resumed run needs to end with the weights of
-an uninterrupted one (on the CPU, bit for bit)."""
+`progress.json` (the `RunState`)."""
 
 import json
 import math

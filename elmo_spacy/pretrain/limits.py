@@ -1,7 +1,6 @@
 """When pretraining stops: one table of the run's limits (a new limit is a row
-of LIMITS and its [training] setting, 0 for none) and one function that says
-which are reached, which the loop asks at each point where a limit can change
-and a resumed run before training again."""
+of LIMITS and its [training] setting, 0 for none) and the function that says
+which are reached."""
 
 from collections.abc import Callable
 from typing import NamedTuple
@@ -38,9 +37,8 @@ LIMITS = (
 
 
 def limits_reached(state: RunState, config: PretrainConfig, at: str | None = None) -> list[str]:
-    """The limits of `config` that a run at `state` has reached, each as
-    "setting = limit, where the run is"; only those checked `at` one of
-    CHECK_POINTS, or all where `at` is None. An empty list: train on."""
+    """The limits of `config` that a run at `state` has reached, as "setting =
+    limit, where the run is"; only those checked `at` (None: all)."""
     if at is not None and at not in CHECK_POINTS:
         raise ValueError(f"at = {at!r}: one of {CHECK_POINTS}")
     reached = []

@@ -1,7 +1,6 @@
 """`elmo-spacy prepare`: text read and tokenised once, written shard by shard
-as a prepared corpus (`corpus.CorpusWriter`). The shards are cut at doc
-boundaries by reading alone, so every run over the same inputs, and every
-part (`part=(K, N)`: the shards whose number is K modulo N), cuts them alike.
+(`corpus.CorpusWriter`). The shards are cut at doc boundaries by reading
+alone, so every run over the same inputs, and every part, cuts them alike.
 """
 
 import contextlib
@@ -40,10 +39,8 @@ def prepare_corpus(
     overwrite: bool = False,
     show_progress: bool = True,
 ) -> Path:
-    """Tokenise the text files that `inputs` name (files, folders, globs: see
-    `find_text_files`) and write them to `output_dir` as a prepared corpus;
-    the options are those of `elmo-spacy prepare`. A folder of the same
-    inputs and settings is finished, or left as it is. Returns `output_dir`."""
+    """Tokenise the text files that `inputs` name into `output_dir` as a
+    prepared corpus; the options are those of `elmo-spacy prepare`."""
     tokenization = Tokenization("whitespace") if pretokenized else Tokenization("spacy", lang)
     if not pretokenized:
         blank(lang, f"--lang {lang}")  # refused before any work
@@ -80,9 +77,8 @@ def open_corpus(
     show_progress: bool = True,
 ) -> Corpus:
     """The `Corpus` of prepared folders, or of text files prepared into the
-    folder `cache`, where a later call with the same files finds them.
-    `lang` (default "en") and `pretokenized` say how text files are cut;
-    given with prepared folders, they must say what those were cut with."""
+    folder `cache` (`lang` default "en"); given with prepared folders, `lang`
+    and `pretokenized` must say what those were cut with."""
     prepared = [is_prepared(p) for p in paths]
     if all(prepared):
         corpus = Corpus.open(paths)
@@ -163,9 +159,8 @@ def _write(
     show_progress: bool,
     size: Callable[[Any], int] = len,
 ) -> None:
-    """Cut `docs` into shards of `size`s adding up to `writer.shard_size`,
-    have this part's shards tokenised (in order, a few tasks ahead) and
-    written, then finish the folder."""
+    """Cut `docs` into shards of `writer.shard_size` (`size` of each doc),
+    have this part's tokenised, a few tasks ahead, and written."""
     k, n = writer.part
     bar = tqdm(
         desc=f"preparing {writer.path.name}" + (f" (part {k + 1} of {n})" if n > 1 else ""),
@@ -220,8 +215,7 @@ def _write(
 
 @contextlib.contextmanager
 def _tokenizers(tokenization: Tokenization, n_process: int) -> Iterator[Callable]:
-    """`tokenize_texts` in this process, or one that returns its Future from
-    one of `n_process` worker processes, which end on leaving."""
+    """`tokenize_texts` in this process, or a Future of it from `n_process` workers."""
     if n_process == 1:
         _start_worker(tokenization)
         yield tokenize_texts
@@ -250,9 +244,8 @@ def _start_worker(tokenization: Tokenization) -> None:
 
 
 def tokenize_texts(texts: list[str]) -> tuple[list[str], numpy.ndarray, numpy.ndarray]:
-    """Tokenise texts with this process's tokenizer: the distinct tokens, every
-    token as the (n_tokens,) int32 index of its string in them, and the
-    (n_docs,) int64 tokens of each doc."""
+    """The distinct tokens of `texts`, every token as the (n_tokens,) int32
+    index of its string in them, and the (n_docs,) int64 tokens of each doc."""
     if _TOKENIZER is str.split:
         return _indexed([text.split() for text in texts])
     from spacy.attrs import ORTH

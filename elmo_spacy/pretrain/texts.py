@@ -18,9 +18,7 @@ TEXT_SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz")
 
 
 def find_text_files(inputs: Sequence[str | Path]) -> list[Path]:
-    """The text files that `inputs` name, in order, each once: files as they
-    are, and the files under folders whose names end in TEXT_SUFFIXES and
-    those that glob patterns match, sorted."""
+    """The text files that `inputs` (files, folders, globs) name, in order, each once."""
     found: list[Path] = []
     for given in inputs:
         path = Path(given)
@@ -57,9 +55,8 @@ class TextFile:
         self.sha256 = ""
 
     def docs(self) -> Iterator[str]:
-        """Yield each doc: each line of a .txt file (lines end at LF, CRLF or
-        CR), or the "text" of each line of a .jsonl file, skipping blank
-        lines. Errors name the file and line."""
+        """Yield each non-blank line of a .txt file (ending at LF, CRLF or CR),
+        or the "text" of each of a .jsonl file; errors name the file and line."""
         if not self.path.is_file():
             raise FileNotFoundError(f"{self.path}: no such text file")
         digest = hashlib.sha256()
@@ -105,8 +102,7 @@ class TextFile:
         return text
 
     def _where_not_utf8(self, err: UnicodeDecodeError) -> str:
-        """`path:line:column: ...` for the first byte that is not UTF-8 (the
-        column counts bytes from 1, the offset bytes of the text from 0)."""
+        """`path:line:column: ...` (in bytes) for the first byte that is not UTF-8."""
         offset, line_number = 0, 1
         with self.path.open("rb") as raw:
             stream = gzip.GzipFile(fileobj=raw) if self.compressed else raw
