@@ -16,7 +16,7 @@ import pytest
 import elmo_spacy.pretrain.corpus as corpus_module
 import elmo_spacy.pretrain.prepare as prepare_module
 from elmo_spacy.bilm import WordVocab
-from elmo_spacy.pretrain import Corpus, prepare_corpus
+from elmo_spacy.pretrain import Corpus, prepare_corpus, prepare_docs
 from elmo_spacy.pretrain.batches import corpus_vocabulary
 from elmo_spacy.pretrain.corpus import MANIFEST, CorpusDamaged
 
@@ -254,6 +254,17 @@ def test_a_finished_preparation_is_kept_and_other_inputs_need_overwrite(tmp_path
     result = cli("prepare", text, tmp_path / "corpus", "--pretokenized", "--overwrite")
     assert result.returncode == 0, result.stderr
     assert str(Corpus.open([tmp_path / "corpus"]).tokenization) == "white space"
+
+
+def test_prepare_docs_again_keeps_the_same_docs_and_replaces_others(tmp_path):
+    first, other = [["a", "b"], ["c"]], [["a", "b"], ["d"]]
+    folder = prepare_docs(first, tmp_path / "corpus")
+    before = folder_bytes(folder)
+    assert prepare_docs(iter(first), folder) == folder
+    assert folder_bytes(folder) == before  # the same docs: nothing to do
+    prepare_docs(other, folder)
+    corpus = Corpus.open([folder])
+    assert corpus.types.strings_of(corpus.tokens(0, 0, corpus.n_tokens)) == ["a", "b", "d"]
 
 
 def test_a_corpus_changed_on_disk_is_refused_when_opened(tmp_path, text):

@@ -46,11 +46,9 @@ def prepare_command(
         False, "--overwrite", help="Replace a preparation of other inputs in OUTPUT_DIR"
     ),
 ) -> None:
-    """Tokenise text once and write it as a prepared corpus: token ids in
-    memory-mapped shards, a table of the distinct tokens with their counts, and
-    a manifest. `elmo-spacy pretrain` streams from it, in memory that does not
-    grow with the corpus. A killed or interrupted preparation goes on from its
-    last finished shard when the same command runs again."""
+    """Tokenise text once and write it as a prepared corpus that `elmo-spacy
+    pretrain` streams from. A killed or interrupted preparation goes on from
+    its last finished shard when the same command runs again."""
     from ..pretrain import Corpus, prepare_corpus
 
     if verify:
@@ -82,8 +80,7 @@ def prepare_command(
 
 
 def verify_folders(paths: list[str]) -> None:
-    """Check each prepared folder against its manifest; exit 1 at the first
-    damaged file, naming it."""
+    """Check each prepared folder against its manifest, naming the first damaged file."""
     from tqdm import tqdm
 
     from ..pretrain import Corpus

@@ -68,10 +68,8 @@ def pretrain_command(
     ),
 ) -> None:
     """Pretrain a biLM on a prepared corpus, streamed from disk. Extra options
-    override the config, e.g. --training.max_epochs 1, or --training.precision
-    bfloat16 (faster on CPUs with bfloat16 instructions: README, Precision).
-    Data-parallel on N processes: torchrun --nproc_per_node N --no-python
-    elmo-spacy pretrain ..."""
+    override the config, e.g. --training.max_epochs 1. Data-parallel on N
+    processes: torchrun --nproc_per_node N --no-python elmo-spacy pretrain ..."""
     from ..pretrain import join_process_group, leave_process_group, load_pretrain_config, pretrain
     from ..pretrain.run_folder import RunFolder
 
@@ -131,7 +129,7 @@ def pretrain_command(
 
 
 def _how_to_resume(folder, overwrite: bool) -> str:
-    """What a user who stopped a run (Ctrl-C) can do next."""
+    """What a user who stopped a run with Ctrl-C can do next."""
     try:
         checkpoint = folder.latest_checkpoint()
     except ElmoSpacyError as err:  # a pointer to a checkpoint that is gone
@@ -154,12 +152,9 @@ def _how_to_resume(folder, overwrite: bool) -> str:
 def _paths_and_overrides(
     ctx: typer.Context, arguments: list[str]
 ) -> tuple[list[str], dict[str, Any]]:
-    """The paths and the config overrides (--section.setting VALUE or
-    --section.setting=VALUE) among a command's free arguments (`arguments`,
-    and the extra ones click leaves in ctx.args). Any other option is a usage
-    error, shown with the usage and a close option or setting if there is one
-    (spaCy's own parser raises a click exception that typer does not catch: a
-    traceback)."""
+    """The paths and the config overrides (--section.setting VALUE or =VALUE)
+    among a command's free arguments; any other option is a usage error (not
+    spaCy's parser, whose click exception typer shows as a traceback)."""
     args = [*arguments, *ctx.args]
     paths: list[str] = []
     overrides: list[str] = []
@@ -218,9 +213,8 @@ def init_config_command(
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing file"),
 ) -> None:
-    """Write a pretraining config (the ones shipped with the package, comments
-    included) to edit and pass to `elmo-spacy pretrain`, as `spacy init config`
-    does for training."""
+    """Write a shipped pretraining config, comments included, to edit and pass
+    to `elmo-spacy pretrain`."""
     from importlib.resources import files
 
     with errors_to_exit():
@@ -243,8 +237,7 @@ def sample_text_command(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing file"),
 ) -> None:
     """Write the sample text the package ships (159 made-up English sentences,
-    a doc per line) to try pretraining on: `elmo-spacy pretrain` with the tiny
-    config (`init-config --preset tiny`) pretrains a biLM on it in seconds."""
+    a doc per line) to try pretraining on with `init-config --preset tiny`."""
     from importlib.resources import files
 
     with errors_to_exit():

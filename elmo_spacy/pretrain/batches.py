@@ -1,15 +1,6 @@
 """Pretraining batches over a prepared corpus: the dev sample, each epoch's
-batches planned over index arrays, and the batches built ahead of the step.
-
-A batch is planned as `Spans` (where its docs, or pieces of docs, lie in the
-corpus) and built into a `TokenBatch` only for the rank that trains on it.
-Docs longer than `max_length` tokens are cut into pieces. Each epoch's order
-follows from (seed, epoch) alone: the corpus's docs, in chunks of CHUNK_DOCS
-consecutive docs, are shuffled; POOL_CHUNKS chunks at a time are pooled,
-their pieces sorted by length (ties in random order) and cut into batches of
-like-length pieces (`length_runs`), which run in random order. So memory
-holds one pool's index arrays whatever the corpus's size, and a run that
-resumes at step n only needs n to find its place.
+batches, planned as `Spans`, and the `TokenBatch`es built from them ahead of
+the step. Each epoch's order follows from (seed, epoch) alone.
 """
 
 import queue
@@ -37,8 +28,7 @@ class NotEnoughText(ElmoSpacyError):
 
 @dataclass
 class Spans:
-    """Spans of a corpus's tokens (docs, or pieces of docs): (n,) int64 arrays
-    of the shard, first token and length of each."""
+    """Spans of a corpus's tokens: (n,) int64 shard, first token and length."""
 
     shard: numpy.ndarray
     start: numpy.ndarray
@@ -63,10 +53,8 @@ class Spans:
     def concatenate(cls, parts: list["Spans"]) -> "Spans":
         if not parts:
             return cls(*(numpy.zeros(0, dtype="int64") for _ in range(3)))
-        return cls(*(numpy.concatenate([getattr(p, f) for p in parts]) for f in FIELDS))
-
-
-FIELDS = ("shard", "start", "length")
+        fields = ("shard", "start", "length")
+        return cls(*(numpy.concatenate([getattr(p, f) for p in parts]) for f in fields))
 
 
 def cut(shard: numpy.ndarray, start: numpy.ndarray, length: numpy.ndarray, max_length: int):
@@ -98,15 +86,13 @@ def doc_spans(corpus: Corpus, docs: numpy.ndarray) -> tuple[numpy.ndarray, ...]:
 
 @dataclass
 class DevSample:
-    """The docs whose perplexity is measured: (n,) sorted doc numbers of
-    `corpus`, held out of training or not (held in)."""
+    """The docs of dev perplexity: (n,) sorted doc numbers of `corpus`."""
 
     corpus: Corpus
     docs: numpy.ndarray
     held_out: bool
 
     def spans(self, max_length: int) -> Spans:
-        """The sample's docs, cut into pieces of at most `max_length` tokens."""
         return cut(*doc_spans(self.corpus, self.docs), max_length)
 
     def excluded_from(self, corpus: Corpus) -> numpy.ndarray:
@@ -114,8 +100,7 @@ class DevSample:
         return self.docs if self.held_out and corpus is self.corpus else numpy.zeros(0, "int64")
 
     def type_counts(self) -> numpy.ndarray:
-        """(n_types,) int64 how often each type of the corpus's table occurs
-        in the sample's docs."""
+        """(n_types,) int64 how often each type occurs in the sample's docs."""
         spans = zip(*(a.tolist() for a in doc_spans(self.corpus, self.docs)))
         ids = [self.corpus.tokens(shard, start, length) for shard, start, length in spans]
         return numpy.bincount(numpy.concatenate(ids), minlength=len(self.corpus.types))
@@ -124,11 +109,8 @@ class DevSample:
 def dev_sample(
     corpus: Corpus, fraction: float, max_tokens: int, seed: int, held_out: bool = True
 ) -> DevSample:
-    """A seeded sample of the corpus's docs: a `fraction` of them (at least
-    one), drawn in random order until they hold `max_tokens` tokens (at least
-    one doc). held_out=False samples the docs a corpus trains on (dev_fraction
-    = 0: perplexity measured held in) or all of a separate dev corpus
-    (fraction 1)."""
+    """A seeded sample of a `fraction` of the corpus's docs, drawn until they
+    hold `max_tokens` tokens (at least one doc)."""
     n_docs = corpus.n_docs
     wanted = max(1, round(n_docs * fraction)) if fraction > 0 else n_docs
     if held_out and wanted >= n_docs:
@@ -158,9 +140,9 @@ def epoch_batches(
     batch_tokens: int,
     exclude: numpy.ndarray,
 ) -> Iterator[Spans]:
-    """The batches of one epoch in order (see the module docstring): each
-    padded to at most `batch_tokens` tokens (a piece longer than that alone),
-    the docs numbered in `exclude` (sorted) left out."""
+    """The batches of one epoch in order, each padded to at most `batch_tokens`
+    tokens, the docs numbered in `exclude` left out (docs/pretraining.md,
+    Batches, tells how they are drawn)."""
     rng = numpy.random.default_rng(numpy.random.SeedSequence(seed, spawn_key=(EPOCH_STREAM, epoch)))
     chunk_shard, chunk_first = _chunks(corpus)
     order = rng.permutation(len(chunk_shard))
@@ -170,7 +152,7 @@ def epoch_batches(
             s, first = chunk_shard[c], chunk_first[c]
             offsets = corpus.shards[s].docs[first : first + CHUNK_DOCS + 1]
             docs = corpus.doc_starts[s] + first + numpy.arange(len(offsets) - 1)
-            keep = ~_members(docs, exclude)
+            keep = ~numpy.isin(docs, exclude)
             length = numpy.diff(offsets)[keep]
             parts.append(cut(numpy.full(len(length), s), offsets[:-1][keep], length, max_length))
         pieces = Spans.concatenate(parts)
@@ -196,21 +178,11 @@ def _chunks(corpus: Corpus) -> tuple[numpy.ndarray, numpy.ndarray]:
     return shard, numpy.concatenate(firsts)
 
 
-def _members(values: numpy.ndarray, sorted_set: numpy.ndarray) -> numpy.ndarray:
-    if not len(sorted_set):
-        return numpy.zeros(len(values), dtype=bool)
-    at = numpy.minimum(numpy.searchsorted(sorted_set, values), len(sorted_set) - 1)
-    return sorted_set[at] == values
-
-
 def corpus_vocabulary(
     types: TypeTable, max_size: int, min_count: int, held_out: DevSample | None = None
 ) -> WordVocab:
-    """The vocabulary of a fresh biLM: the specials, then the `max_size`
-    types seen at least `min_count` times, most frequent first (ties in
-    alphabetical order), as `WordVocab.build` orders them. The docs of a
-    `held_out` dev sample are not counted: words seen only there stay unknown
-    to the biLM, as they would in text it never saw."""
+    """The vocabulary of a fresh biLM, as `WordVocab.build` orders it, not
+    counting the docs of a `held_out` dev sample."""
     counts = numpy.asarray(types.counts)
     if held_out is not None and held_out.held_out:
         counts = counts - held_out.type_counts()
@@ -244,9 +216,8 @@ def word_ids_of_types(
 
 
 class BatchBuilder:
-    """`TokenBatch`es of spans of a corpus for one biLM, with their LM targets
-    where the biLM has a softmax: what `BiLM.batch` gives for their tokens
-    (the types in another order)."""
+    """`TokenBatch`es of spans of a corpus for one biLM, with their LM targets:
+    what `BiLM.batch` gives for their tokens (the types in another order)."""
 
     def __init__(self, corpus: Corpus, bilm: BiLM) -> None:
         self.corpus = corpus
@@ -276,12 +247,9 @@ class BatchBuilder:
 
 
 class Prefetcher:
-    """Builds this rank's share of each planned batch in a thread, up to
-    `depth` batches ahead of the step. Iterating yields (this rank's batch,
-    the whole batch's `Spans`, weight): weight 0 where the rank has no piece
-    of the batch (it runs the batch's first piece, so that every rank takes
-    part in each step, and adds nothing). A context manager that stops the
-    thread on leaving."""
+    """Builds this rank's share of each planned batch in a thread, `depth`
+    ahead; yields (its batch, the whole batch's `Spans`, weight): weight 0
+    where the rank has no piece (it runs the first, so as to take part)."""
 
     def __init__(
         self,
@@ -291,7 +259,6 @@ class Prefetcher:
         depth: int = 4,
     ) -> None:
         self.planned, self.build, self.group = planned, build, group
-        self.pin = group.device.type == "cuda"
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._fill, name="batch builder", daemon=True)
@@ -301,12 +268,7 @@ class Prefetcher:
         return self
 
     def __exit__(self, *_) -> None:
-        self.stopping.set()
-        while self.thread.is_alive():
-            try:
-                self.queue.get(timeout=0.05)
-            except queue.Empty:
-                pass
+        self.stopping.set()  # the thread ends at its next put
         self.thread.join()
 
     def __iter__(self) -> Iterator[tuple[TokenBatch, Spans, float]]:
@@ -325,7 +287,7 @@ class Prefetcher:
                 share = spans.take(slice(rank, None, world))
                 weight = 1.0 if len(share) else 0.0
                 batch = self.build(share if len(share) else spans.take(slice(0, 1)))
-                if self.pin:
+                if self.group.device.type == "cuda":
                     batch = batch.pin_memory()
                 if not self._put((batch, spans, weight)):
                     return

@@ -1,16 +1,7 @@
-"""Pretraining checkpoints: written atomically, read back exactly.
-
-A checkpoint is a directory `checkpoint-<step>/` with the biLM (the layout of
-`save_bilm`), `training_state.safetensors` (Adam's tensors and torch's random
-state) and `progress.json` (step, epoch, batches done in the epoch, the
-corpus's fingerprint, the log so far). Each epoch's batches follow from the
-seed and the epoch, so that is all a run needs to go on: a resumed run ends
-with the weights of an uninterrupted one (on the CPU, bit for bit). It is
-written under a temporary name and renamed into place, then
-`latest-checkpoint` (a one-line file, itself replaced atomically) is pointed
-at it; older checkpoints are removed after that. A run killed at any moment
-leaves the previous checkpoint intact and pointed to.
-"""
+"""Pretraining checkpoints, written atomically (`RunFolder.point_to`), read
+back exactly: `checkpoint-<step>/` holds the biLM (as `save_bilm` writes it),
+`training_state.safetensors` (Adam's tensors and torch's random state) and
+`progress.json` (the `RunState`)."""
 
 import json
 import math
@@ -71,11 +62,16 @@ class RunState:
 def save_checkpoint(
     run: RunFolder, bilm: BiLM, optimizer: torch.optim.Optimizer, state: RunState
 ) -> Path:
-    """Write the checkpoint of `state.step` into the run folder and point to
-    it (see the module docstring)."""
+    """Write the checkpoint of `state.step` into the run folder and point to it."""
     final = run.checkpoint(state.step)
     bilm_state = state_tensors(bilm)
-    tensors, groups = _optimizer_tensors(optimizer)
+    optimizer_state = optimizer.state_dict()
+    groups = optimizer_state["param_groups"]
+    tensors = {
+        f"optimizer.{index}.{name}": value.detach().cpu().contiguous()
+        for index, values in optimizer_state["state"].items()
+        for name, value in values.items()
+    }
     tensors["torch_rng_state"] = torch.get_rng_state()
 
     def write(folder: Path) -> None:
@@ -111,37 +107,23 @@ def load_checkpoint(
             f"{path / STATE_FILE} is not a readable safetensors file ({err}). The checkpoint "
             f"is corrupt: delete {path.parent / LATEST} to start over."
         ) from err
-    optimizer = new_optimizer(bilm, config)
-    optimizer.load_state_dict(_optimizer_state(tensors, saved["param_groups"]))
-    torch.set_rng_state(tensors["torch_rng_state"])
-    return bilm, optimizer, RunState(**saved["progress"])
-
-
-def new_optimizer(bilm: BiLM, config: PretrainConfig) -> torch.optim.Adam:
-    """Adam over the biLM's parameters, on the device they are on. Fused where
-    torch has a fused Adam for that device (CPU and CUDA): one pass over each
-    tensor per step instead of one per operation, which counts for the word
-    table (max_vocab_size x word_dim), updated whole at every step."""
-    fused = next(bilm.parameters()).device.type in ("cpu", "cuda")
-    return torch.optim.Adam(bilm.parameters(), lr=config.learning_rate, fused=fused or None)
-
-
-def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], Any]:
-    state = optimizer.state_dict()
-    tensors = {
-        f"optimizer.{index}.{name}": value.detach().cpu().contiguous()
-        for index, values in state["state"].items()
-        for name, value in values.items()
-    }
-    return tensors, state["param_groups"]
-
-
-def _optimizer_state(tensors: dict[str, torch.Tensor], groups: Any) -> dict[str, Any]:
     state: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():
         if key.startswith("optimizer."):
             _, index, name = key.split(".", 2)
             state.setdefault(int(index), {})[name] = value
+    groups = saved["param_groups"]
     for group in groups:
         group["betas"] = tuple(group["betas"])
-    return {"state": state, "param_groups": groups}
+    optimizer = new_optimizer(bilm, config)
+    optimizer.load_state_dict({"state": state, "param_groups": groups})
+    torch.set_rng_state(tensors["torch_rng_state"])
+    return bilm, optimizer, RunState(**saved["progress"])
+
+
+def new_optimizer(bilm: BiLM, config: PretrainConfig) -> torch.optim.Adam:
+    """Adam over the biLM's parameters, fused where torch has a fused Adam for
+    their device (CPU and CUDA): one pass over each tensor per step instead of
+    one per operation, which counts for the word table, updated whole."""
+    fused = next(bilm.parameters()).device.type in ("cpu", "cuda")
+    return torch.optim.Adam(bilm.parameters(), lr=config.learning_rate, fused=fused or None)

@@ -16,48 +16,29 @@ from ..errors import ElmoSpacyError
 
 @dataclass
 class PretrainConfig:
-    """[training] settings of `elmo-spacy pretrain`.
+    """[training] settings of `elmo-spacy pretrain` (docs/pretraining.md tells how they act).
 
     seed: seeds torch, the dev sample and each epoch's batch order.
-    dev_fraction: share of the docs held out for dev perplexity (0: measured
-        on a sample of the training docs); ignored with a dev corpus of its own.
-    max_dev_tokens: the dev docs are drawn until they hold this many tokens,
-        so that measuring perplexity takes seconds on any corpus.
+    dev_fraction: share of the docs held out for dev perplexity (0: a sample of
+        the training docs); ignored with a dev corpus of its own.
+    max_dev_tokens: the dev docs are drawn until they hold this many tokens.
     max_length: docs longer than this many tokens are cut into pieces.
-    batch_tokens: padded tokens per optimizer step, all ranks together (under
-        torchrun each rank builds and trains on its share of every batch).
+    batch_tokens: padded tokens per optimizer step, all ranks together.
     learning_rate: Adam's step size.
-    grad_clip: the largest norm of all gradients together; larger ones are
-        scaled down to it.
-    max_epochs: passes over the training docs. The budgets below stop
-        earlier; each counts all runs of a resumed run together, and the
-        ranks agree on the step to stop at.
-    max_steps: optimizer steps to stop after (0: no limit).
-    max_tokens: tokens of text trained on to stop after (0: no limit).
-    max_hours: hours of training to stop after (0: no limit).
-    patience: stop after this many evaluations without a better dev
-        perplexity (0 = never stop early).
-    eval_every: steps between measurements of dev perplexity, each writing
-        model-last/ and, when better, model-best/ (0: at each epoch's end
-        only; an epoch's end always measures it).
+    grad_clip: the largest norm of all gradients together.
+    max_epochs: passes over the training docs.
+    max_steps: optimizer steps to stop after, all runs of a resumed run (0: no limit).
+    max_tokens: tokens trained on to stop after, all runs together (0: no limit).
+    max_hours: hours of training to stop after, all runs together (0: no limit).
+    patience: stop after this many evaluations without a better dev perplexity (0: never).
+    eval_every: steps between measurements of dev perplexity (0: at each epoch's end only).
     eval_batch_tokens: padded tokens per batch when measuring perplexity.
     checkpoint_every: steps between checkpoints (0: none by steps).
-    checkpoint_minutes: minutes of wall time between checkpoints: one is
-        written at the first point where the time is checked (every
-        `log_every` steps) after this many minutes since the last checkpoint
-        or the start, so that a killed run loses minutes at most, however
-        long its epochs or steps (0: none by time). Each epoch's end writes
-        one as well. The ranks agree on it as on `max_hours`.
-    log_every: steps between the progress bar's loss figures, and the points
-        where the time budget and `checkpoint_minutes` are checked: each
-        costs a wait on the device.
-    precision: "float32", "bfloat16" to compute in bfloat16 under autocast
-        where the hardware multiplies in it faster than in float32 (float32
-        master weights, loss and log-softmax in float32; see
-        `elmo_spacy.bilm.runtime.precision`), or "float16" on GPUs without
-        bfloat16 (the same, with the loss scaled by torch's GradScaler, whose
-        state the checkpoints keep). Checkpoints and
-        the saved biLM are float32 either way.
+    checkpoint_minutes: minutes of wall time between checkpoints (0: none by time).
+    log_every: steps between the progress bar's loss figures and the checks of
+        the time (`max_hours`, `checkpoint_minutes`): each waits on the device.
+    precision: "float32", "bfloat16" (autocast, float32 master weights) or
+        "float16" (the same, with GradScaler); what is saved is float32 either way.
     """
 
     seed: int = 0
@@ -94,21 +75,11 @@ class PretrainConfig:
                 setattr(self, spec.name, kind(value))
         if problems:
             raise ElmoSpacyError("[training] " + "; ".join(problems))
-        at_least = {
-            "max_epochs": 1,
-            "max_length": 1,
-            "batch_tokens": 1,
-            "eval_batch_tokens": 1,
-            "max_steps": 0,
-            "max_tokens": 0,
-            "max_hours": 0,
-            "max_dev_tokens": 1,
-            "patience": 0,
-            "eval_every": 0,
-            "checkpoint_every": 0,
-            "checkpoint_minutes": 0,
-            "log_every": 1,
-        }
+        ones = "max_epochs max_length batch_tokens eval_batch_tokens max_dev_tokens log_every"
+        zeros = (
+            "max_steps max_tokens max_hours patience eval_every checkpoint_every checkpoint_minutes"
+        )
+        at_least = dict.fromkeys(ones.split(), 1) | dict.fromkeys(zeros.split(), 0)
         problems = [
             f"{name} = {getattr(self, name)}: at least {low}"
             for name, low in at_least.items()
@@ -125,9 +96,8 @@ class PretrainConfig:
 
 
 def _syntax_error(path: str | Path, err: Exception) -> str:
-    """`path:line: what is wrong` for a config that confection cannot read (its
-    parser names the text '<string>', not the file)."""
-    # confection raises ConfigValidationError "from None" over configparser's error.
+    """`path:line: what is wrong` for a config that confection cannot read
+    (it names the text '<string>', and raises "from None" over configparser's error)."""
     cause = err if isinstance(err, configparser.Error) else err.__context__
     fix = "sections are [name], settings are name = value, each on a line of its own"
     if isinstance(cause, configparser.DuplicateOptionError):

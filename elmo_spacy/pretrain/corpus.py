@@ -12,15 +12,9 @@ One folder holds:
         docs.bin       int64 (n_docs + 1,): doc d is tokens[docs[d]:docs[d + 1]]
 
 All arrays are raw and little-endian, so that any tool can memory-map them.
-Opening a corpus reads its manifest and maps the type table; the shards are
-read where a batch needs them, by positioned reads (`DiskArray`), whatever
-their size. The manifest
-gives the format version, the tokenisation, the sources (path, size, SHA-256),
-the counts, each shard's checksums and the folder's fingerprint.
-
-A corpus prepared in parts (`--part K/N`) is N such folders: read together
-(`Corpus.open` of all of them), their shards take their places in the order
-of the whole, and their type tables are merged.
+The manifest gives the format version, the tokenisation, the sources (path,
+size, SHA-256), the counts, each shard's checksums and the folder's
+fingerprint. A corpus prepared in parts (`--part K/N`) is N such folders.
 """
 
 import hashlib
@@ -48,8 +42,7 @@ SHARD_DONE = "shard.json"  # in a finished shard: its entry of the manifest
 TYPES, TYPE_OFFSETS, TYPE_COUNTS = "types.bin", "type_offsets.bin", "type_counts.bin"
 TOKENS, DOCS = "tokens.bin", "docs.bin"
 TOKEN_DTYPE, OFFSET_DTYPE = numpy.dtype("<i4"), numpy.dtype("<i8")
-# What a prepared folder holds besides its shards: an existing folder with
-# anything else in it is not written into.
+# A folder holding anything else (besides shards) is not written into.
 FOLDER_FILES = (MANIFEST, SETTINGS_FILE, TYPES, TYPE_OFFSETS, TYPE_COUNTS)
 
 
@@ -66,40 +59,29 @@ def damaged(path: Path, what: str) -> CorpusDamaged:
     )
 
 
+@dataclass(eq=False)
 class TypeTable:
-    """The distinct tokens of a corpus and their counts.
+    """The distinct tokens of a corpus, as types.bin, type_offsets.bin and type_counts.bin."""
 
-    strings: (bytes,) uint8, the types' UTF-8 one after another.
-    offsets: (n + 1,) int64, type i is strings[offsets[i]:offsets[i + 1]].
-    counts: (n,) int64.
-    """
-
-    def __init__(self, strings: numpy.ndarray, offsets: numpy.ndarray, counts: numpy.ndarray):
-        self.strings, self.offsets, self.counts = strings, offsets, counts
-        self._bytes = memoryview(self.strings)
+    strings: numpy.ndarray
+    offsets: numpy.ndarray
+    counts: numpy.ndarray
 
     def __len__(self) -> int:
         return len(self.counts)
 
     def strings_of(self, ids: Iterable[int]) -> list[str]:
-        ids = numpy.fromiter(ids, dtype="int64") if not isinstance(ids, numpy.ndarray) else ids
-        data = self._bytes
+        ids = ids if isinstance(ids, numpy.ndarray) else numpy.fromiter(ids, dtype="int64")
+        data = memoryview(self.strings)
         return [
             str(data[start:stop], "utf-8", "surrogatepass")
             for start, stop in zip(self.offsets[ids].tolist(), self.offsets[ids + 1].tolist())
         ]
 
-    @classmethod
-    def from_strings(cls, strings: Sequence[str], counts: Sequence[int]) -> "TypeTable":
-        blob, offsets = encode_strings(strings)
-        return cls(
-            numpy.frombuffer(blob, dtype="uint8"), offsets, numpy.asarray(counts, OFFSET_DTYPE)
-        )
-
 
 def encode_strings(strings: Sequence[str]) -> tuple[bytes, numpy.ndarray]:
     """Strings as the format stores them: their UTF-8 one after another, and
-    (n + 1,) int64 offsets (string i is blob[offsets[i]:offsets[i + 1]])."""
+    (n + 1,) int64 offsets."""
     encoded = [s.encode("utf-8", "surrogatepass") for s in strings]
     offsets = numpy.zeros(len(encoded) + 1, dtype=OFFSET_DTYPE)
     offsets[1:] = numpy.cumsum([len(e) for e in encoded], dtype="int64")
@@ -107,12 +89,9 @@ def encode_strings(strings: Sequence[str]) -> tuple[bytes, numpy.ndarray]:
 
 
 class DiskArray:
-    """A raw little-endian array in a file, read a slice at a time by
-    positioned reads (os.pread). Unlike a memory map, reading leaves nothing
-    in the process's resident memory: a page read once (and the 64 KiB that
-    the kernel maps around a faulting page) would count there until the
-    process ends, so a map read at random grows to the file's size. The file's
-    pages stay in the OS's cache, shared by every process that reads them."""
+    """A raw little-endian array in a file, read a slice at a time by os.pread,
+    which, unlike a memory map read at random, leaves the pages in the OS's
+    cache only, shared by every process."""
 
     def __init__(self, path: Path, dtype: numpy.dtype, count: int) -> None:
         _check_size(path, dtype, count)
@@ -123,13 +102,11 @@ class DiskArray:
         return self.length
 
     def __getitem__(self, key: slice) -> numpy.ndarray:
-        """The items of a slice (step 1), as a read-only array."""
         start, stop, step = key.indices(self.length)
         if step != 1:
             raise IndexError("a DiskArray reads slices of step 1")
-        count = max(0, stop - start)
         size = self.dtype.itemsize
-        data = os.pread(self._file.fileno(), count * size, start * size)
+        data = os.pread(self._file.fileno(), max(0, stop - start) * size, start * size)
         return numpy.frombuffer(data, dtype=self.dtype)
 
     def pairs(self, indices: numpy.ndarray) -> tuple[numpy.ndarray, numpy.ndarray]:
@@ -140,13 +117,9 @@ class DiskArray:
 
 @dataclass
 class Shard:
-    """One shard of a prepared folder: its tokens, (n_tokens,) int32 type ids,
-    and doc offsets, (n_docs + 1,) int64."""
-
-    path: Path
     index: int  # its place in the whole corpus (of all parts)
-    tokens: DiskArray
-    docs: DiskArray
+    tokens: DiskArray  # (n_tokens,) int32 type ids
+    docs: DiskArray  # (n_docs + 1,) int64 offsets
 
     @property
     def n_docs(self) -> int:
@@ -154,8 +127,7 @@ class Shard:
 
 
 class PreparedCorpus:
-    """One prepared folder (see the module docstring), opened: its manifest,
-    its type table (memory-mapped) and its shards (read by positioned reads)."""
+    """One prepared folder, opened."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -181,17 +153,14 @@ class PreparedCorpus:
         )
         self.shards = [
             Shard(
-                self.path / entry["name"],
                 entry["index"],
                 DiskArray(self.path / entry["name"] / TOKENS, TOKEN_DTYPE, entry["tokens"]),
                 DiskArray(self.path / entry["name"] / DOCS, OFFSET_DTYPE, entry["docs"] + 1),
             )
             for entry in self.manifest["shards"]
         ]
-
-    @property
-    def tokenization(self) -> Tokenization:
-        return Tokenization.from_dict(self.manifest["tokenization"])
+        self.tokenization = Tokenization.from_dict(self.manifest["tokenization"])
+        self.preparation = self.manifest["plan"]  # the same for every part of one preparation
 
     def files(self) -> list[tuple[Path, str]]:
         """Every file the manifest gives a SHA-256 of, with that checksum."""
@@ -201,43 +170,18 @@ class PreparedCorpus:
             listed += [(folder / name, digest) for name, digest in entry["sha256"].items()]
         return listed
 
-    def verify(self, progress: Callable[[int], None] | None = None) -> None:
-        """Check every file against the manifest's SHA-256 (sizes are checked
-        at opening); raises `CorpusDamaged` naming the first that differs.
-        `progress` is called with the bytes of each block read."""
-        for path, expected in self.files():
-            digest = hashlib.sha256()
-            with path.open("rb") as file:
-                while block := file.read(1 << 22):
-                    digest.update(block)  # hashlib lets other threads run meanwhile
-                    if progress is not None:
-                        progress(len(block))
-            if digest.hexdigest() != expected:
-                raise damaged(path, "does not hold what its manifest's SHA-256 says")
-
-    @property
-    def preparation(self) -> str:
-        """The same for every part of one preparation (same sources and settings)."""
-        return self.manifest["plan"]
-
 
 class Corpus:
-    """Prepared folders read as one corpus: their shards in order (the parts
-    of one preparation in the order of the whole, other folders after each
-    other as given) and one type table (a folder's own, or the merge of
-    several). Doc d of the corpus is numbered across all shards.
-
-    types: the `TypeTable`; token ids read through `tokens` index it.
-    shards: the `Shard`s in order; doc_starts: (n_shards + 1,) first doc
-        number of each shard, then the number of docs.
+    """Prepared folders read as one corpus: their shards in order (see
+    `_in_order`) and one type table (merged where there are several).
+    doc_starts: (n_shards + 1,) the first doc number of each shard, then n_docs.
     """
 
     def __init__(self, folders: Sequence[PreparedCorpus]) -> None:
         if not folders:
             raise ElmoSpacyError("a corpus needs at least one prepared folder")
         self.folders = list(folders)
-        tokenizations = {str(f.tokenization) for f in folders}
-        if len(tokenizations) > 1:
+        if len({str(f.tokenization) for f in folders}) > 1:
             listed = "; ".join(f"{f.path}: {f.tokenization}" for f in folders)
             raise ElmoSpacyError(
                 f"These folders were tokenised in different ways ({listed}): a biLM learns "
@@ -249,8 +193,7 @@ class Corpus:
             maps: list[numpy.ndarray | None] = [None]
         else:
             self.types, maps = _merged_types([f.types for f in folders])
-        shards = [(f, shard, m) for f, m in zip(folders, maps) for shard in f.shards]
-        shards = _in_order(shards)
+        shards = _in_order([(f, shard, m) for f, m in zip(folders, maps) for shard in f.shards])
         self.shards = [shard for _, shard, _ in shards]
         self._type_maps = [m for _, _, m in shards]
         self._n_types = [len(f.types) for f, _, _ in shards]  # of the table a shard's ids index
@@ -268,10 +211,14 @@ class Corpus:
     def n_docs(self) -> int:
         return int(self.doc_starts[-1])
 
+    @property
+    def paths(self) -> str:
+        """The folders, for messages."""
+        return ", ".join(str(f.path) for f in self.folders)
+
     def tokens(self, shard: int, start: int, length: int) -> numpy.ndarray:
         """(length,) int64 type ids of the corpus's table, from `start` in a
-        shard; ids outside the shard's type table, or tokens past the end of
-        its file, raise `CorpusDamaged` naming the file."""
+        shard; ids out of range or past the file's end raise `CorpusDamaged`."""
         tokens = self.shards[shard].tokens
         ids = tokens[start : start + length]
         if len(ids) != length:
@@ -286,9 +233,17 @@ class Corpus:
         return ids.astype("int64") if type_map is None else type_map[ids]
 
     def verify(self, progress: Callable[[int], None] | None = None) -> None:
-        """`PreparedCorpus.verify` of every folder."""
-        for folder in self.folders:
-            folder.verify(progress)
+        """Check every file against its manifest's SHA-256 (sizes are checked at
+        opening), `progress` called with the bytes of each block read."""
+        for path, expected in (item for folder in self.folders for item in folder.files()):
+            digest = hashlib.sha256()
+            with path.open("rb") as file:
+                while block := file.read(1 << 22):
+                    digest.update(block)  # hashlib lets other threads run meanwhile
+                    if progress is not None:
+                        progress(len(block))
+            if digest.hexdigest() != expected:
+                raise damaged(path, "does not hold what its manifest's SHA-256 says")
 
     @property
     def n_bytes(self) -> int:
@@ -296,7 +251,6 @@ class Corpus:
         return sum(path.stat().st_size for f in self.folders for path, _ in f.files())
 
     def describe(self) -> dict[str, Any]:
-        """For logs."""
         return {
             "paths": [str(f.path) for f in self.folders],
             "fingerprint": self.fingerprint,
@@ -308,11 +262,7 @@ class Corpus:
 
 
 class CorpusCheck(threading.Thread):
-    """Checks corpora against their manifests (`Corpus.verify`) in a thread
-    of its own, so that training starts at once and reads while the check
-    goes on: `raise_if_failed()` raises what the check found so far (a cheap
-    look, for every step), `wait()` waits for its end and raises what it
-    found (before anything trained on the corpus is written)."""
+    """`Corpus.verify` of corpora in a thread of its own, while training reads them."""
 
     def __init__(self, corpora: Sequence[Corpus]) -> None:
         super().__init__(name="corpus-check", daemon=True)
@@ -353,8 +303,7 @@ def _not_prepared(path: Path) -> str:
 
 
 def _map(path: Path, dtype: numpy.dtype, count: int | None) -> numpy.ndarray:
-    """The array in the raw file `path`, memory-mapped read-only; its size
-    checked against `count` items (None: any)."""
+    """The raw file `path` memory-mapped read-only, of `count` items (None: any)."""
     _check_size(path, dtype, count)
     if path.stat().st_size == 0:  # numpy cannot map an empty file
         return numpy.zeros(0, dtype=dtype)
@@ -376,9 +325,8 @@ def _check_size(path: Path, dtype: numpy.dtype, count: int | None) -> None:
 
 
 def _merged_types(tables: Sequence[TypeTable]) -> tuple[TypeTable, list[numpy.ndarray]]:
-    """One table of the types of all `tables` (in order of first appearance),
-    their counts summed, and for each table the (n,) int64 map of its ids to
-    the merged table's."""
+    """One table of the types of all `tables`, and for each the (n,) int64
+    map of its ids to the merged table's."""
     index: dict[str, int] = {}
     maps = []
     for table in tables:
@@ -387,16 +335,15 @@ def _merged_types(tables: Sequence[TypeTable]) -> tuple[TypeTable, list[numpy.nd
     counts = numpy.zeros(len(index), dtype="int64")
     for table, type_map in zip(tables, maps):
         numpy.add.at(counts, type_map, numpy.asarray(table.counts))
-    return TypeTable.from_strings(list(index), counts), maps
+    blob, offsets = encode_strings(list(index))
+    return TypeTable(numpy.frombuffer(blob, dtype="uint8"), offsets, counts), maps
 
 
 def _in_order(shards: list) -> list:
-    """Shards of the parts of one preparation in the order of the whole (by
-    their index); folders of other preparations after each other, as given.
+    """(folder, shard, type map)s: those of the parts of one preparation in
+    the order of the whole, other preparations after each other, as given.
     Refuses a shard given twice; warns when parts of a preparation are missing."""
-    preparations: dict[str, int] = {}
-    for folder, _, _ in shards:
-        preparations.setdefault(folder.preparation, len(preparations))
+    first: dict[str, PreparedCorpus] = {}  # each preparation's first folder, in order
     seen: dict[tuple[str, int], Path] = {}
     for folder, shard, _ in shards:
         key = (folder.preparation, shard.index)
@@ -406,33 +353,28 @@ def _in_order(shards: list) -> list:
                 "preparation: give each part once"
             )
         seen[key] = folder.path
-    for preparation in preparations:
-        parts = [f for f, _, _ in shards if f.preparation == preparation]
-        expected = parts[0].manifest["shards_in_plan"]
-        have = len({s.index for f, s, _ in shards if f.preparation == preparation})
+        first.setdefault(folder.preparation, folder)
+    for preparation, folder in first.items():
+        expected = folder.manifest["shards_in_plan"]
+        have = sum(given == preparation for given, _ in seen)
         if have < expected:
-            n_parts = parts[0].manifest["part"][1]
             warnings.warn(
-                f"{parts[0].path}: {have} of the {expected} shards of its preparation "
-                f"(in {n_parts} parts) are given; training on those alone",
+                f"{folder.path}: {have} of the {expected} shards of its preparation "
+                f"(in {folder.manifest['part'][1]} parts) are given; training on those alone",
                 UserWarning,
                 stacklevel=3,
             )
-    return sorted(shards, key=lambda item: (preparations[item[0].preparation], item[1].index))
+    place = {preparation: i for i, preparation in enumerate(first)}
+    return sorted(shards, key=lambda item: (place[item[0].preparation], item[1].index))
 
 
 # -- writing: `elmo-spacy prepare` (prepare.py) feeds a CorpusWriter -------------
 
 
 class CorpusWriter:
-    """Writes a prepared folder shard by shard (see the module docstring),
-    `sources` (the inputs, as `plan.json` records them) cut as `tokenization`
-    says into shards of `shard_size` characters, part `part` (K, N) of them.
-
-    Token ids are the folder's from the start: a type's id is its place in
-    the order the folder first saw the types; each shard keeps the types it
-    added, so that a preparation that goes on knows the ids of the shards
-    written before.
+    """Writes a prepared folder shard by shard. A type's id is its place in the
+    order the folder first saw the types; each shard keeps the types it added,
+    so that a preparation that goes on knows the ids of the shards written before.
     """
 
     def __init__(
@@ -455,7 +397,6 @@ class CorpusWriter:
         }
         self.finished = False
         self.index: dict[str, int] = {}
-        self.n_docs = 0
         self._shard: _ShardFile | None = None
         self._start(overwrite)
         if self.finished:
@@ -487,8 +428,8 @@ class CorpusWriter:
             if not overwrite:
                 raise FileExistsError(
                     f"{path} holds a preparation of other inputs or settings "
-                    f"({_settings_difference(earlier, self.settings)}). Prepare into another folder, or "
-                    "pass --overwrite to replace it."
+                    f"({_settings_difference(earlier, self.settings)}). Prepare into another "
+                    "folder, or pass --overwrite to replace it."
                 )
         if path.is_dir() and any(path.iterdir()):
             others = [p.name for p in path.iterdir() if not _is_ours(p.name)]
@@ -499,8 +440,8 @@ class CorpusWriter:
                 )
             if not overwrite:
                 raise FileExistsError(
-                    f"{path} holds a prepared corpus without its {SETTINGS_FILE}: pass --overwrite to "
-                    "replace it, or choose another folder"
+                    f"{path} holds a prepared corpus without its {SETTINGS_FILE}: pass "
+                    "--overwrite to replace it, or choose another folder"
                 )
             for p in path.iterdir():
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
@@ -508,17 +449,15 @@ class CorpusWriter:
         _write_atomic(settings_path, json.dumps(self.settings, indent=2) + "\n")
 
     def _finished_shards(self) -> dict[int, dict[str, Any]]:
-        """The shards written before, by index: those in one unbroken run
-        from this part's first (a later one after a gap was not written by
-        this writer's order, and is written again)."""
+        """The shards written before, by index: those in one unbroken run from
+        this part's first (one after a gap is written again)."""
         k, n = self.part
         for stale in self.path.glob(".shard-*"):
             shutil.rmtree(stale, ignore_errors=True)
         done: dict[int, dict[str, Any]] = {}
         index = k
         while (self.path / _shard_name(index) / SHARD_DONE).is_file():
-            entry = json.loads((self.path / _shard_name(index) / SHARD_DONE).read_text())
-            done[index] = entry
+            done[index] = json.loads((self.path / _shard_name(index) / SHARD_DONE).read_text())
             index += n
         for later in self.path.glob("shard-*"):
             if int(later.name.split("-")[1]) not in done:
@@ -526,9 +465,9 @@ class CorpusWriter:
         return done
 
     def add(self, shard: int, types: list[str], ids: numpy.ndarray, lengths: numpy.ndarray) -> int:
-        """Append docs as `tokenize_texts` returns them to shard `shard`
-        (begun if it is not the one being written); returns their tokens.
-        Docs without tokens are left out."""
+        """Append docs as `tokenize_texts` returns them to shard `shard` (begun
+        if it is not the one being written), leaving out docs without tokens;
+        returns their tokens."""
         if self._shard is None:
             self._shard = _ShardFile(self.path, shard, first_type=len(self.index))
         elif self._shard.index != shard:
@@ -543,8 +482,7 @@ class CorpusWriter:
         if self._shard is None:
             return
         shard, self._shard = self._shard, None
-        added = list(self.index)[shard.first_type :]
-        self.done[shard.index] = shard.finish(added)
+        self.done[shard.index] = shard.finish(list(self.index)[shard.first_type :])
 
     def finish(self, sources: list[dict[str, Any]], shards_in_plan: int = 1) -> None:
         """Write the type table and the manifest: the folder is complete."""
@@ -567,8 +505,11 @@ class CorpusWriter:
             TYPE_OFFSETS: _write_atomic(self.path / TYPE_OFFSETS, offsets.tobytes()),
             TYPE_COUNTS: _write_atomic(self.path / TYPE_COUNTS, counts.tobytes()),
         }
-        if all("sha256" in s for s in sources):  # files: the same wherever they lie
-            contents: Any = [_content(s) for s in sources]
+        if all("path" in s for s in sources):  # files: their name, size and checksum
+            contents: Any = [
+                {"name": Path(s["path"]).name, "bytes": s["bytes"], "sha256": s["sha256"]}
+                for s in sources
+            ]
         else:  # docs given in Python: what was written
             contents = [e["sha256"] for e in shards]
         preparation = _digest(
@@ -610,8 +551,7 @@ class _ShardFile:
         data = tokens.tobytes()
         self.tokens.write(data)
         self.hashes[TOKENS].update(data)
-        ends = self.n_tokens + numpy.cumsum(lengths)
-        self.offsets += ends.tolist()
+        self.offsets += (self.n_tokens + numpy.cumsum(lengths)).tolist()
         self.n_tokens += len(tokens)
 
     def finish(self, added: list[str]) -> dict[str, Any]:
@@ -632,7 +572,9 @@ class _ShardFile:
             "sha256": {name: h.hexdigest() for name, h in self.hashes.items()},
         }
         (self.temporary / SHARD_DONE).write_text(json.dumps(entry) + "\n")
-        _fsync_folder(self.temporary)
+        for file in self.temporary.iterdir():
+            with file.open("rb") as handle:
+                os.fsync(handle.fileno())
         os.replace(self.temporary, self.final)
         return entry
 
@@ -643,11 +585,6 @@ def _shard_name(index: int) -> str:
 
 def _is_ours(name: str) -> bool:
     return name in FOLDER_FILES or name.startswith(("shard-", ".shard-", f".{MANIFEST}"))
-
-
-def _content(source: dict[str, Any]) -> dict[str, Any]:
-    """What identifies a source's content wherever it lies: its name, size and checksum."""
-    return {"name": Path(source["path"]).name, "bytes": source["bytes"], "sha256": source["sha256"]}
 
 
 def _settings_difference(earlier: dict[str, Any], now: dict[str, Any]) -> str:
@@ -666,9 +603,3 @@ def _write_atomic(path: Path, data: str | bytes) -> str:
     data = data.encode() if isinstance(data, str) else data
     write_file(path, lambda temporary: temporary.write_bytes(data))
     return hashlib.sha256(data).hexdigest()
-
-
-def _fsync_folder(folder: Path) -> None:
-    for file in folder.iterdir():
-        with file.open("rb") as handle:
-            os.fsync(handle.fileno())

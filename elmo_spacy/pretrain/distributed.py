@@ -1,14 +1,7 @@
-"""Data-parallel pretraining under torchrun: which process this is, and the few
-collective operations the training loop needs.
-
-Started as `torchrun --nproc_per_node N --no-python elmo-spacy pretrain ...`
-(on one machine, or on each of several with `--nnodes`), each of the
-processes (ranks) maps the same prepared corpus, plans the same batches,
-builds and trains on its own share of every batch, and PyTorch's
-DistributedDataParallel averages the gradients (gloo on the CPU, NCCL on
-GPUs). Started without torchrun, there is one rank and nothing is shared.
-The machines may or may not share a filesystem (`find_folder_leaders`).
-"""
+"""Data-parallel pretraining under torchrun (`torchrun --nproc_per_node N
+--no-python elmo-spacy pretrain ...`, on one machine or several, with or
+without a shared filesystem): which process this is, and the few collective
+operations the training loop needs. Without torchrun there is one rank."""
 
 import os
 import uuid
@@ -23,12 +16,8 @@ from ..bilm.runtime.devices import resolve_device
 
 @dataclass(frozen=True)
 class ProcessGroup:
-    """The processes (ranks) of one pretraining run, seen from one of them:
-    torchrun's process group, or one process alone.
-
-    rank, world_size: torchrun's RANK and WORLD_SIZE (0 and 1 without it).
-    device: where this rank's biLM lives.
-    """
+    """The ranks of one pretraining run, seen from one of them (torchrun's RANK
+    and WORLD_SIZE), and this rank's device. Rank 0 writes what the run saves."""
 
     rank: int = 0
     world_size: int = 1
@@ -39,7 +28,6 @@ class ProcessGroup:
 
     @property
     def is_main(self) -> bool:
-        """Rank 0 writes the checkpoints, models and log and shows progress."""
         return self.rank == 0
 
     @property
@@ -47,12 +35,11 @@ class ProcessGroup:
         return self.world_size > 1
 
     def share(self, items: list) -> list:
-        """This rank's share of `items`: every world_size-th one from `rank`."""
+        """Every world_size-th item from `rank`."""
         return items[self.rank :: self.world_size]
 
     def sum(self, values: list[float | torch.Tensor]) -> list[float]:
-        """Element-wise sums over all ranks of numbers or scalar tensors (on
-        this rank's device): one transfer to the host, one collective."""
+        """Element-wise sums over all ranks of numbers or scalar tensors."""
         tensor = torch.stack(
             [
                 v.detach().to(self.device, torch.float64)
@@ -70,30 +57,26 @@ class ProcessGroup:
             dist.barrier()
 
     @property
+    def folder_leader(self) -> int:
+        """The lowest rank that sees this rank's output folder: it prepares text
+        for them all."""
+        return 0 if self.folder_leaders is None else self.folder_leaders[self.rank]
+
+    @property
     def prepares(self) -> bool:
-        """Whether this rank prepares text for the ranks that see its folder
-        (the lowest rank of its group), while they wait."""
         return self.folder_leader == self.rank
 
     @property
     def sees_main_folder(self) -> bool:
-        """Whether this rank sees the files rank 0 writes (its checkpoints)."""
         return self.folder_leader == 0
 
     @property
-    def folder_leader(self) -> int:
-        """The lowest rank that sees this rank's output folder."""
-        return 0 if self.folder_leaders is None else self.folder_leaders[self.rank]
-
-    @property
     def folders_shared(self) -> bool:
-        """Whether every rank sees rank 0's output folder."""
-        return self.folder_leaders is None or not any(self.folder_leaders)
+        return not any(self.folder_leaders or ())
 
     @property
     def ranks_by_folder(self) -> list[list[int]]:
-        """The ranks in groups that see one output folder: [[0, 1, ...]] where
-        all share a filesystem, a group a machine where none is shared."""
+        """The ranks in groups that see one output folder."""
         groups: dict[int, list[int]] = {}
         for rank, leader in enumerate(self.folder_leaders or (0,) * self.world_size):
             groups.setdefault(leader, []).append(rank)
@@ -117,11 +100,9 @@ class ProcessGroup:
 
 
 def join_process_group(gpu_id: int = -1) -> ProcessGroup:
-    """Join the process group that torchrun set up, or run alone.
-
-    gpu_id: -1 for the CPU. Alone, the index of the GPU to use; under torchrun
-    any value >= 0 puts each rank on GPU LOCAL_RANK, with NCCL.
-    """
+    """Join the process group that torchrun set up, or run alone, on the CPU
+    (gpu_id -1) or GPU `gpu_id`; under torchrun any gpu_id >= 0 puts each
+    rank on GPU LOCAL_RANK, with NCCL."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size == 1:
         return ProcessGroup(device=resolve_device(gpu_id, "--gpu-id"))
@@ -140,14 +121,10 @@ def leave_process_group(group: ProcessGroup) -> None:
 
 
 def find_folder_leaders(group: ProcessGroup, folder: Path) -> ProcessGroup:
-    """`group` with `folder_leaders`: which ranks see the same `folder`.
-
-    Each rank writes a file of its own, named by a token rank 0 draws, into
-    the folder that holds `folder` (made if missing); after a barrier each
-    rank looks for every rank's file: the lowest rank whose file it sees
-    leads its group. On one machine, or on machines that share the folder
-    (NFS, Lustre...), every rank's leader is 0; on machines with disks of
-    their own, each machine is a group."""
+    """`group` with `folder_leaders`: each rank writes a file of its own into
+    the folder that holds `folder`, then looks for every rank's: the lowest
+    rank whose file it sees leads its group (one group where the folder is
+    shared, one a machine where each has its own disk)."""
     if not group.distributed:
         return group
     place = Path(folder).absolute().parent
@@ -170,11 +147,9 @@ def find_folder_leaders(group: ProcessGroup, folder: Path) -> ProcessGroup:
 
 
 def send_folder(group: ProcessGroup, source: Path | None, into: Path) -> Path | None:
-    """Rank 0's folder `source` (its files, not its subfolders), or None where
-    rank 0 has none, on every rank: itself on the ranks that see rank 0's
-    folder; on the others, a copy sent by rank 0 and written to
-    `into / source.name`. Every rank calls it; where every rank sees rank
-    0's folder, nothing is sent."""
+    """Rank 0's folder `source` (its files), or None where rank 0 has none, on
+    every rank: itself where the rank sees it, else a copy sent by rank 0
+    into `into / source.name`. Every rank calls it."""
     if group.folders_shared:
         return source
     sent = None

@@ -1,36 +1,24 @@
-"""When pretraining stops: one table of the run's limits and one function
-that says which are reached. The loop (`loop.Pretraining.run`) asks it at
-each point where a limit can change; a resumed run asks it before training
-again.
-
-A new limit is one row of LIMITS (and its [training] setting, 0 for none).
-"""
+"""When pretraining stops: one table of the run's limits (a new limit is a row
+of LIMITS and its [training] setting, 0 for none) and the function that says
+which are reached."""
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .checkpoint import RunState
 from .config import PretrainConfig
 
+# Where the loop checks a limit: after every step (what every rank moves alike),
+# every `log_every` steps (where the ranks add up their figures, so that all
+# agree to stop at the same step), after each dev evaluation, at each epoch's end.
+CHECK_POINTS = ("step", "log", "evaluation", "epoch")
 
-@dataclass(frozen=True)
-class Limit:
-    """A [training] setting that ends the run once the run's progress reaches it.
 
-    setting: the PretrainConfig field (0: no limit).
-    progress: how far the run is, in the setting's unit.
-    unit: what `progress` counts, for messages ("3 epochs done").
-    checked: where the loop checks it: "step" (after every step: every rank
-        moves it alike), "log" (every `log_every` steps, where the ranks add
-        up their figures, so that all agree to stop at the same step),
-        "evaluation" (after each dev evaluation) or "epoch" (at each epoch's
-        end).
-    """
-
-    setting: str
-    progress: Callable[[RunState], float]
-    unit: str
-    checked: str
+class Limit(NamedTuple):
+    setting: str  # the PretrainConfig field
+    progress: Callable[[RunState], float]  # how far the run is, in the setting's unit
+    unit: str  # what `progress` counts, for messages ("3 epochs done")
+    checked: str  # one of CHECK_POINTS
 
 
 LIMITS = (
@@ -46,13 +34,11 @@ LIMITS = (
         "evaluation",
     ),
 )
-CHECK_POINTS = ("step", "log", "evaluation", "epoch")
 
 
 def limits_reached(state: RunState, config: PretrainConfig, at: str | None = None) -> list[str]:
-    """The limits of `config` that a run at `state` has reached, each as
-    "setting = limit, where the run is"; only those checked `at` one of
-    CHECK_POINTS, or all where `at` is None. An empty list: train on."""
+    """The limits of `config` that a run at `state` has reached, as "setting =
+    limit, where the run is"; only those checked `at` (None: all)."""
     if at is not None and at not in CHECK_POINTS:
         raise ValueError(f"at = {at!r}: one of {CHECK_POINTS}")
     reached = []

@@ -1,6 +1,5 @@
-"""The pretraining loop, `Pretraining.run`, read top to bottom: steps, the
-figures brought to the host, dev perplexity, checkpoints, and where to stop
-(`limits.limits_reached`). `train.pretrain` sets up what it runs with."""
+"""The pretraining loop, `Pretraining.run`: steps, dev perplexity,
+checkpoints, and where to stop (`limits.limits_reached`)."""
 
 import itertools
 import math
@@ -26,8 +25,7 @@ from .run_folder import RunFolder
 
 @dataclass
 class TrainingData:
-    """What a run trains on and measures: the corpus, the dev sample and its
-    batches, and a `BatchBuilder` for each."""
+    """What a run trains on and measures, and a `BatchBuilder` for each."""
 
     corpus: Corpus
     dev: DevSample
@@ -40,8 +38,7 @@ class TrainingData:
 
 @dataclass(kw_only=True)
 class Pretraining:
-    """One process of a pretraining run: what stays fixed while it runs, and
-    the state it saves in checkpoints (`state`)."""
+    """One process (rank) of a pretraining run; `state` is what checkpoints save."""
 
     bilm: BiLM
     optimizer: torch.optim.Optimizer
@@ -61,7 +58,7 @@ class Pretraining:
         if self.group.distributed:  # each rank draws its own dropout masks
             torch.manual_seed(self.config.seed + 7919 * self.state.step + self.group.rank)
             self.loss = DistributedDataParallel(self.loss, find_unused_parameters=False)
-        self.scaler = None  # torch's loss scaler, training in float16
+        self.scaler = None  # training in float16: torch's loss scaler
         if self.bilm.precision == "float16":
             self.scaler = torch.amp.GradScaler(self.group.device.type)
             if self.state.loss_scale is not None:
@@ -82,9 +79,8 @@ class Pretraining:
                 for batch, spans, weight in batches:
                     self.step(batch, spans, weight)
                     bar.update(spans.tokens)
-                    # Steps and tokens count alike on every rank; the hours and the
-                    # minutes since the last checkpoint, which do not, are agreed on
-                    # where the ranks sync, so that all stop or checkpoint at one step.
+                    # The hours and the minutes since the last checkpoint differ between
+                    # ranks: they are agreed on where the ranks sync, at one step for all.
                     stop = bool(limits_reached(state, config, at="step"))
                     checkpoint = (
                         config.checkpoint_every and state.step % config.checkpoint_every == 0
@@ -115,8 +111,7 @@ class Pretraining:
             self.save_checkpoint()
 
     def rest_of_epoch(self) -> Prefetcher:
-        """This rank's share of the epoch's batches from batch `state.batch`
-        on, built ahead of the step in a thread."""
+        """This rank's share of the epoch's batches from batch `state.batch` on."""
         planned = epoch_batches(
             self.data.corpus,
             seed=self.config.seed,
@@ -153,9 +148,8 @@ class Pretraining:
         self._clock = now
 
     def sync(self, *flags) -> list[bool]:
-        """Bring the NLL that the steps summed on the device since the last
-        sync to the host, summed over all ranks, together with `flags`, each
-        true where it is true on any rank: one wait, one collective."""
+        """Add the NLL summed on the device since the last sync, over all ranks,
+        to the epoch's; returns `flags`, each true where it is on any rank."""
         nll, *anywhere = self.group.sum([self._nll, *(float(bool(f)) for f in flags)])
         self.state.epoch_nll += nll
         self._nll.zero_()
@@ -167,8 +161,7 @@ class Pretraining:
         return bool(minutes) and time.perf_counter() - self._checkpointed >= 60 * minutes
 
     def evaluate(self) -> None:
-        """Measure dev perplexity, write model-last/ and, if it is the best
-        yet, model-best/, and count the evaluations without a better one."""
+        """Measure dev perplexity, write model-last/ and, the best yet, model-best/."""
         bilm, state = self.bilm, self.state
         self.sync()
         batches = (self.data.build_dev(s) for s in self.group.share(self.data.dev_batches))
@@ -255,11 +248,9 @@ def training_step(
     weight: float = 1.0,
     scaler: torch.amp.GradScaler | None = None,
 ) -> torch.Tensor:
-    """One optimizer step on one rank's share of a batch: the loss (a
-    `RankLoss`, or its DistributedDataParallel), its gradients clipped to
-    `grad_clip`, and Adam's update, under torch's loss `scaler` in float16.
-    Returns the share's summed NLL, a tensor on the device (read it, and
-    wait for the device, only when needed)."""
+    """One optimizer step on one rank's share of a batch through `loss` (a
+    `RankLoss`, or its DistributedDataParallel), gradients clipped to
+    `grad_clip`; returns the share's summed NLL, a tensor on the device."""
     scaled, nll = loss(batch, batch_tokens, weight)
     optimizer.zero_grad()
     parameters = optimizer.param_groups[0]["params"]
@@ -277,17 +268,11 @@ def training_step(
 
 
 class RankLoss(nn.Module):
-    """This rank's part of a batch's loss: the LM loss of its share of the
-    batch, scaled so that the gradients, averaged over the ranks, are those
-    of the whole batch's mean NLL per token.
-
-    forward(batch, batch_tokens, weight) -> (scaled loss, summed NLL of the
-    share, a tensor on the device); `batch_tokens` counts the predictions of
-    the whole batch, and `weight` 0 makes a rank that has no docs of this
-    batch add nothing. A module, as DistributedDataParallel syncs gradients
-    only through a module's forward; data-parallel, every parameter gets a
-    gradient at every step, so that it need not search for unused ones.
-    """
+    """The LM loss of this rank's share of a batch, scaled so that the
+    gradients, averaged over the ranks, are those of the whole batch's mean
+    NLL per token (`batch_tokens`: its predictions); `weight` 0 adds nothing.
+    A module, as DistributedDataParallel syncs gradients only through a
+    module's forward; data-parallel, every parameter gets a gradient."""
 
     def __init__(self, bilm: BiLM, world_size: int) -> None:
         super().__init__()
@@ -315,10 +300,9 @@ def perplexity(nll: float, n_tokens: int) -> float:
 def evaluate_perplexity(
     bilm: BiLM, batches: Iterable[TokenBatch], group: ProcessGroup | None = None
 ) -> dict[str, float]:
-    """Exact perplexity of the batches per direction and their geometric mean.
-    Every word and the closing (forwards) or opening (backwards) boundary counts.
-    With `group`, each rank gives its own share of the batches and the sums
-    are taken over all ranks."""
+    """Exact perplexity of the batches per direction (every word and the
+    closing or opening boundary) and their geometric mean; with `group`, of
+    the shares of all ranks."""
     group = group or ProcessGroup()
     was_training = bilm.training
     bilm.eval()

@@ -1,20 +1,12 @@
-"""Text read and tokenised once, written as a prepared corpus (see
-`elmo_spacy.pretrain.corpus` for the format): `elmo-spacy prepare`.
-
-The text is cut into shards of about `shard_size` characters at doc
-boundaries, by reading alone, so every run over the same inputs cuts them
-the same way. Part K of N (`part=(K, N)`) tokenises the shards whose number
-is K modulo N: N machines prepare one corpus between them, each into a
-folder of its own, and pretraining reads the N folders as the whole.
-
-Each shard is written under a temporary name and renamed when complete; the
-manifest is written last. A preparation killed or stopped at any point goes
-on from its last finished shard when run again with the same inputs and
-settings (`plan.json` records them); a finished one is left as it is.
+"""`elmo-spacy prepare`: text read and tokenised once, written shard by shard
+(`corpus.CorpusWriter`). The shards are cut at doc boundaries by reading
+alone, so every run over the same inputs, and every part, cuts them alike.
 """
 
 import contextlib
 import functools
+import hashlib
+import json
 import shutil
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -28,13 +20,7 @@ from tqdm import tqdm
 
 from ..errors import ElmoSpacyError
 from ..tokenizer import blank
-from .corpus import (
-    TOKEN_DTYPE,
-    Corpus,
-    CorpusWriter,
-    Tokenization,
-    is_prepared,
-)
+from .corpus import TOKEN_DTYPE, Corpus, CorpusWriter, Tokenization, is_prepared
 from .texts import TextFile, find_text_files
 
 DEFAULT_SHARD_SIZE = 100_000_000  # characters of text a shard, about 20M tokens of English
@@ -53,19 +39,8 @@ def prepare_corpus(
     overwrite: bool = False,
     show_progress: bool = True,
 ) -> Path:
-    """Tokenise the text files that `inputs` name (files, folders, globs: see
-    `find_text_files`) and write them to `output_dir` as a prepared corpus.
-
-    lang: the language of spaCy's tokenizer (ignored with `pretokenized`).
-    pretokenized: split on white space instead (text that came tokenised).
-    n_process: processes that tokenise (the reading and writing is one more).
-    part: (K, N), prepare the K-th of N parts (counting from 0).
-    shard_size: characters of text a shard, at least.
-    overwrite: replace an earlier preparation of other inputs or settings in
-        `output_dir`; without it, such a folder is refused, and one of the
-        same inputs and settings is finished or left as it is.
-    Returns `output_dir`.
-    """
+    """Tokenise the text files that `inputs` name into `output_dir` as a
+    prepared corpus; the options are those of `elmo-spacy prepare`."""
     tokenization = Tokenization("whitespace") if pretokenized else Tokenization("spacy", lang)
     if not pretokenized:
         blank(lang, f"--lang {lang}")  # refused before any work
@@ -77,14 +52,15 @@ def prepare_corpus(
         raise ElmoSpacyError(f"shard size {shard_size}: at least 1 character")
     if n_process < 1:
         raise ElmoSpacyError(f"n_process = {n_process}: at least 1")
-    sources = [_source_stamp(f) for f in files]
     created = not Path(output_dir).exists()
-    writer = CorpusWriter(Path(output_dir), tokenization, sources, shard_size, part, overwrite)
+    stamps = [_source_stamp(f) for f in files]
+    writer = CorpusWriter(Path(output_dir), tokenization, stamps, shard_size, part, overwrite)
     if writer.finished:
         return writer.path
+    sources: list[dict[str, Any]] = []  # filled as the files are read
     try:
         with _tokenizers(tokenization, n_process) as tokenize:
-            _prepare(files, writer, tokenize, n_process, show_progress)
+            _write(writer, _read(files, sources), sources, tokenize, n_process, show_progress)
     except BaseException:
         if created and not writer.done:  # nothing to go on from: leave nothing behind
             shutil.rmtree(writer.path, ignore_errors=True)
@@ -100,12 +76,9 @@ def open_corpus(
     pretokenized: bool = False,
     show_progress: bool = True,
 ) -> Corpus:
-    """The `Corpus` of prepared folders, or of text files (see
-    `find_text_files`) prepared into the folder `cache` (`prepare_corpus`),
-    where a later call with the same files and settings finds them prepared.
-    `lang` (default "en") and `pretokenized` say how text files are
-    tokenised; given with prepared folders, they must say what the folders
-    were prepared with."""
+    """The `Corpus` of prepared folders, or of text files prepared into the
+    folder `cache` (`lang` default "en"); given with prepared folders, `lang`
+    and `pretokenized` must say what those were cut with."""
     prepared = [is_prepared(p) for p in paths]
     if all(prepared):
         corpus = Corpus.open(paths)
@@ -148,31 +121,46 @@ def prepare_docs(
     shard_size: int = DEFAULT_SHARD_SIZE,
 ) -> Path:
     """Write docs that are tokenised already (lists of token strings) to
-    `output_dir` as a prepared corpus; `tokenization` says how they were cut
-    (the biLM pretrained on them records it). An existing corpus there is
-    replaced."""
-    writer = CorpusWriter(
-        Path(output_dir), tokenization, [{"name": "<docs>"}], shard_size, (0, 1), overwrite=True
-    )
-    shard, shard_chars = 0, 0
+    `output_dir` as a prepared corpus, replacing any there but a finished
+    preparation of the same docs (held in memory to digest them);
+    `tokenization` says how they were cut (the biLM pretrained on them records it)."""
+    docs = [list(doc) for doc in docs if doc]
+    digest = hashlib.sha256()
     for doc in docs:
-        if not doc:
-            continue
-        tokens = list(doc)
-        writer.add(shard, *_indexed([tokens]))
-        shard_chars += sum(len(t) + 1 for t in tokens)
-        if shard_chars >= shard_size:
-            writer.end_shard()
-            shard, shard_chars = shard + 1, 0
-    writer.finish([{"name": "<docs>"}], shards_in_plan=shard + (shard_chars > 0))
+        digest.update(json.dumps(doc).encode())
+    sources = [{"name": "<docs>", "docs": len(docs), "sha256": digest.hexdigest()}]
+    writer = CorpusWriter(Path(output_dir), tokenization, sources, shard_size, (0, 1), True)
+    if not writer.finished:
+        _write(writer, docs, sources, _indexed, 1, False, size=lambda d: sum(len(t) + 1 for t in d))
     return writer.path
 
 
-def _prepare(
-    files: list[Path], writer: CorpusWriter, tokenize, n_process: int, show_progress: bool
+def _read(files: list[Path], sources: list[dict[str, Any]]) -> Iterator[str]:
+    """The docs of `files` in order; each file's record joins `sources` once read."""
+    for path in files:
+        source = TextFile(path)
+        n_docs = 0
+        for text in source.docs():
+            n_docs += 1
+            yield text
+        if n_docs == 0:
+            raise ElmoSpacyError(
+                f"{path}: no text: the file is empty or holds only blank lines. Leave it out."
+            )
+        sources.append({**_source_stamp(path), "sha256": source.sha256, "docs": n_docs})
+
+
+def _write(
+    writer: CorpusWriter,
+    docs: Iterable,
+    sources: list[dict[str, Any]],
+    tokenize: Callable,
+    n_process: int,
+    show_progress: bool,
+    size: Callable[[Any], int] = len,
 ) -> None:
-    """Read `files` once, cut them into shards, have this part's shards
-    tokenised (in order, a few tasks ahead) and written."""
+    """Cut `docs` into shards of `writer.shard_size` (`size` of each doc),
+    have this part's tokenised, a few tasks ahead, and written."""
     k, n = writer.part
     bar = tqdm(
         desc=f"preparing {writer.path.name}" + (f" (part {k + 1} of {n})" if n > 1 else ""),
@@ -193,40 +181,31 @@ def _prepare(
             bar.update(writer.add(shard, *result))
             bar.set_postfix(docs=f"{writer.n_docs:,}", shards=len(writer.done), refresh=False)
 
-    def submit(shard: int, texts: list[str]) -> None:
+    def submit(shard: int, texts: list) -> None:
         if texts:
             pending.append((shard, tokenize(texts)))
             drain(keep=2 * n_process)
 
     with bar:  # closed before an error is shown, which then starts a line of its own
         shard, shard_chars, ours = 0, 0, writer.wants(0)
-        task: list[str] = []
+        task: list = []
         task_chars = 0
-        sources = []
-        for path in files:
-            source = TextFile(path)
-            n_docs = 0
-            for text in source.docs():
-                n_docs += 1
-                shard_chars += len(text)
+        for doc in docs:
+            chars = size(doc)
+            shard_chars += chars
+            if ours:
+                task.append(doc)
+                task_chars += chars
+                if task_chars >= TASK_CHARS:
+                    submit(shard, task)
+                    task, task_chars = [], 0
+            if shard_chars >= writer.shard_size:
                 if ours:
-                    task.append(text)
-                    task_chars += len(text)
-                    if task_chars >= TASK_CHARS:
-                        submit(shard, task)
-                        task, task_chars = [], 0
-                if shard_chars >= writer.shard_size:
-                    if ours:
-                        submit(shard, task)
-                        task, task_chars = [], 0
-                        pending.append((shard, None))
-                    shard, shard_chars = shard + 1, 0
-                    ours = writer.wants(shard)
-            if n_docs == 0:
-                raise ElmoSpacyError(
-                    f"{path}: no text: the file is empty or holds only blank lines. Leave it out."
-                )
-            sources.append({**_source_stamp(path), "sha256": source.sha256, "docs": n_docs})
+                    submit(shard, task)
+                    task, task_chars = [], 0
+                    pending.append((shard, None))
+                shard, shard_chars = shard + 1, 0
+                ours = writer.wants(shard)
         if ours and shard_chars:
             submit(shard, task)
             pending.append((shard, None))
@@ -236,9 +215,7 @@ def _prepare(
 
 @contextlib.contextmanager
 def _tokenizers(tokenization: Tokenization, n_process: int) -> Iterator[Callable]:
-    """A function texts -> (types, ids, lengths) (see `tokenize_texts`) that
-    runs in this process, or returns a Future of it in one of `n_process`
-    worker processes, which end on leaving."""
+    """`tokenize_texts` in this process, or a Future of it from `n_process` workers."""
     if n_process == 1:
         _start_worker(tokenization)
         yield tokenize_texts
@@ -267,9 +244,8 @@ def _start_worker(tokenization: Tokenization) -> None:
 
 
 def tokenize_texts(texts: list[str]) -> tuple[list[str], numpy.ndarray, numpy.ndarray]:
-    """Tokenise texts with this process's tokenizer: the distinct tokens, every
-    token as the (n_tokens,) int32 index of its string in them, and the
-    (n_docs,) int64 tokens of each doc."""
+    """The distinct tokens of `texts`, every token as the (n_tokens,) int32
+    index of its string in them, and the (n_docs,) int64 tokens of each doc."""
     if _TOKENIZER is str.split:
         return _indexed([text.split() for text in texts])
     from spacy.attrs import ORTH

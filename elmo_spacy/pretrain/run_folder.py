@@ -1,16 +1,7 @@
-"""A pretraining run's output folder: its layout in one place.
-
-    model-best/          the biLM of the best dev perplexity yet (a biLM directory)
-    model-last/          the biLM of the last evaluation
-    checkpoint-<step>/   the latest checkpoint (see checkpoint.py); older ones are pruned
-    latest-checkpoint    one line: the name of the checkpoint to resume from
-    pretrain_log.json    the run's log (`pretrain`'s return value)
-    perplexity.png       the curve, where matplotlib is installed
-    corpus/              text files given to `pretrain`, prepared for it (kept: a
-    dev-corpus/          later run over the same files reads them as they are)
-
-What an earlier run left (all but the prepared corpora) is what `--overwrite`
-removes and what makes a new run refuse the folder without it.
+"""A pretraining run's output folder (docs/pretraining.md, Pretraining): its
+layout in one place. What an earlier run left (all but the prepared corpora
+corpus/ and dev-corpus/) is what `--overwrite` removes and what makes a new
+run refuse the folder without it.
 """
 
 import re
@@ -30,8 +21,7 @@ PROGRESS_FILE = "progress.json"  # what a finished checkpoint holds last (checkp
 
 
 class RunFolder:
-    """The output folder of a pretraining run at `path` (see the module
-    docstring)."""
+    """The output folder of a pretraining run at `path`."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -43,16 +33,14 @@ class RunFolder:
         return self.path / f"{CHECKPOINT_PREFIX}{step}"
 
     def point_to(self, checkpoint: Path) -> None:
-        """Make `checkpoint` (complete, in place) the one to resume from, then
-        remove the older ones: a run killed at any moment leaves one whole
-        checkpoint pointed to."""
+        """Make `checkpoint` (complete, in place) the one to resume from (the
+        pointer replaced atomically), then remove the older ones."""
         write_file(self.path / LATEST, lambda path: path.write_text(checkpoint.name + "\n"))
         for old in self.path.glob(f"{CHECKPOINT_PREFIX}*"):
             if old != checkpoint:
                 shutil.rmtree(old, ignore_errors=True)
 
     def latest_checkpoint(self) -> Path | None:
-        """The checkpoint to resume from, or None where there is none."""
         pointer = self.path / LATEST
         if not pointer.is_file():
             return None
@@ -65,7 +53,7 @@ class RunFolder:
         return path
 
     def earlier_run(self) -> list[str]:
-        """The names of what an earlier run left here, if anything."""
+        """The names of what an earlier run left here."""
         if not self.path.is_dir():
             return []
         outputs = (MODEL_BEST, MODEL_LAST, LOG_FILE, LATEST, PLOT)
@@ -74,9 +62,8 @@ class RunFolder:
         return sorted(n for n in found if n in outputs or checkpoint.fullmatch(n))
 
     def check(self, resume: bool = False, overwrite: bool = False) -> None:
-        """Refuse a folder that cannot be made (see `check_output_folder`), or
-        that would lose an earlier run: one that holds a run's outputs, unless
-        `overwrite`, or with `resume`, a checkpoint to go on from."""
+        """Refuse a folder that cannot be made, or that holds an earlier run,
+        unless `overwrite`, or with `resume`, a checkpoint to go on from."""
         if resume and overwrite:
             raise ElmoSpacyError("resume goes on from a run and overwrite replaces it: choose one.")
         check_output_folder(self.path)
@@ -98,9 +85,7 @@ class RunFolder:
             )
 
     def nothing_to_resume(self) -> str | None:
-        """Why a run cannot go on from this folder (`--resume`), or None where
-        it holds a checkpoint to go on from: what `pretrain` refuses, every
-        rank alike, as rank 0 sees it."""
+        """Why a run cannot go on from this folder (`--resume`), or None."""
         try:
             if self.latest_checkpoint() is not None:
                 return None
@@ -114,8 +99,7 @@ class RunFolder:
         )
 
     def make(self, overwrite: bool = False) -> None:
-        """Make the folder for a run to write into; `overwrite`: delete what
-        an earlier run left there (and nothing else)."""
+        """Make the folder; `overwrite`: delete what an earlier run left there."""
         for name in self.earlier_run() if overwrite else ():
             path = self.path / name
             if path.is_dir() and not path.is_symlink():

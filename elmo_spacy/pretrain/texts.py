@@ -18,10 +18,7 @@ TEXT_SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz")
 
 
 def find_text_files(inputs: Sequence[str | Path]) -> list[Path]:
-    """The text files that `inputs` name, in order, each once: a file as it
-    is; a folder, every file under it whose name ends in one of
-    TEXT_SUFFIXES, sorted; a glob pattern (`*`, `?`, `[...]`, `**`) its
-    matching files, sorted."""
+    """The text files that `inputs` (files, folders, globs) name, in order, each once."""
     found: list[Path] = []
     for given in inputs:
         path = Path(given)
@@ -48,8 +45,7 @@ def find_text_files(inputs: Sequence[str | Path]) -> list[Path]:
 
 
 class TextFile:
-    """One text file, read once from start to end (`docs`), and, once read,
-    the SHA-256 of its bytes on disk (compressed ones for .gz)."""
+    """One text file, read once (`docs`); then `sha256`, of its bytes on disk."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -59,9 +55,8 @@ class TextFile:
         self.sha256 = ""
 
     def docs(self) -> Iterator[str]:
-        """Yield each doc: each line of a .txt file (its line break removed;
-        lines end at LF, CRLF or CR), or the "text" of each line of a .jsonl
-        file. Blank lines are skipped. Errors name the file and line."""
+        """Yield each non-blank line of a .txt file (ending at LF, CRLF or CR),
+        or the "text" of each of a .jsonl file; errors name the file and line."""
         if not self.path.is_file():
             raise FileNotFoundError(f"{self.path}: no such text file")
         digest = hashlib.sha256()
@@ -71,31 +66,21 @@ class TextFile:
             if self.compressed:
                 stream = gzip.GzipFile(fileobj=stream)
             lines = io.TextIOWrapper(stream, encoding="utf-8", errors="strict")
-            number = 0
-            for number, line in enumerate(self._lines(lines), start=1):
-                if not line.strip():
-                    continue
-                yield self._text(line, number)
-            while hashed.read(1 << 20):  # the rest (a gzip trailer) counts in the checksum
-                pass
-        self.sha256 = digest.hexdigest()
-
-    def _lines(self, lines: io.TextIOWrapper) -> Iterator[str]:
-        while True:
             try:
-                line = next(lines)
-            except StopIteration:
-                return
+                for number, line in enumerate(lines, start=1):
+                    if line.strip():
+                        yield self._text(line, number)
             except UnicodeDecodeError as err:
-                # The text reader decodes in chunks: err.start counts from the
-                # chunk, not the file, so find the first bad byte again.
+                # err.start counts from the decoder's chunk, not the file: find the byte again.
                 raise ElmoSpacyError(self._where_not_utf8(err)) from err
             except (gzip.BadGzipFile, EOFError, zlib.error) as err:
                 raise ElmoSpacyError(
                     f"{self.path}: not a readable gzip file ({err}): it may be truncated or "
                     "not compressed; check it with `gzip -t`"
                 ) from err
-            yield line
+            while hashed.read(1 << 20):  # the rest (a gzip trailer) counts in the checksum
+                pass
+        self.sha256 = digest.hexdigest()
 
     def _text(self, line: str, number: int) -> str:
         if not self.jsonl:
@@ -117,10 +102,7 @@ class TextFile:
         return text
 
     def _where_not_utf8(self, err: UnicodeDecodeError) -> str:
-        """`path:line:column: ...` for the first byte that is not UTF-8. Lines
-        end at LF, CRLF or CR (as when reading the text); the column counts
-        bytes from 1, and the offset counts bytes of the (uncompressed) text
-        from 0."""
+        """`path:line:column: ...` (in bytes) for the first byte that is not UTF-8."""
         offset, line_number = 0, 1
         with self.path.open("rb") as raw:
             stream = gzip.GzipFile(fileobj=raw) if self.compressed else raw

@@ -1,7 +1,6 @@
-"""`pretrain`, what `elmo-spacy pretrain` runs, in four parts: open the
-corpus, build the biLM or resume it from its latest checkpoint, run the loop
-(`loop.Pretraining`), write the run's log. The helpers below follow in that
-order."""
+"""`pretrain`, what `elmo-spacy pretrain` runs: open the corpus, build the biLM
+or resume it from its latest checkpoint, run the loop (`loop.Pretraining`),
+write the run's log. The helpers below follow in that order."""
 
 import contextlib
 import json
@@ -42,6 +41,8 @@ from .run_folder import RunFolder
 
 __all__ = ["NotEnoughText", "pretrain"]
 
+Vectors = Mapping[str, numpy.ndarray] | str | Path
+
 
 def pretrain(
     corpus: Corpus | Sequence[str | Path],
@@ -55,31 +56,21 @@ def pretrain(
     show_progress: bool = True,
     resume: bool = False,
     overwrite: bool = False,
-    init_vectors: Mapping[str, numpy.ndarray] | str | Path | None = None,
+    init_vectors: Vectors | None = None,
     init_bilm: BiLM | str | Path | None = None,
     group: ProcessGroup | None = None,
 ) -> dict[str, Any]:
-    """Train a biLM on `corpus` into `output_dir` (see `RunFolder`) and
-    return the run's log (also written there).
-
-    corpus, dev: a `Corpus`, or prepared folders or text files (prepared into
-        `output_dir`, tokenised as `lang` or `pretokenized` say). Without
-        `dev`, dev perplexity is measured on docs held out of the corpus.
-    bilm_config: a fresh biLM's sizes; None (or its own) with `init_bilm`.
-    resume: go on from the latest checkpoint; `overwrite`: replace an earlier run.
-    init_vectors: word vectors (or a spaCy pipeline's) that start a fresh
-        biLM's word embeddings; `init_bilm`: a biLM (with its softmax) to
-        train further instead, its vocabulary and sizes kept.
-    group: the ranks under torchrun (`join_process_group`), which train
-        data-parallel; only rank 0 writes.
-    """
+    """Train a biLM on `corpus` into `output_dir` and return the run's log;
+    the options are those of `elmo-spacy pretrain` (docs/pretraining.md)."""
     started = time.perf_counter()
     keep_freed_memory()  # each step reuses what the step before freed
     folder = RunFolder(output_dir)
     folder.check(resume=resume, overwrite=overwrite)  # before any work
     group = find_folder_leaders(group or ProcessGroup(), folder.path)
-    if resume:
-        _refuse_nothing_to_resume(folder, group)
+    if resume:  # rank 0's folder decides, for every rank alike
+        refused = group.from_main(folder.nothing_to_resume() if group.is_main else None)
+        if refused is not None:
+            raise ElmoSpacyError(refused)
     init_bilm, bilm_config = _bilm_to_train_further(init_bilm, bilm_config, init_vectors)
     with _removed_on_error(folder, group):
         # 1. The corpus, and the docs that dev perplexity is measured on
@@ -91,7 +82,10 @@ def pretrain(
             start = _resume(folder, corpus, dev, bilm_config, config, group, show_progress)
         else:
             start = _new(corpus, dev, sample, bilm_config, config, init_bilm, init_vectors, group)
-        _set_precision(start.bilm, config, group)
+        with warnings.catch_warnings():
+            if not group.is_main:  # rank 0 warns for all
+                warnings.simplefilter("ignore", RuntimeWarning)
+            start.bilm.set_precision(config.precision, "[training] precision")
         data = _training_data(corpus, sample, start.bilm, config)
         if init_bilm is not None and not resume:
             _measure_before_training(start, data, group, show_progress)
@@ -123,19 +117,10 @@ class Start:
     words_from_vectors: int | None = None  # of init_vectors
 
 
-def _refuse_nothing_to_resume(folder: RunFolder, group: ProcessGroup) -> None:
-    """Refuse to resume where rank 0's folder holds no checkpoint: every rank
-    alike, as rank 0 sees it."""
-    refused = group.from_main(folder.nothing_to_resume() if group.is_main else None)
-    if refused is not None:
-        raise ElmoSpacyError(refused)
-
-
 @contextlib.contextmanager
 def _removed_on_error(folder: RunFolder, group: ProcessGroup) -> Iterator[None]:
     """Remove the run's folder, text prepared there and all, where this call
-    made it and a user error (a damaged corpus, a bad setting) stops the run
-    before training."""
+    made it and a user error stops the run before training."""
     made = not folder.path.exists()
     try:
         yield
@@ -154,10 +139,8 @@ def _open_corpora(
     group: ProcessGroup,
     show_progress: bool,
 ) -> tuple[Corpus, Corpus | None]:
-    """The corpora, text prepared into the run folder: the first rank of the
-    ranks that see one folder prepares while the others wait, then they read
-    what it wrote (on machines without a shared filesystem, one rank per
-    machine prepares). Every rank must then hold the same corpus."""
+    """The corpora, text prepared by the first rank of each folder while the
+    others wait; every rank must then hold the same."""
     if show_progress and group.is_main and not group.folders_shared:
         tqdm.write(
             f"The {group.world_size} ranks see {len(group.ranks_by_folder)} different output "
@@ -174,40 +157,29 @@ def _open_corpora(
         dev = open_corpus(dev, folder.dev_corpus, **text)
     if group.prepares:
         group.wait_for_all()
-    _check_same_corpora(group, corpus, dev)
-    return corpus, dev
-
-
-def _check_same_corpora(group: ProcessGroup, corpus: Corpus, dev: Corpus | None) -> None:
-    """Refuse a run whose ranks read different corpora: machines that see
-    different files under the same paths."""
     mine = (corpus.fingerprint, None if dev is None else dev.fingerprint, socket.gethostname())
     seen = group.gather(mine)
     others = [rank for rank, theirs in enumerate(seen) if theirs[:2] != seen[0][:2]]
     if others:
-        rank = others[0]
         raise ElmoSpacyError(
-            f"Rank {rank} (on {seen[rank][2]}) reads another corpus than rank 0 (on "
-            f"{seen[0][2]}) under the same paths ({', '.join(str(f.path) for f in corpus.folders)}): "
-            "every machine must see the same text or prepared folders. Copy them to each "
-            "machine, or put them on a filesystem all machines share."
+            f"Rank {others[0]} (on {seen[others[0]][2]}) reads another corpus than rank 0 (on "
+            f"{seen[0][2]}) under the same paths ({corpus.paths}): every machine must see the "
+            "same text or prepared folders. Copy them to each machine, or put them on a "
+            "filesystem all machines share."
         )
+    return corpus, dev
 
 
 def _dev_sample(
     corpus: Corpus, dev: Corpus | None, config: PretrainConfig, named: str | None = None
 ) -> DevSample:
-    """The docs of dev perplexity: held out of the corpus (`dev_fraction`,
-    `max_dev_tokens`; with dev_fraction 0, held in), or drawn from `dev`. A
-    corpus too small says so, naming the paths given (`named`, else the
-    corpus's folders)."""
+    """The docs of dev perplexity, of the corpus or of `dev`."""
     source, fraction = (corpus, config.dev_fraction) if dev is None else (dev, 1.0)
     held_out = dev is None and fraction > 0
     try:
         return dev_sample(source, fraction, config.max_dev_tokens, config.seed, held_out)
     except NotEnoughText as err:
-        named = named or ", ".join(str(f.path) for f in corpus.folders)
-        raise NotEnoughText(f"{named}: {err}") from err
+        raise NotEnoughText(f"{named or corpus.paths}: {err}") from err
 
 
 def _fingerprint(corpus: Corpus, dev: Corpus | None) -> str:
@@ -223,16 +195,22 @@ def _resume(
     group: ProcessGroup,
     show_progress: bool,
 ) -> Start:
-    """The biLM, its optimizer and the run's state from the latest checkpoint
-    in rank 0's folder (sent to the ranks that cannot see it), which must
-    have trained on the same corpus. A run that had finished goes on where
-    `config` now allows more."""
+    """The run at the latest checkpoint in rank 0's folder, which must have
+    trained on the same corpus."""
     latest = folder.latest_checkpoint() if group.sees_main_folder else None
     with tempfile.TemporaryDirectory(prefix="elmo-spacy-checkpoint-") as received:
         checkpoint = send_folder(group, latest, Path(received))
         bilm, optimizer, state = load_checkpoint(checkpoint, bilm_config, config, group.device)
     checkpoint = folder.path / checkpoint.name  # as rank 0 names it
-    _check_same_corpus(checkpoint, state, _fingerprint(corpus, dev), corpus, dev)
+    fingerprint = _fingerprint(corpus, dev)
+    if state.corpus != fingerprint:
+        given = corpus.paths + ("" if dev is None else f" (dev: {dev.paths})")
+        raise ElmoSpacyError(
+            f"{checkpoint} was trained on another corpus than the one given ({given}; "
+            f"fingerprint {fingerprint[:12]}, the checkpoint's {state.corpus[:12]}): a resumed "
+            "run goes on over the same docs in the same order. Resume with the corpus it was "
+            "started on, or start a new run (--overwrite, or another output folder)."
+        )
     _warn_of_other_batching(checkpoint, state, config, say=group.is_main)
     say = show_progress and group.is_main
     if say:
@@ -257,12 +235,10 @@ def _new(
     bilm_config: BiLMConfig,
     config: PretrainConfig,
     init_bilm: BiLM | None,
-    init_vectors: Mapping[str, numpy.ndarray] | str | Path | None,
+    init_vectors: Vectors | None,
     group: ProcessGroup,
 ) -> Start:
-    """A new run's biLM (`init_bilm`, or a fresh one with the vocabulary of
-    the docs it trains on and word vectors from `init_vectors`), its
-    optimizer and state."""
+    """A new run: `init_bilm`, or a fresh biLM."""
     torch.manual_seed(config.seed)
     if init_bilm is not None:
         bilm = init_bilm
@@ -286,13 +262,6 @@ def _new(
     bilm.to(group.device)
     state = RunState(corpus=_fingerprint(corpus, dev), batching=batching_settings(config))
     return Start(bilm, new_optimizer(bilm, config), state, words_from_vectors=words)
-
-
-def _set_precision(bilm: BiLM, config: PretrainConfig, group: ProcessGroup) -> None:
-    with warnings.catch_warnings():
-        if not group.is_main:  # rank 0 warns for all
-            warnings.simplefilter("ignore", RuntimeWarning)
-        bilm.set_precision(config.precision, "[training] precision")
 
 
 def _training_data(
@@ -321,7 +290,6 @@ def _measure_before_training(
 
 
 def _log(run: Pretraining, dev: Corpus | None, start: Start) -> dict[str, Any]:
-    """The run's log (`RunFolder.log`)."""
     bilm, state, data = run.bilm, run.state, run.data
     return {
         "bilm": bilm.config.to_dict(),
@@ -353,9 +321,7 @@ def _log(run: Pretraining, dev: Corpus | None, start: Start) -> dict[str, Any]:
 
 
 def _warn_of_oversized_clusters(bilm_config: BiLMConfig, bilm: BiLM) -> None:
-    """Say where the [bilm] cutoffs given leave a tail cluster of more than
-    MAX_CLUSTER_WORDS words (each of its words' predictions normalised over
-    all of them), and what "auto" would give."""
+    """Warn of a tail cluster of more than MAX_CLUSTER_WORDS words."""
     if bilm_config.cutoffs == "auto" or bilm.softmax is None or not bilm.softmax.adaptive:
         return
     oversized = oversized_clusters(bilm_config.cutoffs, len(bilm.vocab))
@@ -375,14 +341,9 @@ def _warn_of_oversized_clusters(bilm_config: BiLMConfig, bilm: BiLM) -> None:
 
 
 def _bilm_to_train_further(
-    init_bilm: BiLM | str | Path | None,
-    bilm_config: BiLMConfig | None,
-    init_vectors: Mapping[str, numpy.ndarray] | str | Path | None,
+    init_bilm: BiLM | str | Path | None, bilm_config: BiLMConfig | None, init_vectors: Any
 ) -> tuple[BiLM | None, BiLMConfig]:
-    """`init_bilm`, loaded with its softmax head where it is a path, checked:
-    it has its softmax, keeps its own sizes, and starts from its own word
-    embeddings (not `init_vectors`); and the [bilm] config of the run: its
-    own, or `bilm_config` for a fresh biLM."""
+    """`init_bilm` (loaded, checked) and the run's [bilm] config."""
     if init_bilm is None:
         if bilm_config is None:
             raise ElmoSpacyError("A fresh biLM needs its [bilm] config: bilm_config is None")
@@ -408,7 +369,7 @@ def _bilm_to_train_further(
     return init_bilm, init_bilm.config
 
 
-def _vectors(vectors: Mapping[str, numpy.ndarray] | str | Path) -> Mapping[str, numpy.ndarray]:
+def _vectors(vectors: Vectors) -> Mapping[str, numpy.ndarray]:
     """Word vectors: as given, or those of a spaCy pipeline or vectors folder."""
     if isinstance(vectors, Mapping):
         return vectors
@@ -418,38 +379,20 @@ def _vectors(vectors: Mapping[str, numpy.ndarray] | str | Path) -> Mapping[str, 
     return {table.strings[key]: table.data[row] for key, row in table.key2row.items()}
 
 
-def _check_same_corpus(
-    checkpoint: Path, state: RunState, fingerprint: str, corpus: Corpus, dev: Corpus | None
-) -> None:
-    if state.corpus == fingerprint:
-        return
-    given = ", ".join(str(f.path) for f in corpus.folders)
-    if dev is not None:
-        given += f" (dev: {', '.join(str(f.path) for f in dev.folders)})"
-    raise ElmoSpacyError(
-        f"{checkpoint} was trained on another corpus than the one given ({given}; "
-        f"fingerprint {fingerprint[:12]}, the checkpoint's {state.corpus[:12]}): a resumed "
-        "run goes on over the same docs in the same order. Resume with the corpus it was "
-        "started on, or start a new run (--overwrite, or another output folder)."
-    )
-
-
 DEV_SETTINGS = ("seed", "dev_fraction", "max_dev_tokens")  # those that draw the dev sample
 BATCHING_SETTINGS = (*DEV_SETTINGS, "max_length", "batch_tokens")
 
 
 def batching_settings(config: PretrainConfig) -> dict[str, Any]:
-    """The [training] settings that decide the dev sample and each epoch's
-    batches, which a resumed run must share to go on where it stopped."""
+    """The [training] settings that decide the dev sample and the batches."""
     return {name: getattr(config, name) for name in BATCHING_SETTINGS}
 
 
 def _warn_of_other_batching(
     checkpoint: Path, state: RunState, config: PretrainConfig, say: bool = True
 ) -> None:
-    """Warn where a resumed run batches its epochs otherwise than the run it
-    resumes, in the middle of an epoch or with another dev sample (`say`:
-    rank 0 says it for all), and record the new settings."""
+    """Warn where a resumed run batches otherwise than the run it resumes
+    (`say`: rank 0 says it for all), and record the new settings."""
     batching = batching_settings(config)
     changed = {
         k: (v, batching[k]) for k, v in state.batching.items() if k in batching and batching[k] != v
