@@ -94,9 +94,16 @@ def pretrain(
     # 3. The loop
     show_progress = show_progress and group.is_main
     run = Pretraining(
-        bilm=start.bilm, optimizer=start.optimizer, state=start.state, data=data, config=config,
-        folder=folder, group=group, show_progress=show_progress, started=started,
-    )  # fmt: skip
+        bilm=start.bilm,
+        optimizer=start.optimizer,
+        state=start.state,
+        data=data,
+        config=config,
+        folder=folder,
+        group=group,
+        show_progress=show_progress,
+        started=started,
+    )
     run.run()
     # 4. The run's log
     log = _log(run, dev, start)
