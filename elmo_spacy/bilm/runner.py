@@ -138,9 +138,7 @@ class Runner:
         return layers if self.layers is None else layers[self.layers]
 
     def embed(
-        self,
-        sentences: Sequence[Sequence[str]],
-        progress: Callable[[int], None] | None = None,
+        self, sentences: Sequence[Sequence[str]], progress: Callable[[int], None] | None = None
     ) -> list[numpy.ndarray]:
         """One float32 array (n_layers, n, width) per sentence of n tokens, in
         order; windows sorted by length run in chunks of `max_batch_tokens`.

@@ -137,9 +137,7 @@ def cpu_multiplies_bfloat16() -> bool:
 
 
 def resolve_precision(
-    precision: str,
-    device: torch.device | str = "cpu",
-    where: str = "precision",
+    precision: str, device: torch.device | str = "cpu", where: str = "precision"
 ) -> str:
     """The precision a biLM will run in on `device`; warnings name `where`
     and point at the user's line."""
