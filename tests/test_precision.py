@@ -330,7 +330,8 @@ def test_bfloat16_instructions_are_found_on_each_kind_of_cpu(
     monkeypatch.setattr(precision_module.platform, "machine", lambda: machine)
     for name in precision_module.X86_BF16_CHECKS:
         monkeypatch.setattr(torch.cpu, f"_is_{name}_supported", lambda name=name: name in x86)
-    monkeypatch.setattr(precision_module, "_linux_cpu_flags", lambda: linux_flags)
+    flags = None if linux_flags is None else " ".join(linux_flags)
+    monkeypatch.setattr(precision_module, "_cpuinfo_value", lambda keys: flags)
     assert precision_module.cpu_multiplies_bfloat16() is multiplies
 
 

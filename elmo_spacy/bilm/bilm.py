@@ -24,14 +24,11 @@ class BiLM(BiLMNetwork):
     """ELMo's biLM (`BiLMNetwork`) on tokens: `batch(docs)` makes a
     `TokenBatch`, `forward(batch)` gives the (L + 1, B, T, 2P) layers and
     `lm_loss(batch)` the loss, on the runtime's kernels, in `precision`.
-
-    At inference it keeps what it derives from its weights (`InferenceCache`),
-    emptied by any change torch can see; after writing weights behind torch's
-    back (thinc's optimiser), call `weights_changed()`.
+    At inference it keeps what it derives from its weights (`InferenceCache`);
+    after writing weights behind torch's back, call `weights_changed()`.
 
     tokenization: how its training text was cut into tokens (None: unknown).
-    char_vocab: the character vocabulary, in id order, of a biLM with
-        char_ids = "char_vocab" (a converted ELMoForManyLangs model).
+    char_vocab: the character vocabulary, in id order, of char_ids = "char_vocab".
     """
 
     def __init__(

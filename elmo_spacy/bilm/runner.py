@@ -30,33 +30,22 @@ STATES = ("zero", "primed")
 
 @dataclass(frozen=True)
 class RunSettings:
-    """How a biLM runs over sentences: the one place each setting is
-    documented, defaulted and checked. The `elmo` pipe's model takes it as
-    its `run` block (`[components.elmo.model.run]`, registered as
-    `elmo_spacy.RunSettings.v1`), `Embedder` as `run` or as these keywords,
-    `elmo-spacy embed` from its options; a `Runner` runs a biLM with it.
+    """How a biLM runs over sentences, each setting documented, defaulted and
+    checked here: the `elmo` pipe model's `run` block (`elmo_spacy.RunSettings.v1`),
+    `Embedder`'s `run` or keywords, `elmo-spacy embed`'s options (docs/pipes.md).
 
-    layers: the layers handed out, as indices into 0..L (negative ones count
-        from the top), in this order; None: all L + 1 (0 = the token
-        encoding, 1..L the biLSTM layers, each [forward; backward]).
-    state: the LSTM state every sentence starts from: "zero", or "primed":
-        the state that reading `warmup` leaves, as the published models
-        (trained with the state carried from batch to batch) expect. Either
-        way a sentence's vectors do not depend on the others in its batch;
-        the primed state is computed once per version of the weights.
-    warmup: the warm-up sentences of "primed", each a string of tokens
-        separated by spaces or a list of tokens; None: `DEFAULT_WARMUP`.
-    precision: what the biLM computes in: "float32" (conformant), "bfloat16",
-        "float16" (GPUs without bfloat16), or "auto" (the package chooses);
-        see `elmo_spacy.bilm.runtime.precision`. Outputs are float32 either way.
-    max_batch_tokens: at prediction, windows are sorted by length and run in
-        chunks of at most this many padded tokens (a longer window alone).
-    window, window_overlap: a sentence longer than `window` tokens runs in
-        pieces of at most `window` tokens overlapping by 2 * `window_overlap`
-        (see `windows`), in training as at prediction: memory stays bounded
-        whatever the sentence's length, and a token sees the same context.
-
-    Lists given are kept as tuples, and `warmup` as tuples of tokens.
+    layers: the layers handed out, in this order, as indices into 0..L (0 = the
+        token encoding; negative ones count from the top); None: all L + 1.
+    state: the LSTM state every sentence starts from: "zero", or "primed" (the
+        state reading `warmup` leaves, computed once per version of the weights).
+    warmup: the warm-up sentences of "primed", each a string of space-separated
+        tokens or a list of tokens; None: `DEFAULT_WARMUP`.
+    precision: "float32", "bfloat16", "float16" or "auto" (docs/precision-and-gpus.md);
+        outputs are float32 either way.
+    max_batch_tokens: padded tokens per chunk of length-sorted windows, at prediction.
+    window, window_overlap: a sentence longer than `window` tokens runs in pieces
+        overlapping by 2 * `window_overlap` (see `windows`), in training as at
+        prediction, so memory stays bounded.
     """
 
     layers: Sequence[int] | None = None
@@ -149,9 +138,7 @@ class Runner:
         return layers if self.layers is None else layers[self.layers]
 
     def embed(
-        self,
-        sentences: Sequence[Sequence[str]],
-        progress: Callable[[int], None] | None = None,
+        self, sentences: Sequence[Sequence[str]], progress: Callable[[int], None] | None = None
     ) -> list[numpy.ndarray]:
         """One float32 array (n_layers, n, width) per sentence of n tokens, in
         order; windows sorted by length run in chunks of `max_batch_tokens`.
@@ -167,8 +154,9 @@ class Runner:
         initial_states = self.initial_states()
         windows = self.windows([len(s) for s in sentences])
         outputs = windows.empty_outputs(self.n_layers, self.width)
-        order = windows.by_length()
-        bounds = length_runs(windows.window_lengths()[order], self.settings.max_batch_tokens)
+        lengths = windows.window_lengths()
+        order = numpy.argsort(lengths, kind="stable")  # shortest window first
+        bounds = length_runs(lengths[order], self.settings.max_batch_tokens)
         for chunk in (order[a:b] for a, b in zip(bounds[:-1], bounds[1:])):
             tokens = windows.window_tokens(sentences, chunk)
             with torch.inference_mode():
@@ -198,10 +186,6 @@ class Windows:
 
     def window_lengths(self) -> numpy.ndarray:
         return numpy.array([last - first for _, first, last, _, _ in self.pieces], dtype="int64")
-
-    def by_length(self) -> numpy.ndarray:
-        """Row indices, shortest window first (stable)."""
-        return numpy.argsort(self.window_lengths(), kind="stable")
 
     def window_tokens(
         self, sentences: Sequence[Sequence[str]], rows: Sequence[int] | None = None

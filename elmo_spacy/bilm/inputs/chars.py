@@ -158,12 +158,10 @@ def char_ids_for(
     scheme: str, max_chars: int, min_width: int, chars: Sequence[str] | None = None
 ) -> CharIds:
     """The `CharIds` of a scheme; "char_vocab" needs `chars`."""
-    if scheme == "masked":
-        return MaskedCharIds(max_chars, min_width)
-    if scheme == "bilm_tf":
-        return BilmTfCharIds(max_chars, min_width)
     if scheme == "char_vocab":
         if not chars:
             raise ElmoSpacyError("char_ids = 'char_vocab' needs the biLM's character vocabulary")
         return VocabCharIds(chars, max_chars, min_width)
-    raise ElmoSpacyError(f"char_ids = {scheme!r}; use one of {SCHEMES}")
+    if scheme not in SCHEMES:
+        raise ElmoSpacyError(f"char_ids = {scheme!r}; use one of {SCHEMES}")
+    return {"masked": MaskedCharIds, "bilm_tf": BilmTfCharIds}[scheme](max_chars, min_width)

@@ -16,45 +16,30 @@ SIZES = ("char_dim", "word_dim", "projection_dim", "lstm_dim", "max_vocab_size",
 class BiLMConfig:
     """Every size of the biLM. Defaults are small enough to train on two CPU cores.
 
-    encoder: "char_cnn" (ELMo's character CNN + highway layers), "word"
-        (a word-embedding table over the vocabulary) or "word_char" (both,
-        side by side: [word embedding; char CNN + highway] projected to P, as
-        ELMoForManyLangs' models compute it).
-    max_chars: characters per token for the char CNN, begin/end-of-word marks
-        included; longer tokens are cut.
-    char_ids: "masked" (byte ids, padding masked out of the max-pooling),
-        "bilm_tf" (bilm-tf's ids, padding embedded and pooled) or
-        "char_vocab" (a converted ELMoForManyLangs model's character
-        vocabulary, padded as bilm-tf's); see `elmo_spacy.bilm.inputs.chars`.
+    encoder: "char_cnn" (ELMo's character CNN + highway layers), "word" (a word
+        embedding) or "word_char" (both, projected to P, as ELMoForManyLangs).
+    max_chars: characters per token for the char CNN, word marks included.
+    char_ids: "masked", "bilm_tf" or "char_vocab" (see `elmo_spacy.bilm.inputs.chars`).
     char_dim: width of a character embedding.
     filters: (width, count) pairs of the char CNN convolutions.
     char_activation: "relu" or "tanh", after the max-pooling.
-    n_highway: highway layers after the char CNN. With char_ids = "bilm_tf"
-        the projection to P follows only if the filters add up to another
-        width than P, as in bilm-tf.
+    n_highway: highway layers after the char CNN (then a projection to P; with
+        char_ids = "bilm_tf" only where the filters' widths add up to another).
     word_dim: width of a word embedding (encoder "word" or "word_char").
-    projection_dim: width P of the token encoding and of each LSTM direction's
-        output; the per-layer output width is 2 * P.
+    projection_dim: width P of the token encoding and of each LSTM direction.
     lstm_dim: LSTM cell size.
     n_layers: LSTM layers per direction (L).
-    cell_clip, proj_clip: clip the LSTM cell, and its projected output, to
-        [-clip, clip] at every step (bilm-tf: 3 and 3); null for none. As in
-        TensorFlow's LSTMCell, proj_clip applies only where the LSTM projects
-        (lstm_dim != projection_dim).
+    cell_clip, proj_clip: clip the LSTM cell, and its projection (where lstm_dim
+        != projection_dim), to [-clip, clip] at every step; null for none.
     skip_connections: add each LSTM layer's input to its output, from the
         second layer on.
     forget_bias: null trains two LSTM biases (torch's LSTM); a number trains one
         and adds this constant to the forget gate (TensorFlow's LSTMCell: 1.0).
     dropout: dropout rate between layers, in training.
-    softmax: "adaptive" (cheap on CPU, exact normalised probabilities) or
-        "full" (a linear layer over the whole vocabulary).
-    cutoffs: frequency-rank cutoffs of the adaptive softmax clusters: the
-        head holds the words before the first, each tail cluster the words up
-        to the next. "auto": fitted to the vocabulary's size
-        (`fitted_cutoffs`); a list: those cutoffs (pretraining warns of a
-        cluster of more than 100,000 words).
-    div_value: tail cluster i projects to projection_dim / div_value^(i + 1)
-        dimensions (torch's adaptive softmax; at least 1 each).
+    softmax: "adaptive" (torch's adaptive softmax, exactly normalised) or "full".
+    cutoffs: word ranks where the adaptive softmax's clusters start; "auto":
+        fitted to the vocabulary (docs/pretraining.md).
+    div_value: tail cluster i projects to projection_dim / div_value^(i + 1).
     max_vocab_size: most frequent word types kept as softmax targets.
     min_count: word types seen fewer times map to <UNK>.
     """

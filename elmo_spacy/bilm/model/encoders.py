@@ -66,10 +66,7 @@ class CharCNNEncoder(nn.Module):
         self.output_dim = projection_dim or n_filters
 
     def forward(
-        self,
-        char_ids: torch.Tensor,
-        n_chars: torch.Tensor,
-        word_ids: torch.Tensor | None = None,
+        self, char_ids: torch.Tensor, n_chars: torch.Tensor, word_ids: torch.Tensor | None = None
     ) -> torch.Tensor:
         chars = self.embed(char_ids).transpose(1, 2)  # (U, char_dim, W)
         width = chars.shape[2]

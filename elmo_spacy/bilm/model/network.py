@@ -157,7 +157,8 @@ class BiLMNetwork(nn.Module):
         `with_targets`."""
 
         def nll(layers: list[torch.Tensor], rows, words, splits) -> torch.Tensor:
-            hidden = _rows(layers[-1], rows)
+            top = layers[-1]  # (B, T, P); rows (N,) its flat positions
+            hidden = top.reshape(-1, top.shape[-1]).index_select(0, rows)
             return self.softmax(self.dropout(hidden), words, splits, every_parameter)
 
         t = batch.targets.to(forward_layers[-1].device)
@@ -181,8 +182,3 @@ def left_to_right(backward_layers: list[torch.Tensor], lengths: torch.Tensor) ->
     left-to-right order within its length (B,)."""
     reverse = reverse_index(lengths, backward_layers[0].shape[1])
     return [gather_time(y, reverse) for y in backward_layers]
-
-
-def _rows(layer: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """layer (B, T, P), rows (N,) flat positions -> (N, P)."""
-    return layer.reshape(-1, layer.shape[-1]).index_select(0, rows)

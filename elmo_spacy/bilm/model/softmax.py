@@ -15,12 +15,7 @@ class SoftmaxHead(nn.Module):
     layer ("full", also where the vocabulary is too small for a cutoff)."""
 
     def __init__(
-        self,
-        dim: int,
-        vocab_size: int,
-        kind: str,
-        cutoffs: list[int] | str,
-        div_value: float = 4.0,
+        self, dim: int, vocab_size: int, kind: str, cutoffs: list[int] | str, div_value: float = 4.0
     ) -> None:
         super().__init__()
         if cutoffs == "auto":

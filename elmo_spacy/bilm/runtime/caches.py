@@ -48,10 +48,7 @@ class InferenceCacheSlot:
         training mode or with gradients."""
         if module.training or torch.is_grad_enabled():
             return None
-        stamp = (
-            self._generation,
-            tuple((p.data_ptr(), p._version) for p in module.parameters()),
-        )
+        stamp = (self._generation, tuple((p.data_ptr(), p._version) for p in module.parameters()))
         if self.cache is None or self.cache.stamp != stamp:
             self.cache = InferenceCache(stamp, LruCache(self.type_cache_size))
         return self.cache

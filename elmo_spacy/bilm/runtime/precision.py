@@ -98,14 +98,10 @@ def _cpuinfo_value(keys: tuple[str, ...]) -> str | None:
 
 
 @functools.cache
-def _cpu_bfloat16_slower() -> str | None:
+def _cpu_bfloat16_slower() -> bool:
+    """Whether this CPU multiplied bfloat16 slower than float32, timed once."""
     float32, bfloat16 = cpu_product_rates()
-    if bfloat16 < float32:
-        return (
-            f"this CPU multiplies bfloat16 at {bfloat16:.0f} GFLOP/s, slower than float32 "
-            f"at {float32:.0f} (measured on a product of a biLM's size)"
-        )
-    return None
+    return bfloat16 < float32
 
 
 def cpu_product_rates(rows: int = 256, width: int = 512, rounds: int = 3) -> tuple[float, float]:
@@ -134,67 +130,48 @@ def cpu_multiplies_bfloat16() -> bool:
     or AMX (oneDNN's own check asks only for AVX-512, on which it emulates),
     on ARM the BF16 extension where Linux lists it (elsewhere assumed)."""
     if platform.machine().lower() in ("aarch64", "arm64"):
-        flags = _linux_cpu_flags()
-        return flags is None or "bf16" in flags
+        flags = _cpuinfo_value(("flags", "Features"))
+        return flags is None or "bf16" in flags.split()
     checks = [getattr(torch.cpu, f"_is_{name}_supported", None) for name in X86_BF16_CHECKS]
     return any(check() for check in checks if check is not None)
 
 
-def _linux_cpu_flags() -> set[str] | None:
-    flags = _cpuinfo_value(("flags", "Features"))
-    return None if flags is None else set(flags.split())
-
-
 def resolve_precision(
-    precision: str,
-    device: torch.device | str = "cpu",
-    where: str = "precision",
+    precision: str, device: torch.device | str = "cpu", where: str = "precision"
 ) -> str:
     """The precision a biLM will run in on `device`; warnings name `where`
     and point at the user's line."""
     check_precision(precision, where)
+    device = torch.device(device)
     if precision == "auto":
-        return _auto_precision(torch.device(device))
+        if bfloat16_unsupported(device) is not None:
+            return "float32"
+        return "float32" if device.type == "cpu" and _cpu_bfloat16_slower() else "bfloat16"
     reason = None
     if precision == "bfloat16":
         reason = bfloat16_unsupported(device)
-        if reason is not None and torch.device(device).type == "cuda":
+        if reason is not None and device.type == "cuda":
             reason += "; precision = 'float16' is the fast path on this GPU"
     elif precision == "float16":
         reason = float16_unsupported(device)
     if reason is not None:
-        warnings.warn(
-            f"{where} = {precision!r} runs as 'float32': {reason}.",
-            RuntimeWarning,
-            stacklevel=_callers_stacklevel(),
-        )
+        _warn(f"{where} = {precision!r} runs as 'float32': {reason}.")
         return "float32"
-    if precision == "bfloat16" and torch.device(device).type == "cpu":
-        if cpu_bfloat16_may_be_slower():
-            warnings.warn(
-                f"{where} = 'bfloat16' on a CPU with AVX512-BF16 and no AMX, which may multiply "
-                "bfloat16 slower than float32: precision = 'auto' times both and takes the faster.",
-                RuntimeWarning,
-                stacklevel=_callers_stacklevel(),
-            )
+    if precision == "bfloat16" and device.type == "cpu" and cpu_bfloat16_may_be_slower():
+        _warn(
+            f"{where} = 'bfloat16' on a CPU with AVX512-BF16 and no AMX, which may multiply "
+            "bfloat16 slower than float32: precision = 'auto' times both and takes the faster."
+        )
     return precision
 
 
-def _auto_precision(device: torch.device) -> str:
-    if bfloat16_unsupported(device) is not None:
-        return "float32"
-    if device.type == "cpu" and _cpu_bfloat16_slower() is not None:
-        return "float32"
-    return "bfloat16"
-
-
-def _callers_stacklevel() -> int:
-    """The stacklevel of the first frame outside this package and torch."""
+def _warn(message: str) -> None:
+    """A RuntimeWarning that points at the first frame outside this package and torch."""
     inside = (str(Path(__file__).parents[2]), str(Path(torch.__file__).parent))
-    frame, level = sys._getframe(2), 2
+    frame, level = sys._getframe(1), 2
     while frame is not None and frame.f_code.co_filename.startswith(inside):
         frame, level = frame.f_back, level + 1
-    return level
+    warnings.warn(message, RuntimeWarning, stacklevel=level)
 
 
 def in_precision(method: Method) -> Method:

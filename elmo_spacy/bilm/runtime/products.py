@@ -3,13 +3,11 @@ read fastest, skipping most of a plain GEMM's per-call time at the LSTM's
 per-step sizes (benchmarks/step_gemm_rates.py)."""
 
 import functools
-from collections.abc import Callable
 
 import torch
 
 from ..model.dtypes import without_autocast
-
-Product = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
+from ..model.lstm import Product
 
 
 @functools.cache

@@ -1,12 +1,9 @@
-"""The training kernel of LSTM layers: both passes written out, so that the
-products over all steps run as single GEMMs (T * B rows, padded to a few
-sizes: `padded_rows`) and each step runs one GEMM each way through the
-recurrent weights and the projection and the cell's elementwise work
-(`cell_steps`). torch's projected LSTM has no oneDNN path on the CPU and
-cannot clip. D layers of one shape (the biLM's two directions) run as one,
-batched over D: at the biLM's sizes operator calls set a step's pace. Under
-bfloat16 the activations, cell and cell gradient stay float32.
-"""
+"""The training kernel of LSTM layers (torch's projected LSTM has no oneDNN
+path on the CPU and cannot clip): both passes written out, the products over
+all steps as single GEMMs (T * B rows, `padded_rows`), each step one GEMM each
+way and the cell's elementwise work (`cell_steps`). D layers of one shape (the
+two directions) run batched over D, as operator calls set a step's pace.
+Under bfloat16 the activations, cell and cell gradient stay float32."""
 
 import torch
 

@@ -1,6 +1,8 @@
 """LSTM states a biLM starts from: given ones (`repeat_states`), or those
 carried across batches (`CarriedStates`)."""
 
+from collections.abc import Callable
+
 import torch
 
 from ...errors import ElmoSpacyError
@@ -32,10 +34,7 @@ class CarriedStates:
                 )
             if self.states is None:
                 return None
-            return {
-                direction: [tuple(_rows(part, n_rows) for part in state) for state in layers]
-                for direction, layers in self.states.items()
-            }
+            return map_states(lambda part: _rows(part, n_rows), self.states)
         return None if given is None else repeat_states(given, n_rows)
 
     def keep(self, finals: States) -> None:
@@ -43,37 +42,37 @@ class CarriedStates:
         batch; rows past B keep theirs."""
         if not self.enabled:
             return
-        previous = self.states
-        kept: States = {}
-        for direction, layers in finals.items():
-            kept[direction] = []
-            for i, state in enumerate(layers):
-                parts = []
-                for j, part in enumerate(state):
-                    part = part.detach()
-                    if previous is not None:
-                        old = previous[direction][i][j]
-                        if len(old) > len(part):  # rows beyond this batch keep theirs
-                            part = torch.cat([part, old[len(part) :]])
-                    parts.append(part)
-                kept[direction].append(tuple(parts))
+        kept = map_states(torch.Tensor.detach, finals)
+        if self.states is not None:
+            kept = map_states(_keep_later_rows, kept, self.states)
         self.states = kept
+
+
+def map_states(function: Callable[..., torch.Tensor], *states: States) -> States:
+    """`function` of each part (h or c) of `states`, taken alike from each."""
+    return {
+        direction: [
+            tuple(function(*parts) for parts in zip(*layer))
+            for layer in zip(*(each[direction] for each in states))
+        ]
+        for direction in states[0]
+    }
 
 
 def repeat_states(states: States, n_rows: int) -> States:
     """States of n_rows rows as they are; of one row, that row for each row."""
-    repeated: States = {}
-    for direction, layers in states.items():
-        repeated[direction] = []
-        for state in layers:
-            rows = len(state[0])
-            if rows != n_rows and rows != 1:
+    for layers in states.values():
+        for hidden, _ in layers:
+            if len(hidden) not in (1, n_rows):
                 raise ElmoSpacyError(
-                    f"Initial states of {rows} rows for a batch of {n_rows}: give one row "
+                    f"Initial states of {len(hidden)} rows for a batch of {n_rows}: give one row "
                     "per batch row, or one row for all"
                 )
-            repeated[direction].append(tuple(part.expand(n_rows, -1) for part in state))
-    return repeated
+    return map_states(lambda part: part.expand(n_rows, -1), states)
+
+
+def _keep_later_rows(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    return torch.cat([new, old[len(new) :]]) if len(old) > len(new) else new
 
 
 def _rows(state: torch.Tensor, n_rows: int) -> torch.Tensor:

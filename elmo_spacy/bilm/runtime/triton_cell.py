@@ -1,17 +1,13 @@
-"""The Triton kernels of `TritonCellSteps` (runtime/cell_steps.py, whose
-docstring gives the arrays and what each holds). Each program covers BLOCK
-cell units of one row (d, b). Imported on first use: compiled for a CUDA GPU,
-or, with TRITON_INTERPRET=1 set before the import, run by Triton's
-interpreter on CPU tensors (the tests)."""
+"""The Triton kernels of `TritonCellSteps` (runtime/cell_steps.py gives the
+arrays), each program BLOCK cell units of one row (d, b). Imported on first use: compiled
+for a CUDA GPU, or interpreted on the CPU with TRITON_INTERPRET=1 set before (the tests)."""
 
 import triton
 import triton.language as tl
 
 
-# Triton compiles a kernel again for each new kind of integer argument (a
-# multiple of 16 or not, 1 or not); a row count that changes from batch to
-# batch would compile new variants mid-run, so the arguments that follow the
-# batch's shape are left unspecialised: one compile per dtype and clip.
+# Arguments that follow the batch's shape are left unspecialised: Triton would compile
+# a new variant mid-run each time one became a multiple of 16, or 1. One per dtype and clip.
 @triton.jit
 def _preactivation(gates, inputs, gate_at, input_at, real, ADD_INPUTS: tl.constexpr):
     """A gate's preactivations in float32: the recurrent product's, plus
