@@ -59,21 +59,13 @@ def make_elmo(
 class Elmo(TrainablePipe):
     """Runs a pretrained biLM over each doc and sets `doc._.elmo`, (L + 1,
     len(doc), width) with layer 0 the token encoding, and `doc.tensor`, their
-    mean (see docs/pipes.md). How the biLM runs is its model's `run` block
-    (`get_runner(pipe.model).settings`); the pipe's own settings, which
-    `cfg` holds and `to_disk` saves (a loaded pipeline takes its config's):
+    mean (docs/pipes.md). How the biLM runs is its model's `run` block; the
+    pipe's own settings (`cfg`; a loaded pipeline takes its config's):
 
-    dtype: "float32", or "float16" to store `doc._.elmo` in half the memory
-        (listeners in the pipeline read the float32 layers first).
-    cache_mb: while training with a frozen biLM, each training doc's layers
-        are computed once and kept in a float16 cache of at most this many MB
-        (0: no cache, no rounding), emptied when the biLM changes and when
-        training ends (`elmo_spacy.ReleaseTrainingCaches.v1`).
-    store: what stays on each doc once the pipeline's listeners have read
-        its layers: "layers" (every layer of `run.layers`, and `doc.tensor`),
-        a list of layer indices (those of `run.layers` to keep, and
-        `doc.tensor`), "tensor" (only `doc.tensor`) or "nothing". A doc read
-        by no listener keeps every layer until `store_layers(doc)`.
+    dtype: "float32", or "float16" to store `doc._.elmo` in half the memory.
+    cache_mb: the MB of float16 cache for a frozen biLM's training layers (0: none).
+    store: what stays on each doc once its listeners have read it: "layers",
+        a list of layer indices, "tensor" or "nothing" (docs/pipes.md).
     """
 
     def __init__(
