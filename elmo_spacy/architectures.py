@@ -4,22 +4,43 @@ from typing import Any
 
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Model, Optimizer, concatenate
+from thinc.api import Linear, Model, Optimizer, chain, concatenate, with_array
 from thinc.types import Floats2d, Floats3d
 
 from .bilm.formats.locate import BiLMPath
 from .bilm.runner import RunSettings
+from .errors import ElmoSpacyError
 from .layers import (
     ElmoListener,
     build_bilm_model,
     build_learned_mix,
     build_scalar_mix,
     inline_bilm,
-    mixed_tok2vec,
 )
 from .layers.fine_tuning import FineTuning
 
 RunSettings_v1 = registry.misc("elmo_spacy.RunSettings.v1")(RunSettings)
+
+
+def mixed_tok2vec(
+    layers: Model, mix: Model[list[Floats3d], list[Floats2d]], width: int | None
+) -> Model:
+    """`layers` (docs -> one (n_layers, n, d) array per doc), mixed by `mix`,
+    then if `width` is set projected to it by a learned Linear (AllenNLP's
+    `projection_dim`). Refs: "listener" (the layers' source), "mix", "projection".
+    One structure for a listener and an owned biLM, so that a pipe whose
+    listener was replaced loads as one built from its config."""
+    if width is None:
+        model = chain(layers, mix)
+    else:
+        if width < 1:
+            raise ElmoSpacyError(f"elmo tok2vec: width = {width}, must be a positive number")
+        projection = Linear(nO=width)
+        model = chain(layers, mix, with_array(projection))
+        model.set_ref("projection", projection)
+    model.set_ref("listener", layers)
+    model.set_ref("mix", mix)
+    return model
 
 
 @registry.architectures("elmo_spacy.ElmoBiLM.v1")

@@ -1,11 +1,13 @@
 """The `elmo` pipe: runs the biLM and attaches per-layer vectors to every Doc."""
 
+import operator
 import os
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 from pathlib import Path
 
+import numpy
 import srsly
 import torch
 from spacy import util
@@ -14,18 +16,17 @@ from spacy.pipeline import Tok2Vec, TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples
 from spacy.vocab import Vocab
-from thinc.api import Model, Optimizer, set_dropout_rate
+from thinc.api import Model, Ops, Optimizer, set_dropout_rate
 
 from .bilm import load_bilm
 from .bilm.formats.directory import bilm_from_bytes, bilm_to_bytes, read_bilm_directory, save_bilm
 from .bilm.formats.locate import BiLMPath
 from .bilm.runner import resolve_layers
-from .cache import FrozenOutputCache
+from .bilm.runtime.lru import LruCache
 from .errors import ElmoSpacyError
 from .extensions import annotate, install_extensions, store_layers
 from .layers import ElmoListener, get_bilm, get_runner, set_bilm
-from .layers.bilm_model import ElmoOutput, no_backprop, trains_now
-from .layers.dims import N_OUTPUT_LAYERS
+from .layers.bilm_model import ElmoOutput, copy_dims, no_backprop, trains_now
 from .loaders import BiLMLoader
 
 DTYPES = ("float32", "float16")
@@ -54,6 +55,33 @@ def make_elmo(
     store: str | list[int],
 ) -> "Elmo":
     return Elmo(nlp.vocab, model, name=name, dtype=dtype, cache_mb=cache_mb, store=store)
+
+
+class FrozenOutputCache(LruCache[tuple[str, ...], numpy.ndarray]):
+    """The (L + 1, n, width) layers of docs seen before, so that a frozen biLM
+    runs once per training doc: kept on the host in float16 under the docs'
+    token texts, at most `max_size` bytes (least recently used dropped first),
+    returned as float32 copies. `max_size` <= 0: off, every call computes and
+    nothing is rounded."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(max_bytes, size_of=operator.attrgetter("nbytes"))
+
+    def get_or_compute(
+        self, docs: Sequence[Doc], compute: Callable[[list[Doc]], ElmoOutput], ops: Ops
+    ) -> ElmoOutput:
+        """The layers of each doc: kept ones, and `compute` run once on the
+        docs that have none; arrays of `ops`, as `compute` returns."""
+        if self.max_size <= 0:
+            return compute(list(docs))
+        keys = [tuple(token.text for token in doc) for doc in docs]
+        outputs = [self.get(key) for key in keys]
+        missing = [i for i, entry in enumerate(outputs) if entry is None]
+        if missing:
+            for i, layers in zip(missing, compute([docs[i] for i in missing])):
+                outputs[i] = ops.to_numpy(layers).astype("float16")
+                self.put(keys[i], outputs[i])
+        return [ops.asarray3f(entry) for entry in outputs]
 
 
 class Elmo(TrainablePipe):
@@ -123,9 +151,7 @@ class Elmo(TrainablePipe):
 
     def _link(self, listener: ElmoListener) -> None:
         listener.upstream_pipe = self
-        if self.model.has_dim("nO"):
-            for dim in ("nO", N_OUTPUT_LAYERS):
-                listener.set_dim(dim, self.model.get_dim(dim), force=True)
+        copy_dims(self.model, listener)
 
     # -- prediction ----------------------------------------------------------
 

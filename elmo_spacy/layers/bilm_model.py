@@ -26,10 +26,11 @@ from ..bilm.formats.directory import bilm_from_bytes, bilm_to_bytes
 from ..bilm.formats.locate import BiLMPath
 from ..bilm.runner import Runner, RunSettings
 from ..errors import ElmoSpacyError
-from .dims import N_OUTPUT_LAYERS
 from .fine_tuning import FineTuning
 
 ElmoOutput = list[Floats3d]
+# The thinc dim of the layers per doc on `doc._.elmo`: L + 1, or those `run.layers` keeps.
+N_OUTPUT_LAYERS = "n_output_layers"
 TOK2VEC_ARCHITECTURE = "elmo_spacy.ElmoTok2Vec.v1"
 LISTENER_ARCHITECTURE = "elmo_spacy.ElmoListener.v1"
 
@@ -241,7 +242,7 @@ def inline_bilm(
         dims={"nO": None, N_OUTPUT_LAYERS: None},
         attrs={"grad_factor": grad_factor, "bilm_path": bilm_path},
     )
-    _copy_dims(model)
+    copy_dims(bilm_model, model)
     return model
 
 
@@ -268,11 +269,11 @@ def _inline_init(model: Model, X: list[Doc] | None = None, Y=None) -> None:
                 "(e.g. bilm_path = ${paths.bilm}) to a pretrained biLM"
             )
         set_bilm(bilm_model, load_bilm(path, with_softmax=False))
-    _copy_dims(model)
+    copy_dims(bilm_model, model)
 
 
-def _copy_dims(model: Model) -> None:
-    bilm_model = model.layers[0]
+def copy_dims(bilm_model: Model, model: Model) -> None:
+    """Give `model` (a listener, an inline biLM) the dims that `bilm_model` has set."""
     for dim in ("nO", N_OUTPUT_LAYERS):
         if bilm_model.has_dim(dim):
             model.set_dim(dim, bilm_model.get_dim(dim), force=True)

@@ -9,8 +9,7 @@ from thinc.api import Model
 
 from ..errors import ElmoSpacyError
 from ..extensions import listened_layers, mark_read
-from .bilm_model import ElmoOutput, no_backprop
-from .dims import N_OUTPUT_LAYERS
+from .bilm_model import N_OUTPUT_LAYERS, ElmoOutput, no_backprop
 
 
 class ElmoListener(Model):

@@ -7,7 +7,7 @@ from thinc.api import Model, chain
 from thinc.types import Floats1d, Floats2d, Floats3d
 
 from ..errors import ElmoSpacyError
-from .dims import N_OUTPUT_LAYERS
+from .bilm_model import N_OUTPUT_LAYERS
 from .layer_norm import normalize_layers
 
 
