@@ -42,10 +42,8 @@ def build_bilm_model(
     fine_tuning: FineTuning | None = None,
 ) -> Model[list[Doc], ElmoOutput]:
     """A thinc model that runs a biLM over docs with `settings`. The torch
-    module is attached later by `set_bilm` (pretrained), or built by `init`
-    from `bilm_config` (`BiLMConfig` fields) and the initialisation docs'
-    words. Its bytes carry the biLM in the biLM directory format, not the
-    settings, which are the config's."""
+    module is attached by `set_bilm`, or built by `init` from `bilm_config`
+    and the initialisation docs' words. Its bytes carry the biLM, not the settings."""
     BiLMConfig.from_dict(bilm_config)  # fail at config time, not at init
     shim = BiLMShim(Runner(None, settings), grad_scaler_config or {}, fine_tuning)
     return Model(
@@ -65,12 +63,10 @@ def build_bilm_model(
 
 class BiLMShim(PyTorchShim):
     """thinc's PyTorchShim around a `Runner`, whose biLM (None until one is
-    attached) is the torch module. Unlike thinc's, it serialises and copies
-    through the biLM directory format; after a step it drops the gradients
-    (None, not zeros, so that momentum does not move a parameter that gets no
-    gradient next time) and tells the biLM its weights changed (thinc writes
-    them through numpy); its gradient scaler is on while the biLM computes in
-    float16; with `fine_tuning`, that optimizer steps the biLM instead."""
+    attached) is the torch module, serialised and copied in the biLM directory
+    format. After a step it drops the gradients (None, not zeros, so that
+    momentum does not move a parameter that gets no gradient next time) and
+    tells the biLM its weights changed; with `fine_tuning`, that steps the biLM."""
 
     def __init__(
         self,
@@ -230,10 +226,9 @@ def inline_bilm(
     grad_factor: float,
     bilm_path: BiLMPath | None = None,
 ) -> Model[list[Doc], ElmoOutput]:
-    """`bilm_model` (`build_bilm_model`) run by a downstream pipe in the place
-    of a listener (`elmo_spacy.ElmoTok2Vec.v1`), its gradient scaled by
-    `grad_factor` (0: it only predicts). `initialize` reads the biLM at
-    `bilm_path` (anything `load_bilm` reads) if none is attached yet."""
+    """`bilm_model` run by a downstream pipe in the place of a listener
+    (`elmo_spacy.ElmoTok2Vec.v1`), its gradient scaled by `grad_factor`;
+    `initialize` reads the biLM at `bilm_path` if none is attached yet."""
     model = Model(
         "elmo_inline_bilm",
         _inline_forward,
@@ -288,9 +283,8 @@ def replace_listener(bilm_model: Model, listener: Model, pipe: Any) -> Model:
 def replace_listener_cfg(
     bilm_model_cfg: dict[str, Any], tok2vec_cfg: dict[str, Any]
 ) -> dict[str, Any]:
-    """spaCy's `replace_listeners` callback for the config: the listener's
-    block (`tok2vec_cfg`, or the one inside it) becomes the
-    `elmo_spacy.ElmoTok2Vec.v1` block that rebuilds what `replace_listener` made."""
+    """spaCy's `replace_listeners` callback for the config: the listener's block
+    (in `tok2vec_cfg`) becomes the `elmo_spacy.ElmoTok2Vec.v1` block of `replace_listener`'s."""
     found = _listener_blocks(tok2vec_cfg)
     if len(found) != 1:
         raise ElmoSpacyError(
