@@ -337,14 +337,8 @@ class Elmo(TrainablePipe):
     def _check_tokenization(self) -> None:
         """Warn where the biLM learned the tokens of another language's tokenizer
         than the pipeline's: the docs it gets are cut another way."""
-        recorded = get_bilm(self.model).tokenization
-        lang = self.vocab.lang
-        if (
-            recorded is not None
-            and recorded.tokenizer == "spacy"
-            and lang
-            and recorded.lang != lang
-        ):
+        recorded, lang = get_bilm(self.model).tokenization, self.vocab.lang
+        if recorded and recorded.tokenizer == "spacy" and lang and lang != recorded.lang:
             warnings.warn(
                 f"The '{self.name}' pipe's biLM learned {recorded}, but this pipeline's docs "
                 f"are cut by spaCy's tokenizer for {lang!r}: its vectors are for tokens cut "
