@@ -4,22 +4,43 @@ from typing import Any
 
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Model, Optimizer, concatenate
+from thinc.api import Linear, Model, Optimizer, chain, concatenate, with_array
 from thinc.types import Floats2d, Floats3d
 
 from .bilm.formats.locate import BiLMPath
 from .bilm.runner import RunSettings
+from .errors import ElmoSpacyError
 from .layers import (
     ElmoListener,
     build_bilm_model,
     build_learned_mix,
     build_scalar_mix,
     inline_bilm,
-    mixed_tok2vec,
 )
 from .layers.fine_tuning import FineTuning
 
 RunSettings_v1 = registry.misc("elmo_spacy.RunSettings.v1")(RunSettings)
+
+
+def mixed_tok2vec(
+    layers: Model, mix: Model[list[Floats3d], list[Floats2d]], width: int | None
+) -> Model:
+    """`layers` (docs -> one (n_layers, n, d) array per doc), mixed by `mix`,
+    then if `width` is set projected to it by a learned Linear (AllenNLP's
+    `projection_dim`). Refs: "listener" (the layers' source), "mix", "projection".
+    One structure for a listener and an owned biLM, so that a pipe whose
+    listener was replaced loads as one built from its config."""
+    if width is None:
+        model = chain(layers, mix)
+    else:
+        if width < 1:
+            raise ElmoSpacyError(f"elmo tok2vec: width = {width}, must be a positive number")
+        projection = Linear(nO=width)
+        model = chain(layers, mix, with_array(projection))
+        model.set_ref("projection", projection)
+    model.set_ref("listener", layers)
+    model.set_ref("mix", mix)
+    return model
 
 
 @registry.architectures("elmo_spacy.ElmoBiLM.v1")
@@ -32,12 +53,9 @@ def ElmoBiLM_v1(
     """The `elmo` pipe's model: a biLM and how it runs.
 
     bilm: `BiLMConfig` fields, used only for an untrained biLM.
-    run: how the biLM runs, an `elmo_spacy.RunSettings.v1` block (or its
-        values as a plain block); null: every default.
+    run: how the biLM runs, an `elmo_spacy.RunSettings.v1` block (or its values); null: defaults.
     grad_scaler_config: thinc's `PyTorchGradScaler` arguments for fine-tuning in float16.
-    fine_tuning: how a fine-tuned biLM's weights change, an
-        `elmo_spacy.FineTuning.v1` block; null: [training.optimizer] steps
-        them at the head's rate."""
+    fine_tuning: an `elmo_spacy.FineTuning.v1` block; null: [training.optimizer] steps the biLM."""
     settings = run if isinstance(run, RunSettings) else RunSettings(**(run or {}))
     return build_bilm_model(bilm or {}, settings, grad_scaler_config, fine_tuning)
 
@@ -51,11 +69,8 @@ def ElmoListener_v1(
 ) -> Model[list[Doc], list[Floats2d]]:
     """A tok2vec for any downstream pipe: the `elmo` pipe's layers, mixed by
     `mix` into one vector per token. grad_factor scales the gradient sent to
-    the biLM: 0 keeps it frozen; otherwise it weighs this listener's gradient
-    against other listeners' (the biLM's rates are the `elmo` model's
-    `fine_tuning`). width: if set, a learned linear projection of the mix to
-    that width, whatever the biLM's. `nlp.replace_listeners` turns it into
-    an `elmo_spacy.ElmoTok2Vec.v1`."""
+    the biLM (0: frozen). width: if set, a learned linear projection of the
+    mix to that width. `nlp.replace_listeners` makes an `elmo_spacy.ElmoTok2Vec.v1` of it."""
     return mixed_tok2vec(ElmoListener(upstream, grad_factor), mix, width)
 
 
@@ -91,20 +106,12 @@ def FineTuning_v1(
     trainable_layers: Any = None,
 ) -> FineTuning:
     """How a fine-tuned biLM's weights change (`elmo_spacy.ElmoBiLM.v1`'s
-    `fine_tuning`), as ULMFiT's discriminative rates and gradual unfreezing.
+    `fine_tuning`), as ULMFiT's discriminative rates and gradual unfreezing
+    (docs/pipes.md). A step is one update of the pipeline.
 
-    optimizer: the biLM's own, apart from [training.optimizer]; its
-        learn_rate (a value or a schedule, e.g.
-        `elmo_spacy.slanted_triangular.v1`) is the top layer's rate.
-        use_averages must be false (spaCy evaluates with the pipeline's).
-    layer_rate_divisor: each layer trains at the rate of the layer above it
-        divided by this (ULMFiT: 2.6; 1.0: one rate for every layer).
-    trainable_layers: how many layers, from the top, train at each step: a
-        number or a schedule (e.g. `elmo_spacy.gradual_unfreezing.v1`); null:
-        all. Frozen layers get no gradient; while none trains, the biLM runs
-        as a frozen one.
-
-    A step is one update of the pipeline, whether or not the biLM trained."""
+    optimizer: the biLM's own (use_averages = false); its learn_rate is the top layer's.
+    layer_rate_divisor: each layer's rate is the one above it's divided by this.
+    trainable_layers: how many layers train, from the top: a number or a schedule; null: all."""
     return FineTuning(optimizer, layer_rate_divisor, trainable_layers)
 
 

@@ -1,11 +1,8 @@
 """`doc._.elmo`, `span._.elmo` and `token._.elmo`, and `doc.tensor` from them.
 
-The `elmo` pipe keeps a doc's layers in `doc.user_data`, with the offsets and
-orth ids of the tokens they were computed for, so that reading them after a
-`doc.retokenize()` aligns them with the current tokens by character offsets
-(a merged token gets the mean of its parts' layers, the pieces of a split
-token its layers), and layers copied onto another doc's tokens raise a
-`StaleLayersError`. What survives which Doc operation: docs/pipes.md.
+A doc's layers live in `doc.user_data` with the offsets and orth ids of the
+tokens they were computed for, so that they are read aligned by character
+offsets with the current tokens (docs/pipes.md).
 """
 
 import zlib
@@ -105,12 +102,11 @@ def listened_layers(doc: Doc) -> "ElmoLayers | None":
 
 def mark_read(doc: Doc, reader: int) -> None:
     """The listener `reader` has read the doc's layers; the last one applies `store`."""
-    record = doc.user_data.get(USER_DATA_KEY)
-    if record is None or reader not in record.get("readers", ()):
-        return
-    record["readers"] = [r for r in record["readers"] if r != reader]
-    if not record["readers"]:
-        store_layers(doc)
+    readers = doc.user_data.get(USER_DATA_KEY, {}).get("readers", [])
+    if reader in readers:
+        readers.remove(reader)
+        if not readers:
+            store_layers(doc)
 
 
 def store_layers(doc: Doc) -> None:

@@ -1,11 +1,13 @@
 """The `elmo` pipe: runs the biLM and attaches per-layer vectors to every Doc."""
 
+import operator
 import os
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 from pathlib import Path
 
+import numpy
 import srsly
 import torch
 from spacy import util
@@ -14,18 +16,17 @@ from spacy.pipeline import Tok2Vec, TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples
 from spacy.vocab import Vocab
-from thinc.api import Model, Optimizer, set_dropout_rate
+from thinc.api import Model, Ops, Optimizer, set_dropout_rate
 
 from .bilm import load_bilm
 from .bilm.formats.directory import bilm_from_bytes, bilm_to_bytes, read_bilm_directory, save_bilm
 from .bilm.formats.locate import BiLMPath
 from .bilm.runner import resolve_layers
-from .cache import FrozenOutputCache
+from .bilm.runtime.lru import LruCache
 from .errors import ElmoSpacyError
 from .extensions import annotate, install_extensions, store_layers
 from .layers import ElmoListener, get_bilm, get_runner, set_bilm
-from .layers.bilm_model import ElmoOutput, no_backprop, trains_now
-from .layers.dims import N_OUTPUT_LAYERS
+from .layers.bilm_model import ElmoOutput, copy_dims, no_backprop, trains_now
 from .loaders import BiLMLoader
 
 DTYPES = ("float32", "float16")
@@ -56,24 +57,43 @@ def make_elmo(
     return Elmo(nlp.vocab, model, name=name, dtype=dtype, cache_mb=cache_mb, store=store)
 
 
+class FrozenOutputCache(LruCache[tuple[str, ...], numpy.ndarray]):
+    """The (L + 1, n, width) layers of docs seen before, so that a frozen biLM
+    runs once per training doc: kept on the host in float16 under the docs'
+    token texts, at most `max_size` bytes (least recently used dropped first),
+    returned as float32 copies. `max_size` <= 0: off, every call computes and
+    nothing is rounded."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(max_bytes, size_of=operator.attrgetter("nbytes"))
+
+    def get_or_compute(
+        self, docs: Sequence[Doc], compute: Callable[[list[Doc]], ElmoOutput], ops: Ops
+    ) -> ElmoOutput:
+        """The layers of each doc: kept ones, and `compute` run once on the
+        docs that have none; arrays of `ops`, as `compute` returns."""
+        if self.max_size <= 0:
+            return compute(list(docs))
+        keys = [tuple(token.text for token in doc) for doc in docs]
+        outputs = [self.get(key) for key in keys]
+        missing = [i for i, entry in enumerate(outputs) if entry is None]
+        if missing:
+            for i, layers in zip(missing, compute([docs[i] for i in missing])):
+                outputs[i] = ops.to_numpy(layers).astype("float16")
+                self.put(keys[i], outputs[i])
+        return [ops.asarray3f(entry) for entry in outputs]
+
+
 class Elmo(TrainablePipe):
     """Runs a pretrained biLM over each doc and sets `doc._.elmo`, (L + 1,
     len(doc), width) with layer 0 the token encoding, and `doc.tensor`, their
-    mean (see docs/pipes.md). How the biLM runs is its model's `run` block
-    (`get_runner(pipe.model).settings`); the pipe's own settings, which
-    `cfg` holds and `to_disk` saves (a loaded pipeline takes its config's):
+    mean (docs/pipes.md). How the biLM runs is its model's `run` block; the
+    pipe's own settings (`cfg`; a loaded pipeline takes its config's):
 
-    dtype: "float32", or "float16" to store `doc._.elmo` in half the memory
-        (listeners in the pipeline read the float32 layers first).
-    cache_mb: while training with a frozen biLM, each training doc's layers
-        are computed once and kept in a float16 cache of at most this many MB
-        (0: no cache, no rounding), emptied when the biLM changes and when
-        training ends (`elmo_spacy.ReleaseTrainingCaches.v1`).
-    store: what stays on each doc once the pipeline's listeners have read
-        its layers: "layers" (every layer of `run.layers`, and `doc.tensor`),
-        a list of layer indices (those of `run.layers` to keep, and
-        `doc.tensor`), "tensor" (only `doc.tensor`) or "nothing". A doc read
-        by no listener keeps every layer until `store_layers(doc)`.
+    dtype: "float32", or "float16" to store `doc._.elmo` in half the memory.
+    cache_mb: the MB of float16 cache for a frozen biLM's training layers (0: none).
+    store: what stays on each doc once its listeners have read it: "layers",
+        a list of layer indices, "tensor" or "nothing" (docs/pipes.md).
     """
 
     def __init__(
@@ -131,9 +151,7 @@ class Elmo(TrainablePipe):
 
     def _link(self, listener: ElmoListener) -> None:
         listener.upstream_pipe = self
-        if self.model.has_dim("nO"):
-            for dim in ("nO", N_OUTPUT_LAYERS):
-                listener.set_dim(dim, self.model.get_dim(dim), force=True)
+        copy_dims(self.model, listener)
 
     # -- prediction ----------------------------------------------------------
 
@@ -319,14 +337,8 @@ class Elmo(TrainablePipe):
     def _check_tokenization(self) -> None:
         """Warn where the biLM learned the tokens of another language's tokenizer
         than the pipeline's: the docs it gets are cut another way."""
-        recorded = get_bilm(self.model).tokenization
-        lang = self.vocab.lang
-        if (
-            recorded is not None
-            and recorded.tokenizer == "spacy"
-            and lang
-            and recorded.lang != lang
-        ):
+        recorded, lang = get_bilm(self.model).tokenization, self.vocab.lang
+        if recorded and recorded.tokenizer == "spacy" and lang and lang != recorded.lang:
             warnings.warn(
                 f"The '{self.name}' pipe's biLM learned {recorded}, but this pipeline's docs "
                 f"are cut by spaCy's tokenizer for {lang!r}: its vectors are for tokens cut "

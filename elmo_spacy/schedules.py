@@ -1,7 +1,6 @@
 """Registered schedules for fine-tuning a biLM (`elmo_spacy.FineTuning.v1`),
 and the `[initialize] after_init` callback that works out the training run's
-length in steps (`[training] max_steps`, or `max_epochs` passes of the
-batcher over the corpus) for a schedule over the whole run."""
+length for a schedule over the whole run (docs/pipes.md)."""
 
 import itertools
 import random
@@ -31,9 +30,7 @@ def slanted_triangular(
     max_rate: float, num_steps: int = 0, cut_frac: float = 0.1, ratio: float = 32.0
 ) -> Iterator[float]:
     """ULMFiT's slanted triangular learning rate (Howard and Ruder 2018, eq.
-    3): from max_rate / ratio up to `max_rate` linearly over the first
-    `cut_frac` of `num_steps`, then down to max_rate / ratio at `num_steps`,
-    and held there (thinc's `slanted_triangular.v1` turns negative). Step t
+    3), held at its lowest after `num_steps` (thinc's turns negative). Step t
     (from 1): rate = max_rate * (1 + p (ratio - 1)) / ratio, p = t / cut
     before the peak, 1 - (t - cut) / (num_steps - cut) after it, cut =
     cut_frac * num_steps. num_steps = 0: the training run's length, only for
@@ -79,9 +76,8 @@ def slanted_triangular(
 
 @registry.schedules("elmo_spacy.gradual_unfreezing.v1")
 def gradual_unfreezing(frozen_steps: int, steps_per_layer: int) -> Iterator[int]:
-    """How many biLM layers train, from the top (`trainable_layers`), as ULMFiT
-    unfreezes them: none for `frozen_steps` steps (the head trains alone),
-    then the top LSTM layer, then one more every `steps_per_layer` steps."""
+    """How many biLM layers train, from the top (`trainable_layers`): none for
+    `frozen_steps` steps, then the top one, then one more every `steps_per_layer`."""
     where = "[...trainable_layers]"
     if not whole_number(frozen_steps, 0):
         raise bad_setting(
@@ -114,10 +110,9 @@ def fine_tuning_steps() -> Callable[["Language"], "Language"]:
 
 def set_fine_tuning_steps(nlp: "Language", num_steps: int | None = None) -> int | None:
     """Give the schedules over the whole run (`RunSchedule`) of every
-    fine_tuning block in `nlp` (disabled pipes too) the run's length:
-    `num_steps`, or by default `training_steps(nlp)`. Returns it, or None
-    where no schedule waits for one."""
-    blocks = []  # the fine_tuning blocks of `nlp`'s pipes that wait for a length
+    fine_tuning block in `nlp` (disabled pipes too) `num_steps`, by default
+    `training_steps(nlp)`. Returns it, or None where no schedule waits for one."""
+    blocks = []
     for _, pipe in nlp.components:
         model = getattr(pipe, "model", None)
         if not isinstance(model, Model):
@@ -138,11 +133,8 @@ def set_fine_tuning_steps(nlp: "Language", num_steps: int | None = None) -> int 
 
 
 def training_steps(nlp: "Language") -> tuple[int, str]:
-    """The optimizer steps that `spacy train` runs with `nlp.config`, and how
-    they were found: [training] max_steps where max_epochs does not end the
-    run first, otherwise max_epochs passes of [training.batcher] over the
-    corpus (in corpus order: spaCy's shuffling can move a count of batches
-    by words a little). The random states are left as they were."""
+    """The optimizer steps that `spacy train` runs with `nlp.config`
+    (docs/pipes.md), and how they were found. The random states are left as they were."""
     config = nlp.config.interpolate()
     training = config["training"]
     max_steps, max_epochs = training.get("max_steps", 0), training.get("max_epochs", 0)

@@ -13,7 +13,7 @@ from thinc.api import NumpyOps
 from elmo_spacy.bilm import BiLM, WordVocab
 from elmo_spacy.bilm.inputs.chars import MaskedCharIds
 from elmo_spacy.bilm.runtime.lru import LruCache
-from elmo_spacy.cache import FrozenOutputCache
+from elmo_spacy.pipeline import FrozenOutputCache
 
 from .conftest import TINY_BILM
 

@@ -35,7 +35,6 @@ class _Group(_NoFlagTypes, TyperGroup):
 app = typer.Typer(
     cls=_Group,
     name="elmo-spacy",
-    help="ELMo for spaCy: prepare a corpus and pretrain a biLM; convert bilm-tf and ELMoForManyLangs models, export bilm-tf; embed a corpus.",
     no_args_is_help=True,
     add_completion=False,
 )

@@ -1,21 +1,6 @@
-"""thinc layers: the biLM as a thinc model, the listener, the mixes, the tok2vec."""
+"""thinc layers: the biLM as a thinc model, the listener, the mixes."""
 
-from .bilm_model import build_bilm_model, get_bilm, get_runner, inline_bilm, set_bilm
-from .learned_mix import build_learned_mix
-from .listener import ElmoListener
-from .scalar_mix import build_scalar_mix, layer_weights, scalar_mix_node
-from .tok2vec import mixed_tok2vec
-
-__all__ = [
-    "ElmoListener",
-    "build_bilm_model",
-    "build_learned_mix",
-    "build_scalar_mix",
-    "get_bilm",
-    "get_runner",
-    "inline_bilm",
-    "layer_weights",
-    "mixed_tok2vec",
-    "scalar_mix_node",
-    "set_bilm",
-]
+from .bilm_model import build_bilm_model, get_bilm, get_runner, inline_bilm, set_bilm  # noqa: F401
+from .learned_mix import build_learned_mix  # noqa: F401
+from .listener import ElmoListener  # noqa: F401
+from .scalar_mix import build_scalar_mix, layer_weights, scalar_mix_node  # noqa: F401

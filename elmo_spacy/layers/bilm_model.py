@@ -26,10 +26,11 @@ from ..bilm.formats.directory import bilm_from_bytes, bilm_to_bytes
 from ..bilm.formats.locate import BiLMPath
 from ..bilm.runner import Runner, RunSettings
 from ..errors import ElmoSpacyError
-from .dims import N_OUTPUT_LAYERS
 from .fine_tuning import FineTuning
 
 ElmoOutput = list[Floats3d]
+# The thinc dim of the layers per doc on `doc._.elmo`: L + 1, or those `run.layers` keeps.
+N_OUTPUT_LAYERS = "n_output_layers"
 TOK2VEC_ARCHITECTURE = "elmo_spacy.ElmoTok2Vec.v1"
 LISTENER_ARCHITECTURE = "elmo_spacy.ElmoListener.v1"
 
@@ -41,10 +42,8 @@ def build_bilm_model(
     fine_tuning: FineTuning | None = None,
 ) -> Model[list[Doc], ElmoOutput]:
     """A thinc model that runs a biLM over docs with `settings`. The torch
-    module is attached later by `set_bilm` (pretrained), or built by `init`
-    from `bilm_config` (`BiLMConfig` fields) and the initialisation docs'
-    words. Its bytes carry the biLM in the biLM directory format, not the
-    settings, which are the config's."""
+    module is attached by `set_bilm`, or built by `init` from `bilm_config`
+    and the initialisation docs' words. Its bytes carry the biLM, not the settings."""
     BiLMConfig.from_dict(bilm_config)  # fail at config time, not at init
     shim = BiLMShim(Runner(None, settings), grad_scaler_config or {}, fine_tuning)
     return Model(
@@ -64,12 +63,10 @@ def build_bilm_model(
 
 class BiLMShim(PyTorchShim):
     """thinc's PyTorchShim around a `Runner`, whose biLM (None until one is
-    attached) is the torch module. Unlike thinc's, it serialises and copies
-    through the biLM directory format; after a step it drops the gradients
-    (None, not zeros, so that momentum does not move a parameter that gets no
-    gradient next time) and tells the biLM its weights changed (thinc writes
-    them through numpy); its gradient scaler is on while the biLM computes in
-    float16; with `fine_tuning`, that optimizer steps the biLM instead."""
+    attached) is the torch module, serialised and copied in the biLM directory
+    format. After a step it drops the gradients (None, not zeros, so that
+    momentum does not move a parameter that gets no gradient next time) and
+    tells the biLM its weights changed; with `fine_tuning`, that steps the biLM."""
 
     def __init__(
         self,
@@ -229,10 +226,9 @@ def inline_bilm(
     grad_factor: float,
     bilm_path: BiLMPath | None = None,
 ) -> Model[list[Doc], ElmoOutput]:
-    """`bilm_model` (`build_bilm_model`) run by a downstream pipe in the place
-    of a listener (`elmo_spacy.ElmoTok2Vec.v1`), its gradient scaled by
-    `grad_factor` (0: it only predicts). `initialize` reads the biLM at
-    `bilm_path` (anything `load_bilm` reads) if none is attached yet."""
+    """`bilm_model` run by a downstream pipe in the place of a listener
+    (`elmo_spacy.ElmoTok2Vec.v1`), its gradient scaled by `grad_factor`;
+    `initialize` reads the biLM at `bilm_path` if none is attached yet."""
     model = Model(
         "elmo_inline_bilm",
         _inline_forward,
@@ -241,7 +237,7 @@ def inline_bilm(
         dims={"nO": None, N_OUTPUT_LAYERS: None},
         attrs={"grad_factor": grad_factor, "bilm_path": bilm_path},
     )
-    _copy_dims(model)
+    copy_dims(bilm_model, model)
     return model
 
 
@@ -268,11 +264,11 @@ def _inline_init(model: Model, X: list[Doc] | None = None, Y=None) -> None:
                 "(e.g. bilm_path = ${paths.bilm}) to a pretrained biLM"
             )
         set_bilm(bilm_model, load_bilm(path, with_softmax=False))
-    _copy_dims(model)
+    copy_dims(bilm_model, model)
 
 
-def _copy_dims(model: Model) -> None:
-    bilm_model = model.layers[0]
+def copy_dims(bilm_model: Model, model: Model) -> None:
+    """Give `model` (a listener, an inline biLM) the dims that `bilm_model` has set."""
     for dim in ("nO", N_OUTPUT_LAYERS):
         if bilm_model.has_dim(dim):
             model.set_dim(dim, bilm_model.get_dim(dim), force=True)
@@ -287,9 +283,8 @@ def replace_listener(bilm_model: Model, listener: Model, pipe: Any) -> Model:
 def replace_listener_cfg(
     bilm_model_cfg: dict[str, Any], tok2vec_cfg: dict[str, Any]
 ) -> dict[str, Any]:
-    """spaCy's `replace_listeners` callback for the config: the listener's
-    block (`tok2vec_cfg`, or the one inside it) becomes the
-    `elmo_spacy.ElmoTok2Vec.v1` block that rebuilds what `replace_listener` made."""
+    """spaCy's `replace_listeners` callback for the config: the listener's block
+    (in `tok2vec_cfg`) becomes the `elmo_spacy.ElmoTok2Vec.v1` block of `replace_listener`'s."""
     found = _listener_blocks(tok2vec_cfg)
     if len(found) != 1:
         raise ElmoSpacyError(

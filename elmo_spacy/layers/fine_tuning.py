@@ -17,16 +17,14 @@ SET_STEPS = "elmo_spacy.fine_tuning_steps.v1"  # the callback that gives schedul
 
 
 class ConfigSettingError(ElmoSpacyError, ConfigValidationError):
-    """A config setting that cannot work, which spaCy's commands show as a
-    config error in one line (made by `bad_setting`)."""
+    """A config setting that cannot work, shown by spaCy's commands in one line."""
 
     def __str__(self) -> str:
         return self.title or super().__str__()
 
 
 def block(*parts: str) -> str:
-    """A section of the fine_tuning block as errors name it, "[...fine_tuning.optimizer]"
-    (the block may be the `elmo` pipe's model's or a replaced listener's)."""
+    """A section of the fine_tuning block as errors name it, "[...fine_tuning.optimizer]"."""
     return "[..." + ".".join(("fine_tuning", *parts)) + "]"
 
 
@@ -55,10 +53,9 @@ def whole_number(value: Any, least: int) -> bool:
 
 class RunSchedule:
     """A schedule over the whole training run, whose length is known only
-    when the pipeline is initialised (`slanted_triangular` with num_steps =
-    0): `FineTuning.set_run_steps` reads `values(num_steps)`. As an iterator
-    it gives only `first`, the value thinc's optimizer reads when it is
-    built; a second read (outside a fine_tuning block) is refused."""
+    when the pipeline is initialised: `FineTuning.set_run_steps` reads
+    `values(num_steps)`. As an iterator it gives only `first`, for thinc's
+    optimizer; a second read (outside a fine_tuning block) is refused."""
 
     def __init__(self, values: Callable[[int], Iterator[float]], first: float, where: str) -> None:
         self.values = values
@@ -83,9 +80,8 @@ class RunSchedule:
 
 
 class FineTuning:
-    """The biLM's own optimisation, `elmo_spacy.FineTuning.v1` (its settings
-    are documented there): with L LSTM layers, layer i trains at rate /
-    layer_rate_divisor^(L - i), layer 0 being the token encoder. `step`
+    """The biLM's own optimisation, `elmo_spacy.FineTuning.v1`: with L LSTM
+    layers, layer i trains at rate / layer_rate_divisor^(L - i). `step`
     counts the pipeline's updates; the schedules are read by it."""
 
     def __init__(
@@ -210,9 +206,8 @@ class FineTuning:
 
 
 class ValuesByStep:
-    """A thinc schedule (an iterator, one value per step) read by step: each
-    value is drawn once and kept, so that copies share it. Past its end, its
-    last value."""
+    """A thinc schedule read by step: each value is drawn once and kept, so
+    that copies share it. Past its end, its last value."""
 
     def __init__(self, first: float, rest: Iterable) -> None:
         self._values = [first]

@@ -9,20 +9,15 @@ from thinc.api import Model
 
 from ..errors import ElmoSpacyError
 from ..extensions import listened_layers, mark_read
-from .bilm_model import ElmoOutput, no_backprop
-from .dims import N_OUTPUT_LAYERS
+from .bilm_model import N_OUTPUT_LAYERS, ElmoOutput, no_backprop
 
 
 class ElmoListener(Model):
     """A layer that receives the `elmo` pipe's outputs instead of computing
-    them: one (n_layers, len(doc), width) float32 array per doc.
-
-    In training the upstream pipe broadcasts each batch's outputs and a
-    backprop callback (`receive`), to which gradients go back scaled by
-    `grad_factor`. Otherwise the layers are read from `doc._.elmo`; docs
-    without them (or with rows cut by `store`) are run through the upstream
-    pipe directly.
-    """
+    them: one (n_layers, len(doc), width) float32 array per doc. In training
+    the upstream pipe broadcasts each batch's outputs and a backprop callback
+    (`receive`); otherwise the layers are read from `doc._.elmo`, and docs
+    without them (or with rows cut by `store`) are run through the upstream pipe."""
 
     name = "elmo-listener"
 

@@ -7,7 +7,7 @@ from thinc.api import Model, chain
 from thinc.types import Floats1d, Floats2d, Floats3d
 
 from ..errors import ElmoSpacyError
-from .dims import N_OUTPUT_LAYERS
+from .bilm_model import N_OUTPUT_LAYERS
 from .layer_norm import normalize_layers
 
 
@@ -22,14 +22,11 @@ def build_scalar_mix(
     """Mix the L + 1 layers of each doc with softmax-normalised weights λ and
     a scale γ: one (L + 1, n, width) array per doc -> one (n, width) array.
 
-    trainable: learn λ and γ with the downstream task; false: both stay at
-        their initial values, exactly.
-    weights: initial layer weights (normalised to sum to 1); omitted: λ
-        uniform when trainable, seeded-random (`seed`) when not.
+    trainable: learn λ and γ with the downstream task; false: both stay as they start.
+    weights: initial layer weights; omitted: uniform if trainable, else seeded-random (`seed`).
     gamma: initial scale γ.
     layer_norm: normalise each token's vector in each layer first.
-    dropout: in training, of the mixed vectors' units, as AllenNLP's ELMo
-        (spaCy's [training] dropout does not change it).
+    dropout: in training, of the mixed vectors' units (not spaCy's [training] dropout).
     """
     if not 0.0 <= dropout < 1.0:
         raise ElmoSpacyError(f"scalar mix: dropout = {dropout}, must be in [0, 1)")
