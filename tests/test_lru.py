@@ -87,17 +87,17 @@ def test_the_frozen_output_cache_is_bounded_by_bytes():
 
     entry_bytes = 3 * 2 * 4 * 2  # (L + 1, n, width) in float16
     cache = FrozenOutputCache(2 * entry_bytes)
-    assert isinstance(cache.entries, LruCache)
+    assert isinstance(cache, LruCache)
     outputs = cache.get_or_compute(docs[:3], compute, NumpyOps())
     assert [o.dtype for o in outputs] == ["float32"] * 3 and outputs[2][0, 0, 0] == 8.0
-    assert len(cache) == 2 and cache.nbytes == 2 * entry_bytes  # "one two" dropped
+    assert len(cache) == 2 and cache.size == 2 * entry_bytes  # "one two" dropped
     cache.get_or_compute(docs[2:], compute, NumpyOps())  # "five six" kept; "one two" again
     assert computed == ["one two", "three four", "five six", "one two"]
     assert (cache.hits, cache.misses) == (1, 4)
-    cache.max_bytes = entry_bytes
-    assert len(cache) == 1 and cache.nbytes == entry_bytes
+    cache.max_size = entry_bytes
+    assert len(cache) == 1 and cache.size == entry_bytes
     cache.clear()
-    assert len(cache) == cache.nbytes == 0 and cache.hits == 1
+    assert len(cache) == cache.size == 0 and cache.hits == 1
 
 
 def test_the_type_encodings_are_bounded_by_count_and_the_batch_is_kept_last():
