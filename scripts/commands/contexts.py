@@ -26,12 +26,14 @@ def contexts_command(
     import spacy
     from spacy.tokens import DocBin
 
+    from elmo_spacy.layers import get_runner
+
     from ..contexts import compare_senses
 
     nlp = spacy.load(model_dir, exclude=["textcat"])
     gold = DocBin().from_disk(reference).get_docs(nlp.vocab)
     docs = list(nlp.pipe(doc.text for doc in itertools.islice(gold, n_docs)))
-    top = nlp.get_pipe("elmo").n_output_layers - 1  # the last layer on doc._.elmo
+    top = get_runner(nlp.get_pipe("elmo").model).n_layers - 1  # the last layer on doc._.elmo
     for layer, title in ((top, f"ELMo layer {top} (contextual)"), (0, "layer 0 (static)")):
         typer.echo(f"## {title}\n")
         for word, first, second in compare_senses(nlp, docs, layer, n_neighbours=n_neighbours):
