@@ -9,9 +9,6 @@ from ..bilm.formats.locate import layouts_help
 from ..bilm.runner import RunSettings
 from . import app, errors_to_exit
 
-# What an export folder holds: what an earlier export left, which --overwrite replaces.
-EXPORT_FILES = ("bilm.onnx", "bilm.pt2", "inputs.json", "vocab.txt")
-
 
 @app.command("export")
 def export_command(
@@ -66,7 +63,7 @@ def export_command(
     which take per-token ids and give the layers, and inputs.json, which says
     how to make the ids from tokens."""
     from ..bilm import load_bilm
-    from ..bilm.formats.exported import check_export, export_bilm
+    from ..bilm.formats.exported import EXPORT_FILES, check_export, export_bilm
     from ..bilm.runner import Runner
     from ..errors import ElmoSpacyError
     from ..files import write_directory

@@ -29,15 +29,12 @@ from ..inputs.vocab import BOS_ID, EOS_ID
 from ..model.encoders import CharCNNEncoder
 from ..model.lstm import Product, lstm_step
 from ..model.network import States
-from .onnx_inputs import type_index
+from .onnx_inputs import INPUTS_FILE, VOCAB_FILE, type_index
 
 FORMATS = ("onnx", "torch-export")
-ONNX_FILE, PROGRAM_FILE, INPUTS_FILE, VOCAB_FILE = (
-    "bilm.onnx",
-    "bilm.pt2",
-    "inputs.json",
-    "vocab.txt",
-)
+ONNX_FILE, PROGRAM_FILE = "bilm.onnx", "bilm.pt2"
+# What an export folder holds: what an earlier export left, which `export --overwrite` replaces.
+EXPORT_FILES = (ONNX_FILE, PROGRAM_FILE, INPUTS_FILE, VOCAB_FILE)
 ONNX_OPSET = 18
 QUANTIZATIONS = (None, "int8")
 INT8_PRODUCTS = (

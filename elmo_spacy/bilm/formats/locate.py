@@ -58,9 +58,7 @@ FORMATS = {
         "an ELMoForManyLangs model folder",
         "config.json + token_embedder.pkl + encoder.pkl + char.dic and/or word.dic, as "
         "unpacked from its archive",
-        lambda path: (
-            (path,) if path.is_dir() and is_efml_folder(bilm_tf.file_names(path)) else None
-        ),
+        lambda path: (path,) if is_efml_folder(path) else None,
         read_efml,
     ),
     BILM_TF_PAIR: Format(
