@@ -49,14 +49,10 @@ def export_command(
     with_states: bool = typer.Option(
         False,
         "--with-states",
-        help="Take the LSTM states as inputs and give the final ones as outputs, to carry "
-        "them from batch to batch as bilm-tf's stateful models ran",
+        help="LSTM states as inputs and outputs, to carry from batch to batch (docs/embedding.md)",
     ),
     quantize: str = typer.Option(
-        None,
-        help="int8: bilm.onnx's matrix products (the LSTMs' included) in int8, by onnxruntime's "
-        "dynamic quantization: faster, and the layers move (docs/results.md, "
-        "'Serving outside Python'); bilm.pt2 stays float32",
+        None, help="int8: bilm.onnx's matrix products in int8 (faster; docs/embedding.md)"
     ),
 ) -> None:
     """Write a biLM for serving (docs/embedding.md): bilm.onnx and bilm.pt2,

@@ -87,14 +87,7 @@ class BilmTfFormatError(BiLMLoadError):
 
 def config_from_options(options: dict[str, Any], where: str) -> BiLMConfig:
     """The BiLMConfig of a bilm-tf options dict (refusing keys it does not know)."""
-    refuse_unknown(
-        options,
-        KNOWN_OPTIONS,
-        TRAINING_OPTIONS,
-        where=where,
-        what="options",
-        error=BilmTfFormatError,
-    )
+    refuse_unknown(options, KNOWN_OPTIONS, TRAINING_OPTIONS, where, BilmTfFormatError, "options")
     if "char_cnn" not in options:
         raise BilmTfFormatError(
             f"{where} has no char_cnn section: a bilm-tf model on word ids. Only character "

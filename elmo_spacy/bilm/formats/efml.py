@@ -144,14 +144,7 @@ def config_from_architecture(architecture: Any, where: str) -> BiLMConfig:
     for section in KNOWN_SECTIONS:
         if not isinstance(architecture.get(section), dict):
             raise EfmlFormatError(f"{where} has no {section!r} section")
-    refuse_unknown(
-        architecture,
-        KNOWN_SECTIONS,
-        TRAINING_SECTIONS,
-        where=where,
-        what="keys",
-        error=EfmlFormatError,
-    )
+    refuse_unknown(architecture, KNOWN_SECTIONS, TRAINING_SECTIONS, where, EfmlFormatError, "keys")
     lstm, tokens = architecture["encoder"], architecture["token_embedder"]
     with settings_of(where, EfmlFormatError, "key"):
         if str(lstm["name"]).lower() != "elmo":
