@@ -20,10 +20,9 @@ BiLMPath = str | os.PathLike | Sequence[str | os.PathLike]
 
 @dataclass(frozen=True)
 class Format:
-    """`name`: what help texts call the format; `files`: what it holds, for
-    error messages; `find`: the arguments of `read` if an existing path holds
-    the format, else None (no `find` for the pair, which is given); `read`:
-    those arguments -> the biLM."""
+    """`name` for help texts, `files` (what it holds) for messages; `find`: the
+    arguments of `read` if an existing path holds the format, else None (no
+    `find` for the pair, which is given)."""
 
     name: str
     files: str
