@@ -23,6 +23,8 @@ def convert_elmo_command(
 ) -> None:
     """Convert a bilm-tf model (the published ELMo models) into a biLM
     directory, which loads faster (docs/models.md)."""
+    from functools import partial
+
     from tqdm import tqdm
 
     from ..bilm import load_bilm, save_bilm
@@ -41,10 +43,7 @@ def convert_elmo_command(
                 f"{inputs[0]} is already a biLM directory: the elmo pipe (bilm_path) and "
                 "load_bilm read it as it is, with nothing to convert."
             )
-
-        def progress(names):
-            return tqdm(list(names), desc=f"reading {inputs[-1].name}", unit="dataset", leave=False)
-
+        progress = partial(tqdm, desc=f"reading {inputs[-1].name}", unit="dataset", leave=False)
         bilm = load_bilm(source, with_softmax=False, progress=progress)
         save_bilm(bilm, output_dir)
     config = bilm.config

@@ -9,9 +9,6 @@ from ..bilm.formats.locate import layouts_help
 from ..bilm.runner import RunSettings
 from . import app, errors_to_exit
 
-# What an export folder holds: what an earlier export left, which --overwrite replaces.
-EXPORT_FILES = ("bilm.onnx", "bilm.pt2", "inputs.json", "vocab.txt")
-
 
 @app.command("export")
 def export_command(
@@ -52,21 +49,17 @@ def export_command(
     with_states: bool = typer.Option(
         False,
         "--with-states",
-        help="Take the LSTM states as inputs and give the final ones as outputs, to carry "
-        "them from batch to batch as bilm-tf's stateful models ran",
+        help="LSTM states as inputs and outputs, to carry from batch to batch (docs/embedding.md)",
     ),
     quantize: str = typer.Option(
-        None,
-        help="int8: bilm.onnx's matrix products (the LSTMs' included) in int8, by onnxruntime's "
-        "dynamic quantization: faster, and the layers move (docs/results.md, "
-        "'Serving outside Python'); bilm.pt2 stays float32",
+        None, help="int8: bilm.onnx's matrix products in int8 (faster; docs/embedding.md)"
     ),
 ) -> None:
     """Write a biLM for serving (docs/embedding.md): bilm.onnx and bilm.pt2,
     which take per-token ids and give the layers, and inputs.json, which says
     how to make the ids from tokens."""
     from ..bilm import load_bilm
-    from ..bilm.formats.exported import check_export, export_bilm
+    from ..bilm.formats.exported import EXPORT_FILES, check_export, export_bilm
     from ..bilm.runner import Runner
     from ..errors import ElmoSpacyError
     from ..files import write_directory

@@ -87,14 +87,7 @@ class BilmTfFormatError(BiLMLoadError):
 
 def config_from_options(options: dict[str, Any], where: str) -> BiLMConfig:
     """The BiLMConfig of a bilm-tf options dict (refusing keys it does not know)."""
-    refuse_unknown(
-        options,
-        KNOWN_OPTIONS,
-        TRAINING_OPTIONS,
-        where=where,
-        what="options",
-        error=BilmTfFormatError,
-    )
+    refuse_unknown(options, KNOWN_OPTIONS, TRAINING_OPTIONS, where, BilmTfFormatError, "options")
     if "char_cnn" not in options:
         raise BilmTfFormatError(
             f"{where} has no char_cnn section: a bilm-tf model on word ids. Only character "
@@ -208,12 +201,8 @@ def read_bilm_tf(
     except OSError as err:
         raise BilmTfFormatError(f"{weights_name} is not a readable HDF5 file ({err})") from err
     with file:
-        found: dict[str, tuple[int, ...]] = {}
-        file.visititems(
-            lambda name, item: (
-                found.update({name: tuple(item.shape)}) if isinstance(item, h5py.Dataset) else None
-            )
-        )
+        datasets = {name: file.get(name) for name in shapes}
+        found = {k: v.shape for k, v in datasets.items() if isinstance(v, h5py.Dataset)}
         described_by = f"the model {options_name} describes"
         check_shapes(
             found, shapes, where=weights_name, described_by=described_by, error=BilmTfFormatError
@@ -309,7 +298,7 @@ def find_zipped_pair(path: Path) -> tuple[Path, str, str] | None:
                     + ", ".join(options.rpartition("/")[0] + "/" for _, options, _ in found)
                     + "): unpack the archive and point to one of them."
                 )
-            if any(is_efml_folder(file_names(folder)) for folder in folders):
+            if any(is_efml_folder(folder) for folder in folders):
                 raise BiLMLoadError(
                     f"{path} holds an ELMoForManyLangs model: unpack the archive (unzip "
                     f"{path.name}) and point to the folder that holds its config.json."
@@ -355,10 +344,6 @@ def choose_pair(
         return None
     options, weights = named.pop()
     return files[options], files[weights]
-
-
-def file_names(folder: Folder) -> set[str]:
-    return {file.name for file in folder.iterdir() if file.is_file()}
 
 
 def is_options_file(path: Folder) -> bool:
@@ -434,7 +419,12 @@ def _layout(config: BiLMConfig) -> Layout:
     add({"char_embed": (261, char_dim)}, ("encoder.embed.weight",))
     for i, (width, n) in enumerate(config.filters):  # (1, w, c, n) <-> (n, c, w)
         conv = f"encoder.convs.{i}"
-        add({f"CNN/W_cnn_{i}": (1, width, char_dim, n)}, (f"{conv}.weight",), _conv, _conv_tf)
+        add(
+            {f"CNN/W_cnn_{i}": (1, width, char_dim, n)},
+            (f"{conv}.weight",),
+            lambda w: (w[0].transpose(2, 1, 0),),
+            lambda w: (w.transpose(2, 1, 0)[None],),
+        )
         add({f"CNN/b_cnn_{i}": (n,)}, (f"{conv}.bias",))
     f, shapes = n_filters, {"W": (n_filters, n_filters), "b": (n_filters,)}
     for k in range(config.n_highway):
@@ -483,11 +473,3 @@ def _same(*arrays: numpy.ndarray) -> tuple[numpy.ndarray, ...]:
 def _t(*arrays: numpy.ndarray) -> tuple[numpy.ndarray, ...]:
     """Weights transposed (x @ W <-> x @ W.T), biases as they are."""
     return tuple(a.T for a in arrays)
-
-
-def _conv(w: numpy.ndarray) -> tuple[numpy.ndarray]:
-    return (w[0].transpose(2, 1, 0),)
-
-
-def _conv_tf(w: numpy.ndarray) -> tuple[numpy.ndarray]:
-    return (w.transpose(2, 1, 0)[None],)

@@ -84,17 +84,13 @@ def check_shapes(
             or any(n >= 0 and n != m for n, m in zip(shape, found[name]))
         )
     ]
-    if not (missing or extra or wrong):
-        return
-    problems = [
-        *([f"missing {listing(missing, 5)}"] if missing else []),
-        *([f"unexpected {listing(extra, 5)}"] if extra else []),
-        *wrong[:3],
-    ]
-    raise error(
-        f"{where} does not match {described_by} ({'; '.join(problems)}): were the files of "
-        "different models mixed?"
-    )
+    problems = [f"missing {listing(missing, 5)}"] if missing else []
+    problems += [f"unexpected {listing(extra, 5)}"] if extra else []
+    if problems or wrong:
+        raise error(
+            f"{where} does not match {described_by} ({'; '.join(problems + wrong[:3])}): were "
+            "the files of different models mixed?"
+        )
 
 
 def are_missing(names: Sequence[str]) -> str:
@@ -106,10 +102,9 @@ def refuse_unknown(
     values: Mapping[str, Any],
     known: Mapping[str, Collection[str]],
     ignored: Collection[str],
-    *,
     where: str,
-    what: str,
     error: type[ElmoSpacyError],
+    what: str,
 ) -> None:
     """Raise `error` if `values` has a section other than those of `known`
     (section -> its keys) and `ignored`, or a key its section does not know:

@@ -8,6 +8,7 @@ vocabulary {"words": [...], "chars": [...]}; `tokenization.json` a
 
 import json
 from collections.abc import Collection
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +34,7 @@ PRETRAIN_OUTPUTS = ("model-best", "model-last")
 def save_bilm(bilm: BiLM, path: str | Path, extra_files: Collection[str] = ()) -> Path:
     """Write `bilm` to the directory `path`, all at once (`write_directory`).
     `extra_files`: other files the caller writes there afterwards."""
-    state = state_tensors(bilm)
-
-    def write(folder: Path) -> None:
-        write_bilm_files(bilm, state, folder)
-
+    write = partial(write_bilm_files, bilm, state_tensors(bilm))
     return write_directory(path, write, owned=(*BILM_FILES, TOKENIZATION_FILE, *extra_files))
 
 
@@ -72,10 +69,6 @@ def read_bilm_directory(folder: str | Path, with_softmax: bool | None = None) ->
         tokenization = read_json(folder / TOKENIZATION_FILE, BiLMLoadError)
         bilm.tokenization = _tokenization(tokenization, folder)
     return bilm
-
-
-def is_bilm_directory(path: Path) -> bool:
-    return all((path / name).is_file() for name in BILM_FILES)
 
 
 def check_bilm_directory(folder: Path) -> None:

@@ -6,6 +6,7 @@ zero LSTM state. The folder and how its weights map to the biLM's: docs/models.m
 """
 
 import pickle
+import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -69,9 +70,10 @@ class EfmlFormatError(BiLMLoadError):
     """An ELMoForManyLangs model folder that cannot be read, with what and where."""
 
 
-def is_efml_folder(files: set[str]) -> bool:
-    """Whether a folder of these files is (or is meant to be) an ELMoForManyLangs model."""
-    return any(name in files for name in (*WEIGHT_FILES, CHAR_DIC, WORD_DIC))
+def is_efml_folder(folder: Path | zipfile.Path) -> bool:
+    """Whether `folder` is (or is meant to be) an ELMoForManyLangs model."""
+    names = (*WEIGHT_FILES, CHAR_DIC, WORD_DIC)
+    return folder.is_dir() and any((folder / name).is_file() for name in names)
 
 
 def read_efml(
@@ -106,33 +108,26 @@ def read_efml(
 
     chars = None
     if uses_chars:
-        table = embedder["char_emb_layer.embedding.weight"]
-        chars = _in_id_order(folder / CHAR_DIC, read_dictionary(folder / CHAR_DIC), table)
-    words: list[str] = []
-    word_rows = None
+        chars = _in_id_order(folder / CHAR_DIC, embedder["char_emb_layer.embedding.weight"])
+    vocab = WordVocab.specials_only()
     if uses_words:
         table = embedder["word_emb_layer.embedding.weight"]
-        by_id = _in_id_order(folder / WORD_DIC, read_dictionary(folder / WORD_DIC), table)
-        ids = {word: i for i, word in enumerate(by_id)}
+        ids = {word: i for i, word in enumerate(_in_id_order(folder / WORD_DIC, table))}
         absent = [special for special in EFML_SPECIALS if special not in ids]
         if absent:
             raise EfmlFormatError(
                 f"{folder / WORD_DIC} lacks {absent}: ELMoForManyLangs' word dictionaries "
                 f"hold {list(EFML_SPECIALS)}"
             )
-        specials = [ids[special] for special in EFML_SPECIALS]
-        word_rows = specials + [i for i in range(len(by_id)) if i not in set(specials)]
-        words = [by_id[i] for i in word_rows]
-    vocab = WordVocab(words) if uses_words else WordVocab.specials_only()
+        words = [*EFML_SPECIALS, *(word for word in ids if word not in EFML_SPECIALS)]
+        embedder["word_emb_layer.embedding.weight"] = table[[ids[word] for word in words]]
+        vocab = WordVocab(words)
 
     bilm = BiLM(config, vocab, with_softmax=False, char_vocab=chars, tokenization=WHITESPACE)
     state = bilm.state_dict()
     for tensors, layout in zip((embedder, encoder), layouts):
         for name, (parameter, _) in layout.items():
-            tensor = tensors[name]
-            if name == "word_emb_layer.embedding.weight":
-                tensor = tensor[word_rows]
-            state[parameter] = tensor.contiguous()
+            state[parameter] = tensors[name].contiguous()
     for direction in ("forward", "backward"):  # one trained bias: bias_ih
         for layer in range(config.n_layers):
             state[f"{direction}_lstm.layers.{layer}.bias_hh_l0"] = torch.zeros(4 * config.lstm_dim)
@@ -149,14 +144,7 @@ def config_from_architecture(architecture: Any, where: str) -> BiLMConfig:
     for section in KNOWN_SECTIONS:
         if not isinstance(architecture.get(section), dict):
             raise EfmlFormatError(f"{where} has no {section!r} section")
-    refuse_unknown(
-        architecture,
-        KNOWN_SECTIONS,
-        TRAINING_SECTIONS,
-        where=where,
-        what="keys",
-        error=EfmlFormatError,
-    )
+    refuse_unknown(architecture, KNOWN_SECTIONS, TRAINING_SECTIONS, where, EfmlFormatError, "keys")
     lstm, tokens = architecture["encoder"], architecture["token_embedder"]
     with settings_of(where, EfmlFormatError, "key"):
         if str(lstm["name"]).lower() != "elmo":
@@ -222,10 +210,10 @@ def read_dictionary(path: Path) -> dict[str, int]:
     return entries
 
 
-def _in_id_order(path: Path, entries: dict[str, int], table: torch.Tensor) -> list[str]:
-    """The dictionary's tokens by id, once the ids are checked to be the rows
-    of `table` (its embedding), each once."""
-    rows = table.shape[0]
+def _in_id_order(path: Path, table: torch.Tensor) -> list[str]:
+    """The tokens of the dictionary `path` by id, once the ids are checked to
+    be the rows of `table` (its embedding), each once."""
+    entries, rows = read_dictionary(path), table.shape[0]
     if len(entries) != rows or sorted(entries.values()) != list(range(rows)):
         raise EfmlFormatError(
             f"{path} has {len(entries)} entries (ids {min(entries.values(), default=0)} to "

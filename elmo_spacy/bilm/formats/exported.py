@@ -29,15 +29,12 @@ from ..inputs.vocab import BOS_ID, EOS_ID
 from ..model.encoders import CharCNNEncoder
 from ..model.lstm import Product, lstm_step
 from ..model.network import States
-from .onnx_inputs import type_index
+from .onnx_inputs import INPUTS_FILE, VOCAB_FILE, type_index
 
 FORMATS = ("onnx", "torch-export")
-ONNX_FILE, PROGRAM_FILE, INPUTS_FILE, VOCAB_FILE = (
-    "bilm.onnx",
-    "bilm.pt2",
-    "inputs.json",
-    "vocab.txt",
-)
+ONNX_FILE, PROGRAM_FILE = "bilm.onnx", "bilm.pt2"
+# What an export folder holds: what an earlier export left, which `export --overwrite` replaces.
+EXPORT_FILES = (ONNX_FILE, PROGRAM_FILE, INPUTS_FILE, VOCAB_FILE)
 ONNX_OPSET = 18
 QUANTIZATIONS = (None, "int8")
 INT8_PRODUCTS = (
@@ -394,9 +391,8 @@ def export_bilm(
 
 
 def quantize_int8(path: Path) -> None:
-    """Rewrite the ONNX model at `path` with its MatMul and Gemm products in
-    int8 by onnxruntime's dynamic quantization, the scan's body included;
-    convolutions stay float32 (ConvInteger is slower on the CPU)."""
+    """Rewrite the ONNX model at `path` with its MatMul and Gemm products (the scan's too)
+    in int8 by onnxruntime's dynamic quantization; convolutions stay float32 (faster)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantized = path.with_suffix(".int8.onnx")
@@ -426,9 +422,8 @@ def session_options(threads: int | None = None) -> Any:
 
 @contextlib.contextmanager
 def _quiet(logger: str = "torch.onnx._internal.exporter._registration") -> Iterator[None]:
-    """`logger` at level ERROR and FutureWarnings ignored: torch's exporters
-    without their notes on what does not concern a biLM (torchvision's
-    operators, deprecations inside torch)."""
+    """`logger` at level ERROR and FutureWarnings ignored: the exporters'
+    notes that do not concern a biLM (torchvision's operators, torch's deprecations)."""
     log = logging.getLogger(logger)
     level = log.level
     log.setLevel(logging.ERROR)

@@ -20,10 +20,9 @@ BiLMPath = str | os.PathLike | Sequence[str | os.PathLike]
 
 @dataclass(frozen=True)
 class Format:
-    """`name`: what help texts call the format; `files`: what it holds, for
-    error messages; `find`: the arguments of `read` if an existing path holds
-    the format, else None (no `find` for the pair, which is given); `read`:
-    those arguments -> the biLM."""
+    """`name` for help texts, `files` (what it holds) for messages; `find`: the
+    arguments of `read` if an existing path holds the format, else None (no
+    `find` for the pair, which is given)."""
 
     name: str
     files: str
@@ -39,7 +38,7 @@ FORMATS = {
     BILM_DIR: Format(
         "a biLM directory (what pretrain writes into model-best/, and convert-elmo)",
         " + ".join(BILM_FILES),
-        lambda path: (path,) if directory.is_bilm_directory(path) else None,
+        lambda path: (path,) if all((path / n).is_file() for n in BILM_FILES) else None,
         read_bilm_directory,
     ),
     BILM_TF: Format(
@@ -58,9 +57,7 @@ FORMATS = {
         "an ELMoForManyLangs model folder",
         "config.json + token_embedder.pkl + encoder.pkl + char.dic and/or word.dic, as "
         "unpacked from its archive",
-        lambda path: (
-            (path,) if path.is_dir() and is_efml_folder(bilm_tf.file_names(path)) else None
-        ),
+        lambda path: (path,) if is_efml_folder(path) else None,
         read_efml,
     ),
     BILM_TF_PAIR: Format(
@@ -101,14 +98,14 @@ def find_bilm(path: BiLMPath) -> tuple[str, tuple]:
     if isinstance(path, (tuple, list)):
         if len(path) != 2:
             raise BiLMLoadError(
-                f"{_shown(path)} holds {len(path)} path{'' if len(path) == 1 else 's'}: a biLM "
+                f"{path!r:.120} holds {len(path)} path{'' if len(path) == 1 else 's'}: a biLM "
                 "is one path (a folder, an NLPL .zip), or a bilm-tf model's two files as a pair, "
                 "(OPTIONS_JSON, WEIGHTS_HDF5)."
             )
         return BILM_TF_PAIR, tuple(path)
     if not isinstance(path, (str, os.PathLike)):
         raise BiLMLoadError(
-            f"{_shown(path)} is of type {type(path).__name__}, not a biLM path: give a folder (a "
+            f"{path!r:.120} is of type {type(path).__name__}, not a biLM path: give a folder (a "
             "str or Path), or a bilm-tf model's two files as a pair, (OPTIONS_JSON, WEIGHTS_HDF5)."
         )
     path = existing(path)
@@ -116,10 +113,10 @@ def find_bilm(path: BiLMPath) -> tuple[str, tuple]:
     if found is not None:
         return found
     if path.is_file():
-        raise BiLMLoadError(_file_message(path))
+        raise BiLMLoadError(_not_a_bilm(path))
     if any((path / name).is_file() for name in BILM_FILES):
         directory.check_bilm_directory(path)  # names what is missing
-    raise BiLMLoadError(pretraining_message(path) or _nothing_known_message(path))
+    raise BiLMLoadError(pretraining_message(path) or _not_a_bilm(path))
 
 
 def read_bilm_tf_in(path: str | Path, progress: DatasetProgress = iter) -> BiLM:
@@ -157,7 +154,20 @@ def _holds_bilm(folder: Path) -> bool:
         return False
 
 
-def _file_message(path: Path) -> str:
+def _not_a_bilm(path: Path) -> str:
+    """What the file or folder `path` is instead of a biLM, and where one is nearby."""
+    layouts = "; ".join(f"({i}) {f.name}: {f.files}" for i, f in enumerate(FORMATS.values(), 1))
+    if path.is_dir():
+        entries = sorted(path.iterdir())
+        found = listing(p.name + ("/" if p.is_dir() else "") for p in entries) or "nothing"
+        message = (
+            f"{path} holds no biLM: {directory.CONFIG_FILE} is missing, and no bilm-tf options "
+            f".json + weights .hdf5 pair was found. Accepted layouts: {layouts}. It holds: {found}."
+        )
+        inside = [p for p in entries[:50] if p.is_dir() and _holds_bilm(p)]
+        if inside:
+            message += " Point to " + " or ".join(str(p) for p in inside[:3]) + ", which holds one."
+        return message
     if path.suffix.lower() == ".json" and bilm_tf.is_options_file(path):
         message = f"{path} is a bilm-tf options file, without its weights: {bilm_tf.GIVE_PAIR}"
     elif path.suffix.lower() in bilm_tf.WEIGHTS_SUFFIXES and bilm_tf.looks_like_weights(path):
@@ -167,34 +177,8 @@ def _file_message(path: Path) -> str:
     else:
         message = (
             f"{path} is a file, not a biLM: a biLM path is a folder, or an NLPL ELMo .zip "
-            f"archive. Accepted layouts: {_layouts_text()}."
+            f"archive. Accepted layouts: {layouts}."
         )
     if _holds_bilm(path.parent):
         return message + f" Or point to the folder that holds it, {path.parent}."
     return message
-
-
-def _nothing_known_message(folder: Path) -> str:
-    entries = sorted(folder.iterdir())
-    found = listing(p.name + ("/" if p.is_dir() else "") for p in entries) or "nothing"
-    message = (
-        f"{folder} holds no biLM: {directory.CONFIG_FILE} is missing, and no bilm-tf options "
-        ".json + weights .hdf5 pair was found. Accepted layouts: "
-        f"{_layouts_text()}. It holds: {found}."
-    )
-    inside = [p for p in entries[:50] if p.is_dir() and _holds_bilm(p)]
-    if inside:
-        message += " Point to " + " or ".join(str(p) for p in inside[:3]) + ", which holds one."
-    return message
-
-
-def _layouts_text() -> str:
-    return "; ".join(
-        f"({i}) {format.name}: {format.files}" for i, format in enumerate(FORMATS.values(), 1)
-    )
-
-
-def _shown(value: object, limit: int = 120) -> str:
-    """`value` as an error message shows it, cut to `limit` characters."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,9 +1,7 @@
-"""The inputs of an exported biLM (`elmo-spacy export`) made from tokens, with
-numpy alone: `ExportInputs` reads the export's inputs.json (and vocab.txt),
-never the model, and gives what `exported.serving_inputs` gives, to the last
-id. It imports only numpy and the standard library, so that it can be copied
-beside a server (docs/embedding.md, "A client with onnxruntime and numpy alone").
-"""
+"""`ExportInputs`: the inputs of an exported biLM made from tokens, from its
+inputs.json (and vocab.txt), never the model, as `exported.serving_inputs`
+makes them. Only numpy and the standard library, so that the file can be
+copied beside a server (docs/embedding.md, "A client with onnxruntime and numpy alone")."""
 
 import json
 from collections.abc import Sequence
@@ -18,9 +16,8 @@ except ImportError:
 
 FORMAT = "elmo_spacy serving biLM, version 2"  # inputs.json's "format" that this reads
 INPUTS_FILE, VOCAB_FILE = "inputs.json", "vocab.txt"
-# How each character scheme turns a token into ids: its units' encoding (how
-# a lone surrogate is written) and the id of byte b (b + offset); "char_vocab"
-# looks characters up in inputs.json's char_vocab instead.
+# Byte schemes: how a lone surrogate is encoded, and the offset of byte b's id
+# (b + offset). "char_vocab" looks characters up in inputs.json's char_vocab.
 BYTE_SCHEMES = {"masked": ("surrogatepass", 1), "bilm_tf": ("ignore", 0)}
 
 
@@ -37,13 +34,8 @@ def type_index(sentences: Sequence[Sequence[str]]) -> tuple[numpy.ndarray, list[
 
 
 class ExportInputs:
-    """Tokenised sentences -> the inputs of the biLM exported to `folder`, as
-    numpy arrays by input name in inputs.json's order (the torch.export
-    program's), each distinct token encoded once.
-
-    names: the graph's input names.
-    described: inputs.json, as read.
-    """
+    """Tokenised sentences -> the inputs of the biLM exported to `folder`, numpy
+    arrays by input name in inputs.json's order (`names`; `described`: inputs.json)."""
 
     def __init__(self, folder: str | Path) -> None:
         folder = Path(folder)
@@ -88,9 +80,8 @@ class ExportInputs:
         self.words = words
 
     def __call__(self, sentences: Sequence[Sequence[str]]) -> dict[str, numpy.ndarray]:
-        """The inputs for `sentences` (lists of tokens; at least one): with
-        states as inputs (an export --with-states), zero states, to replace
-        with the final ones of the batch before to carry them on."""
+        """The inputs for `sentences` (lists of tokens; at least one), with zero
+        states where the export takes states (--with-states)."""
         type_ids, types = type_index(sentences)
         made: dict[str, numpy.ndarray] = {}
         if self.chars is not None:
@@ -111,10 +102,8 @@ class ExportInputs:
         return {name: made[name] for name in self.names}
 
     def char_ids(self, types: Sequence[str]) -> numpy.ndarray:
-        """(U, W) int64: each type's character ids, [begin_of_word, the ids
-        of its first max_units units, end_of_word], padded to W: the
-        longest row (at least 3) plus the widest filter - 1, at most
-        max_chars. Sentence-boundary tokens get their own three ids."""
+        """(U, W) int64: each type's character ids as inputs.json's "layout" says,
+        W the longest row (at least 3) + the widest filter - 1, at most max_chars."""
         chars = self.chars
         units = [self._unit_ids(t)[: chars["max_units"]] for t in types]
         lengths = numpy.array([3] + [len(u) + 2 for u in units], dtype="int64")
