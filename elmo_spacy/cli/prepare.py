@@ -29,9 +29,7 @@ def prepare_command(
         "instead, e.g. after copying them between machines",
     ),
     lang: str = typer.Option("en", help="Language of spaCy's tokenizer"),
-    pretokenized: bool = typer.Option(
-        False, "--pretokenized", help="Split on white space instead (text that came tokenised)"
-    ),
+    pretokenized: bool = typer.Option(False, "--pretokenized", help="Split on white space instead"),
     n_process: int = typer.Option(1, help="Processes that tokenise"),
     part: str = typer.Option(
         None,

@@ -34,15 +34,9 @@ def pretrain_command(
         help="A held-out corpus of its own for dev perplexity (prepared folder or text), "
         "instead of a share of CORPUS; repeat for several",
     ),
-    lang: str = typer.Option(
-        None, help="Language of spaCy's tokenizer, for text files (default en)"
-    ),
-    pretokenized: bool = typer.Option(
-        False, "--pretokenized", help="Text files come tokenised: split them on white space"
-    ),
-    resume: bool = typer.Option(
-        False, "--resume", help="Go on from the latest checkpoint in OUTPUT_DIR"
-    ),
+    lang: str = typer.Option(None, help="Language of spaCy's tokenizer, for text (default en)"),
+    pretokenized: bool = typer.Option(False, "--pretokenized", help="Split text on white space"),
+    resume: bool = typer.Option(False, "--resume", help="Go on from OUTPUT_DIR's last checkpoint"),
     overwrite: bool = typer.Option(
         False,
         "--overwrite",
@@ -155,26 +149,21 @@ def _paths_and_overrides(
     """The paths and the config overrides (--section.setting VALUE or =VALUE)
     among a command's free arguments; any other option is a usage error (not
     spaCy's parser, whose click exception typer shows as a traceback)."""
-    args = [*arguments, *ctx.args]
     paths: list[str] = []
     overrides: list[str] = []
-    position = 0
-    while position < len(args):
-        arg = args[position]
+    takes_value = False  # the last argument was a setting without =VALUE
+    for arg in [*arguments, *ctx.args]:
         if not arg.startswith("--"):
-            paths.append(arg)
-            position += 1
+            (overrides if takes_value else paths).append(arg)
+            takes_value = False
             continue
         if "." not in arg.split("=", 1)[0]:
             ctx.fail(
                 f"No such option: {arg}.{_close_option(ctx, arg)} Config settings are "
                 "overridden as --section.setting VALUE, e.g. --training.max_epochs 2."
             )
-        has_value = (
-            "=" not in arg and position + 1 < len(args) and not args[position + 1].startswith("--")
-        )
-        overrides += args[position : position + 1 + has_value]
-        position += 1 + has_value
+        overrides.append(arg)
+        takes_value = "=" not in arg
     return paths, parse_config_overrides(overrides)
 
 

@@ -188,10 +188,9 @@ def corpus_vocabulary(
         counts = counts - held_out.type_counts()
     eligible = numpy.flatnonzero(counts >= min_count)
     room = max(0, max_size - len(SPECIALS))
-    if len(eligible) > room + len(SPECIALS):  # decode only those that may be kept
-        threshold = -numpy.partition(-counts[eligible], room + len(SPECIALS) - 1)[
-            room + len(SPECIALS) - 1
-        ]
+    last = room + len(SPECIALS) - 1  # the place of the last count that may be kept
+    if len(eligible) > last + 1:  # decode only those that may be kept
+        threshold = -numpy.partition(-counts[eligible], last)[last]
         eligible = eligible[counts[eligible] >= threshold]
     words = zip(types.strings_of(eligible), counts[eligible].tolist())
     ranked = sorted(words, key=lambda word_count: (-word_count[1], word_count[0]))

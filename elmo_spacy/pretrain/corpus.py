@@ -395,19 +395,27 @@ class CorpusWriter:
             "shard_size": shard_size,
             "part": list(part),
         }
-        self.finished = False
         self.index: dict[str, int] = {}
         self._shard: _ShardFile | None = None
-        self._start(overwrite)
+        self.finished = self._start(overwrite)
         if self.finished:
             return
-        self.done = self._finished_shards()
-        for entry in self.done.values():
-            shard = self.path / entry["name"]
-            offsets = numpy.fromfile(shard / TYPE_OFFSETS, dtype=OFFSET_DTYPE)
-            blob = (shard / TYPES).read_bytes()
-            for start, stop in zip(offsets[:-1], offsets[1:]):
-                self.index[blob[start:stop].decode("utf-8", "surrogatepass")] = len(self.index)
+        # The shards written before: those in one unbroken run from this part's
+        # first (one after a gap is written again), and the types each added.
+        for stale in path.glob(".shard-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        self.done: dict[int, dict[str, Any]] = {}
+        index = part[0]
+        while (done := path / _shard_name(index) / SHARD_DONE).is_file():
+            entry = self.done[index] = json.loads(done.read_text())
+            offsets = numpy.fromfile(done.parent / TYPE_OFFSETS, dtype=OFFSET_DTYPE)
+            types = TypeTable(numpy.fromfile(done.parent / TYPES, "uint8"), offsets, None)
+            for string in types.strings_of(range(entry["types_added"])):
+                self.index[string] = len(self.index)
+            index += part[1]
+        for later in path.glob("shard-*"):
+            if int(later.name.split("-")[1]) not in self.done:
+                shutil.rmtree(later)
         self.n_docs = sum(e["docs"] for e in self.done.values())
 
     def wants(self, index: int) -> bool:
@@ -415,16 +423,15 @@ class CorpusWriter:
         k, n = self.part
         return index % n == k and index not in self.done
 
-    def _start(self, overwrite: bool) -> None:
-        path = self.path
+    def _start(self, overwrite: bool) -> bool:
+        """Check the folder, write plan.json; whether it holds this preparation finished."""
+        path, settings_path = self.path, self.path / SETTINGS_FILE
         if path.exists() and not path.is_dir():
             raise FileExistsError(f"{path} is a file, not a folder: choose another output folder")
-        settings_path = path / SETTINGS_FILE
         if settings_path.is_file():
             earlier = json.loads(settings_path.read_text(encoding="utf-8"))
             if earlier == self.settings:
-                self.finished = is_prepared(path)
-                return
+                return is_prepared(path)
             if not overwrite:
                 raise FileExistsError(
                     f"{path} holds a preparation of other inputs or settings "
@@ -447,22 +454,7 @@ class CorpusWriter:
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
         path.mkdir(parents=True, exist_ok=True)
         _write_atomic(settings_path, json.dumps(self.settings, indent=2) + "\n")
-
-    def _finished_shards(self) -> dict[int, dict[str, Any]]:
-        """The shards written before, by index: those in one unbroken run from
-        this part's first (one after a gap is written again)."""
-        k, n = self.part
-        for stale in self.path.glob(".shard-*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        done: dict[int, dict[str, Any]] = {}
-        index = k
-        while (self.path / _shard_name(index) / SHARD_DONE).is_file():
-            done[index] = json.loads((self.path / _shard_name(index) / SHARD_DONE).read_text())
-            index += n
-        for later in self.path.glob("shard-*"):
-            if int(later.name.split("-")[1]) not in done:
-                shutil.rmtree(later)
-        return done
+        return False
 
     def add(self, shard: int, types: list[str], ids: numpy.ndarray, lengths: numpy.ndarray) -> int:
         """Append docs as `tokenize_texts` returns them to shard `shard` (begun

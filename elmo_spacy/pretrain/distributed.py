@@ -41,12 +41,7 @@ class ProcessGroup:
     def sum(self, values: list[float | torch.Tensor]) -> list[float]:
         """Element-wise sums over all ranks of numbers or scalar tensors."""
         tensor = torch.stack(
-            [
-                v.detach().to(self.device, torch.float64)
-                if isinstance(v, torch.Tensor)
-                else torch.tensor(float(v), dtype=torch.float64, device=self.device)
-                for v in values
-            ]
+            [torch.as_tensor(v, dtype=torch.float64, device=self.device).detach() for v in values]
         )
         if self.distributed:
             dist.all_reduce(tensor)

@@ -35,6 +35,10 @@ class TrainingData:
     epoch_tokens: int  # of text trained on in an epoch
     dev_tokens: int  # of the dev sample
 
+    def dev_perplexity(self, bilm: BiLM, group: ProcessGroup) -> dict[str, float]:
+        batches = (self.build_dev(s) for s in group.share(self.dev_batches))
+        return evaluate_perplexity(bilm, batches, group)
+
 
 @dataclass(kw_only=True)
 class Pretraining:
@@ -90,7 +94,11 @@ class Pretraining:
                             limits_reached(state, config, at="log"), self.checkpoint_overdue()
                         )
                         stop, checkpoint = stop or out_of_time, checkpoint or checkpoint_due
-                        bar.set_postfix(self.figures(), refresh=False)
+                        bar.set_postfix(
+                            ppl=f"{perplexity(state.epoch_nll, state.epoch_tokens):.1f}",
+                            tok_s=f"{state.epoch_tokens / max(state.epoch_seconds, 1e-9):.0f}",
+                            refresh=False,
+                        )
                     if stop:
                         break
                     if config.eval_every and state.step % config.eval_every == 0:
@@ -164,8 +172,7 @@ class Pretraining:
         """Measure dev perplexity, write model-last/ and, the best yet, model-best/."""
         bilm, state = self.bilm, self.state
         self.sync()
-        batches = (self.data.build_dev(s) for s in self.group.share(self.data.dev_batches))
-        dev = evaluate_perplexity(bilm, batches, self.group)
+        dev = self.data.dev_perplexity(bilm, self.group)
         bilm.train()
         state.evaluations.append(
             {
@@ -229,14 +236,6 @@ class Pretraining:
             unit_scale=True,
             mininterval=1.0,
         )
-
-    def figures(self) -> dict[str, str]:
-        """The epoch's running perplexity and tokens/s, for the progress bar."""
-        state = self.state
-        return {
-            "ppl": f"{perplexity(state.epoch_nll, state.epoch_tokens):.1f}",
-            "tok_s": f"{state.epoch_tokens / max(state.epoch_seconds, 1e-9):.0f}",
-        }
 
 
 def training_step(

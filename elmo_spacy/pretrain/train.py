@@ -34,7 +34,7 @@ from .config import PretrainConfig
 from .corpus import Corpus
 from .distributed import ProcessGroup, find_folder_leaders, send_folder
 from .limits import limits_reached
-from .loop import Pretraining, TrainingData, evaluate_perplexity
+from .loop import Pretraining, TrainingData
 from .memory import keep_freed_memory
 from .prepare import open_corpus
 from .run_folder import RunFolder
@@ -87,8 +87,10 @@ def pretrain(
                 warnings.simplefilter("ignore", RuntimeWarning)
             start.bilm.set_precision(config.precision, "[training] precision")
         data = _training_data(corpus, sample, start.bilm, config)
-        if init_bilm is not None and not resume:
-            _measure_before_training(start, data, group, show_progress)
+        if init_bilm is not None and not resume:  # the dev perplexity before training
+            before = start.state.init_dev_perplexity = data.dev_perplexity(start.bilm, group)
+            if show_progress and group.is_main:
+                tqdm.write(f"dev perplexity before training: {before['mean']:.1f}")
     if group.is_main:  # only now: a run refused above leaves no folder behind
         folder.make(overwrite=overwrite)
     # 3. The loop
@@ -284,16 +286,6 @@ def _training_data(
         epoch_tokens=corpus.n_tokens - (dev_spans.tokens if sample.held_out else 0),
         dev_tokens=dev_spans.tokens,
     )
-
-
-def _measure_before_training(
-    start: Start, data: TrainingData, group: ProcessGroup, show_progress: bool
-) -> None:
-    """The dev perplexity of a biLM trained further, before its first step."""
-    batches = (data.build_dev(s) for s in group.share(data.dev_batches))
-    start.state.init_dev_perplexity = evaluate_perplexity(start.bilm, batches, group)
-    if show_progress and group.is_main:
-        tqdm.write(f"dev perplexity before training: {start.state.init_dev_perplexity['mean']:.1f}")
 
 
 def _log(run: Pretraining, dev: Corpus | None, start: Start) -> dict[str, Any]:
