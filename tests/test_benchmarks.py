@@ -227,4 +227,5 @@ def test_the_allennlp_module_against_allennlps_computation():
         "forward, zero state",
         "frozen forward+backward, zero state",
         "fine-tuned forward+backward, zero state",
+        "step products",  # the LSTM step's products alone, as each computation runs them
     }
