@@ -55,7 +55,7 @@ smoke: $(BIN)/elmo-spacy
 test: $(BIN)/elmo-spacy
 	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
-# The inner loop, about a minute on two cores, stopping at the first failure:
+# The inner loop, under half a minute on two cores, stopping at the first failure:
 # the LSTM implementations against the reference, batches, caches, the
 # ELMoForManyLangs format, bad input, the docs' links and names, the suite's
 # own rules; nothing that pretrains a biLM or runs on a GPU. `make test` before
