@@ -201,14 +201,14 @@ def read_bilm_tf(
     except OSError as err:
         raise BilmTfFormatError(f"{weights_name} is not a readable HDF5 file ({err})") from err
     with file:
-        datasets = {name: file.get(name) for name in shapes}
-        found = {k: v.shape for k, v in datasets.items() if isinstance(v, h5py.Dataset)}
+        stored = {name: file.get(name) for name in shapes}
+        found = {k: v.shape for k, v in stored.items() if isinstance(v, h5py.Dataset)}
         described_by = f"the model {options_name} describes"
         check_shapes(
             found, shapes, where=weights_name, described_by=described_by, error=BilmTfFormatError
         )
         arrays = {
-            name: numpy.asarray(file[name][...], dtype="float32") for name in progress(shapes)
+            name: numpy.asarray(stored[name][...], dtype="float32") for name in progress(shapes)
         }
     bilm = BiLM(config, WordVocab.specials_only(), with_softmax=False, tokenization=WHITESPACE)
     state = bilm.state_dict()
